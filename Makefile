@@ -1,0 +1,172 @@
+# gpuops.fleet: every set-up and test step, from a fresh Debian 12 machine
+# with Python 3.11 (run as root: missing tools are installed with apt-get).
+#
+#   make test    everything the README's test command runs, then a summary
+#   make demo    the README's demo
+#   make help    every target
+#
+# Each target installs what it needs first, so any of them works on its own.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+VENV := $(CURDIR)/.venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+# the venv's tools first, for every command and for what they start
+export PATH := $(BIN):$(PATH)
+# ansible.cfg in the repository root, whatever the caller's directory
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+
+REQUIREMENTS := requirements/controller.txt requirements/managed-host.txt requirements/constraints.txt
+VENV_STAMP := $(VENV)/.requirements-installed
+
+# ansible-test runs only from a real ansible_collections/<ns>/<name> directory
+ANSIBLE_TEST_ROOT := $(CURDIR)/build/ansible-test
+STAGE := $(ANSIBLE_TEST_ROOT)/ansible_collections/gpuops/fleet
+ANSIBLE_TEST := ansible-test
+ANSIBLE_TEST_ARGS := --local --python 3.11 --color no
+# sanity tests that must RUN (not be skipped as "not applicable" or for a missing tool)
+SANITY_REQUIRED := ansible-doc changelog compile import pep8 pylint runtime-metadata shellcheck validate-modules yamllint
+
+OUTPUT := $(CURDIR)/tests/output
+JUNIT := $(OUTPUT)/junit
+STEPS_FILE := $(OUTPUT)/make-test-steps.txt
+PYTEST := $(PY) -m pytest -p no:cacheprovider -ra --timeout=900
+# the checks `make test` runs, in order; a failing one does not stop the others
+TEST_STEPS := units sanity lint simtests integration build-test
+
+DEMO_SCRIPT := scripts/demo.sh
+BENCH_SCRIPT := bench/run.py
+
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
+# $(call ensure_command,COMMAND,DEBIAN_PACKAGE): install the package when the command is missing
+define ensure_command
+command -v $(1) >/dev/null 2>&1 || { \
+  echo "== $(1) not found: installing Debian package $(2)"; \
+  apt-get update -q && $(APT_INSTALL) $(2); }
+endef
+
+.PHONY: help venv sim collection-path ansible-test-cache stage setup tools \
+        units sanity lint simtests integration build-test test bench demo \
+        constraints clean distclean
+
+help:
+	@echo "make test             set up, then run: $(TEST_STEPS); ends with 'summary: N passed, N failed, N skipped'"
+	@echo "make demo             the README's demo ($(DEMO_SCRIPT))"
+	@echo "make venv             .venv with the pinned requirements/ (controller + managed host)"
+	@echo "make sim              build the simulated GPU host's fake NVML into simulator/build/"
+	@echo "make collection-path  .collections/ansible_collections/gpuops/fleet -> this checkout (ansible.cfg)"
+	@echo "make units|sanity|lint|simtests|integration|build-test   one check"
+	@echo "make bench            benchmarks ($(BENCH_SCRIPT))"
+	@echo "make constraints      re-pin requirements/constraints.txt from .venv"
+	@echo "make clean            remove build outputs; distclean also removes .venv"
+
+# ---------------------------------------------------------------- set-up
+
+venv: $(VENV_STAMP)
+
+$(VENV_STAMP): $(REQUIREMENTS)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || \
+	  { echo "$(PYTHON) is not Python 3.11: run 'make PYTHON=/path/to/python3.11 ...'" >&2; exit 1; }
+	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || \
+	  { echo "== $(PYTHON) cannot create a venv: installing python3.11-venv"; apt-get update -q && $(APT_INSTALL) python3.11-venv; }
+	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --disable-pip-version-check -q -r requirements/controller.txt -r requirements/managed-host.txt
+	$(PY) -m pip check
+	@touch $@
+
+tools:
+	@$(call ensure_command,gcc,gcc)
+	@$(call ensure_command,shellcheck,shellcheck)
+
+sim:
+	@$(call ensure_command,gcc,gcc)
+	$(MAKE) --no-print-directory -C simulator/nvml
+
+collection-path:
+	@mkdir -p .collections/ansible_collections/gpuops
+	@ln -sfn ../../.. .collections/ansible_collections/gpuops/fleet
+	@[ -f .collections/ansible_collections/gpuops/fleet/galaxy.yml ]
+
+# ansible-test bootstraps pip in its sanity venvs with a get-pip script from a
+# host these machines cannot reach: put an offline one and the pip wheel it
+# installs (from PyPI) where ansible-test looks, ~/.ansible/test/cache/.
+ansible-test-cache: venv
+	@version=$$($(PY) -c 'from types import SimpleNamespace; \
+	  from ansible_test._internal.python_requirements import get_venv_packages; \
+	  print(get_venv_packages(SimpleNamespace(version="3.11"))["pip"])'); \
+	cache=$$HOME/.ansible/test/cache; mkdir -p "$$cache"; \
+	[ -f "$$cache/pip-$$version-py3-none-any.whl" ] || \
+	  $(PY) -m pip download --disable-pip-version-check -q --no-deps --only-binary=:all: -d "$$cache" "pip==$$version"; \
+	cp .ci/get_pip_offline.py "$$cache/get_pip_$${version//./_}.py"
+
+setup: venv tools sim collection-path ansible-test-cache
+
+# a copy of the collection, as a commit would hold it, for ansible-test
+stage:
+	@.ci/stage-collection.sh $(ANSIBLE_TEST_ROOT)
+
+# ---------------------------------------------------------------- checks
+
+units: venv ansible-test-cache stage
+	@mkdir -p $(JUNIT)
+	cd $(STAGE) && $(ANSIBLE_TEST) units $(ANSIBLE_TEST_ARGS) --requirements; rc=$$?; \
+	  for f in $(STAGE)/tests/output/junit/*.xml; do [ -e "$$f" ] && cp "$$f" $(JUNIT)/units-$${f##*/}; done; \
+	  exit $$rc
+
+sanity: venv tools ansible-test-cache stage
+	@mkdir -p $(JUNIT)
+	cd $(STAGE) && $(ANSIBLE_TEST) sanity $(ANSIBLE_TEST_ARGS) --junit; rc=$$?; \
+	  for f in $(STAGE)/tests/output/junit/ansible-test-sanity-*.xml; do cp "$$f" $(JUNIT)/sanity-$${f##*/ansible-test-sanity-}; done; \
+	  $(PY) .ci/junit_summary.py require-ran $(STAGE)/tests/output/junit $(SANITY_REQUIRED) || rc=1; \
+	  exit $$rc
+
+lint: venv collection-path
+	ansible-lint --profile production
+
+simtests: venv sim
+	$(PYTEST) tests/simulator --junitxml=$(JUNIT)/simtests.xml
+
+# tests/integration/ is written by another change; until it lands there is nothing to run
+integration: venv sim collection-path
+	@if [ -d tests/integration ]; then \
+	  $(PYTEST) tests/integration --junitxml=$(JUNIT)/integration.xml; \
+	else echo "integration: tests/integration/ does not exist yet: nothing to run"; fi
+
+build-test: venv sim
+	$(PYTEST) tests/build --junitxml=$(JUNIT)/build-test.xml
+
+test: setup
+	@rm -rf $(OUTPUT) && mkdir -p $(JUNIT) && : > $(STEPS_FILE)
+	@for step in $(TEST_STEPS); do \
+	  echo; echo "==================== make $$step ===================="; \
+	  start=$$(date +%s); rc=0; \
+	  $(MAKE) --no-print-directory $$step || rc=$$?; \
+	  echo "$$step $$rc $$(( $$(date +%s) - start ))" >> $(STEPS_FILE); \
+	done; \
+	$(PY) .ci/junit_summary.py summary $(JUNIT) $(STEPS_FILE)
+
+# ---------------------------------------------------------------- other
+
+bench: venv sim collection-path
+	@[ -f $(BENCH_SCRIPT) ] || { echo "bench: $(BENCH_SCRIPT) does not exist yet" >&2; exit 1; }
+	$(PY) $(BENCH_SCRIPT)
+
+demo: venv sim collection-path
+	@[ -f $(DEMO_SCRIPT) ] || { echo "demo: $(DEMO_SCRIPT) does not exist yet" >&2; exit 1; }
+	bash $(DEMO_SCRIPT)
+
+constraints: venv
+	@{ echo "# Every package of the control node + test venv, pinned (pip freeze of a venv built from"; \
+	   echo "# controller.txt + managed-host.txt). Regenerate with: make constraints"; \
+	   $(PY) -m pip freeze --disable-pip-version-check | LC_ALL=C sort -f; } > requirements/constraints.txt.new
+	@mv requirements/constraints.txt.new requirements/constraints.txt
+
+clean:
+	rm -rf build dist .collections .ansible simulator/build tests/output bench/results gpuops-fleet-*.tar.gz
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,99 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2025, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""gpu_facts' ansible_facts, from NVML or from the nvidia-smi fallback.
+
+Private to this collection: the API may change without notice.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from ansible_collections.gpuops.fleet.plugins.module_utils import _smi
+from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import Holder, NvmlSession
+from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_device import HEALTH_KEYS, read_device
+from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import NvmlError
+from ansible_collections.gpuops.fleet.plugins.module_utils._processes import describe_processes, process_fact
+from ansible_collections.gpuops.fleet.plugins.module_utils._selection import GpuRef, resolve_gpus
+from ansible_collections.gpuops.fleet.plugins.module_utils._topology import read_topology
+
+
+class Options(t.NamedTuple):
+    gpus: t.Optional[t.List[GpuRef]]
+    processes: bool
+    topology: bool
+    health: bool
+
+
+RunCommand = t.Callable[[t.List[str]], t.Tuple[int, str, str]]
+
+
+def _attach_processes(psutil: t.Any, devices: t.List[t.Dict[str, t.Any]], holders: t.Mapping[int, t.List[Holder]]) -> None:
+    """Set each device's ``processes``; a PID on several GPUs is described once."""
+    infos = describe_processes(psutil, (holder.pid for found in holders.values() for holder in found))
+    for device in devices:
+        found = holders.get(device["index"])
+        device["processes"] = None if found is None else [process_fact(holder, infos[holder.pid]) for holder in found]
+
+
+def from_nvml(session: NvmlSession, options: Options, psutil: t.Any) -> t.Dict[str, t.Any]:
+    """ansible_facts read through NVML. Raises SelectionError (bad ``gpus``) or NvmlError (NVML as a whole fails)."""
+    indices = resolve_gpus(options.gpus, session.count, session.inventory)
+    driver = session.driver()
+    driver["source"] = "nvml"
+    devices: t.List[t.Dict[str, t.Any]] = []
+    holders: t.Dict[int, t.List[Holder]] = {}
+    for index in indices:
+        device = read_device(session, index, options.health)
+        if options.processes and device["error"] is None:
+            try:
+                holders[index] = session.holders(index)
+            except NvmlError as exc:
+                device["error"] = "GPU %d: cannot list its processes: %s" % (index, exc)
+        devices.append(device)
+    facts: t.Dict[str, t.Any] = {"gpus": devices, "gpu_driver": driver}
+    if options.processes:
+        _attach_processes(psutil, devices, holders)
+    if options.topology:
+        facts["gpu_topology"] = read_topology(session, {device["index"]: device["pci_bus_id"] for device in devices})
+    return facts
+
+
+def from_smi(run: RunCommand, smi: str, options: Options, psutil: t.Any) -> t.Tuple[t.Dict[str, t.Any], t.List[str]]:
+    """ansible_facts read from nvidia-smi's CSV output, and warnings. Raises SelectionError, or SmiError when nvidia-smi fails."""
+    rows, other = _smi.parse_gpus(_smi.run_csv(run, _smi.gpu_command(smi)))
+    warnings = ["nvidia-smi: " + line for line in other]
+    # a GPU nvidia-smi cannot read has no row: count up to the highest index seen
+    count = max(row["index"] for row in rows) + 1 if rows else 0
+    indices = resolve_gpus(options.gpus, count, lambda: [(row["index"], row["uuid"]) for row in rows])
+    driver_version = rows[0]["driver_version"] if rows else None
+    devices: t.List[t.Dict[str, t.Any]] = []
+    for row in rows:
+        if row["index"] not in indices:
+            continue
+        del row["driver_version"]
+        row["memory_reserved_mib"] = None
+        if options.health:
+            row.update({key: None for key in HEALTH_KEYS if key not in row})
+        else:
+            for key in HEALTH_KEYS:
+                row.pop(key, None)
+        row["error"] = None
+        devices.append(row)
+    if options.processes:
+        by_uuid: t.Dict[t.Optional[str], t.List[Holder]] = {device["uuid"]: [] for device in devices}
+        for uuid, holder in _smi.parse_apps(_smi.run_csv(run, _smi.apps_command(smi))):
+            if uuid in by_uuid:
+                by_uuid[uuid].append(holder)
+        _attach_processes(psutil, devices, {device["index"]: by_uuid[device["uuid"]] for device in devices})
+    facts: t.Dict[str, t.Any] = {
+        "gpus": devices,
+        "gpu_driver": {"driver_version": driver_version, "cuda_driver_version": None, "nvml_version": None, "count": len(rows), "source": "nvidia-smi"},
+    }
+    if options.topology:
+        facts["gpu_topology"] = None
+        warnings.append("topology is not read without nvidia-ml-py: gpu_topology is null")
+    return facts, warnings
+

@@ -1,0 +1,158 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""gpu_reclaim: read every holder, end them (launchers first), then prove the GPUs free with fresh NVML readings.
+
+Private to this collection: the API may change without notice.
+"""
+
+from __future__ import annotations
+
+import time
+import typing as t
+
+from ansible_collections.gpuops.fleet.plugins.module_utils import _reclaim_evidence as evidence
+from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import NvmlSession
+from ansible_collections.gpuops.fleet.plugins.module_utils._process_tree import Plan, plan_targets
+from ansible_collections.gpuops.fleet.plugins.module_utils._processes import describe_process
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import ReclaimSpec, matches_any
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_verify import Problem, Reading, judge, read_gpu
+from ansible_collections.gpuops.fleet.plugins.module_utils._selection import resolve_gpus
+from ansible_collections.gpuops.fleet.plugins.module_utils._signal_ladder import Outcome, run_ladder
+
+VERIFY_POLL_S = 0.02
+
+
+class Reclaim:
+    """One reclaim run. ``run()`` returns the module result (without ``changed``'s check-mode twist applied twice)."""
+
+    def __init__(self, session: NvmlSession, psutil: t.Any, spec: ReclaimSpec, check_mode: bool,
+                 clock: t.Callable[[], float] = time.monotonic) -> None:
+        self.session = session
+        self.psutil = psutil
+        self.spec = spec
+        self.check_mode = check_mode
+        self.clock = clock
+        self.start = clock()
+        self._described: t.Dict[int, t.Dict[str, t.Any]] = {}
+        self._before_described: t.Dict[int, t.Dict[str, t.Any]] = {}
+
+    def describe(self, pid: int) -> t.Dict[str, t.Any]:
+        if pid not in self._described:
+            self._described[pid] = describe_process(self.psutil, pid)
+        return self._described[pid]
+
+    def excluded(self, info: t.Dict[str, t.Any]) -> bool:
+        return matches_any(self.spec.exclude, info["name"], info["cmdline"])
+
+    def run(self) -> t.Dict[str, t.Any]:
+        indices = resolve_gpus(self.spec.gpus, self.session.count, self.session.inventory)
+        before = {index: read_gpu(self.session, index) for index in indices}
+        plan = self._plan(before, set(indices))
+        self._before_described = dict(self._described)
+        if self.check_mode:
+            return self._result(before, None, plan, [], [])
+        outcomes = run_ladder(self.psutil, plan.targets, self.spec.signals, self.spec.grace)
+        after, problems = self._verify(indices, plan, outcomes)
+        return self._result(before, after, plan, outcomes, problems)
+
+    def _plan(self, before: t.Mapping[int, Reading], selected: t.Set[int]) -> Plan:
+        holders: t.Dict[int, t.Dict[str, t.Any]] = {}
+        for reading in before.values():
+            for holder in reading.holders:
+                info = self.describe(holder.pid)
+                if info["visible"]:
+                    holders.setdefault(holder.pid, dict(info, gpus=[]))["gpus"].append(reading.index)
+        others: t.Dict[int, t.List[int]] = {}
+        for index in range(self.session.count):
+            if index not in selected:
+                for holder in read_gpu(self.session, index).holders:
+                    others.setdefault(holder.pid, []).append(index)
+        return plan_targets(self.psutil, self.spec, holders, selected, others)
+
+    def _verify(self, indices: t.Sequence[int], plan: Plan, outcomes: t.Sequence[Outcome]) -> t.Tuple[t.Dict[int, Reading], t.List[Problem]]:
+        """Poll fresh NVML readings until every selected GPU is free, only lasting problems remain, or ``timeout``."""
+        signalled = {o.target.pid for o in outcomes if o.signal is not None}
+        deadline = self.start + self.spec.timeout
+        while True:
+            self._described.clear()  # a fresh reading means fresh process states too
+            after = {index: read_gpu(self.session, index) for index in indices}
+            problems = [p for index in indices for p in judge(after[index], self.spec.memory_threshold_mib, signalled,
+                                                               plan.left_alone, self.describe, self.excluded, self.spec.ignore_foreign)]
+            if not problems or not any(p.waitable for p in problems) or self.clock() >= deadline:
+                return after, problems
+            time.sleep(VERIFY_POLL_S)
+
+    def _result(self, before: t.Mapping[int, Reading], after: t.Optional[t.Mapping[int, Reading]], plan: Plan,
+                outcomes: t.Sequence[Outcome], problems: t.Sequence[Problem]) -> t.Dict[str, t.Any]:
+        gpus = [_gpu_entry(before[index], None if after is None else after[index], problems, self._before_described, self.describe)
+                for index in sorted(before)]
+        result: t.Dict[str, t.Any] = {
+            "gpus": gpus,
+            "killed": [_killed_entry(o) for o in outcomes if o.ended is not None and o.signal is not None],
+            "warnings_list": plan.warnings,
+            "elapsed_s": round(self.clock() - self.start, 3),
+        }
+        if after is None:
+            result.update(changed=bool(plan.targets), verified=None, would_kill=[_target_entry(tg) for tg in plan.targets])
+            result["msg"] = "check mode: would end %d process(es) on GPU %s" % (len(plan.targets), _indices(before))
+            return result
+        survivors = [o for o in outcomes if o.ended is None]
+        result["changed"] = any(o.signal is not None for o in outcomes)
+        result["verified"] = not problems and not survivors
+        result["survivors"] = [dict(_target_entry(o.target), error=o.error, signal=o.signal) for o in survivors]
+        if result["verified"]:
+            freed = sum(g["freed_mib"] or 0 for g in gpus)
+            result["msg"] = "GPU %s verified free by a fresh NVML reading: ended %d process(es), %d MiB came back" % (
+                _indices(before), len(result["killed"]), freed)
+            return result
+        texts = [p.text for p in problems] + ["pid %d (%s): %s" % (o.target.pid, o.target.name, o.error or "survived every signal")
+                                              for o in survivors if not any("pid %d " % o.target.pid in p.text for p in problems)]
+        result["msg"] = "GPUs not freed: " + "; ".join(texts)
+        result["evidence"] = {
+            "survivors": [evidence.survivor(self.psutil, pid) for pid in sorted(_problem_pids(after, problems) | {o.target.pid for o in survivors})],
+            "device_holders": evidence.device_holders(self.psutil),
+            "xid": evidence.xid_lines(),
+        }
+        return result
+
+
+def _indices(readings: t.Mapping[int, Reading]) -> str:
+    return ", ".join(str(index) for index in sorted(readings))
+
+
+def _problem_pids(after: t.Mapping[int, Reading], problems: t.Sequence[Problem]) -> t.Set[int]:
+    gpus = {p.gpu for p in problems}
+    return {holder.pid for index in gpus for holder in after[index].holders}
+
+
+def _target_entry(target: t.Any) -> t.Dict[str, t.Any]:
+    return {"pid": target.pid, "name": target.name, "cmdline": target.cmdline, "username": target.username,
+            "role": target.role, "gpus": target.gpus}
+
+
+def _killed_entry(outcome: Outcome) -> t.Dict[str, t.Any]:
+    return dict(_target_entry(outcome.target), signal=outcome.signal, seconds_to_exit=outcome.seconds, ended=outcome.ended)
+
+
+def _gpu_entry(before: Reading, after: t.Optional[Reading], problems: t.Sequence[Problem],
+               described_before: t.Mapping[int, t.Dict[str, t.Any]], describe: t.Callable[[int], t.Dict[str, t.Any]]) -> t.Dict[str, t.Any]:
+    used_before = None if before.memory is None else before.memory.used_mib
+    used_after = None if after is None or after.memory is None else after.memory.used_mib
+    entry: t.Dict[str, t.Any] = {
+        "index": before.index,
+        "uuid": before.uuid or (after.uuid if after else None),
+        "memory_used_mib_before": used_before,
+        "memory_used_mib_after": used_after,
+        "freed_mib": None if used_before is None or used_after is None else max(0, used_before - used_after),
+        "processes_before": [{"pid": h.pid, "name": described_before[h.pid]["name"], "used_memory_mib": h.used_memory_mib}
+                             for h in before.holders],
+        "error": before.error or (after.error if after else None),
+    }
+    if after is not None:
+        entry["processes_left"] = [dict(pid=h.pid, used_memory_mib=h.used_memory_mib, **{k: describe(h.pid)[k] for k in ("name", "state", "visible")})
+                                   for h in after.holders]
+        entry["problems"] = [p.text for p in problems if p.gpu == before.index]
+        entry["verified"] = not entry["problems"]
+    return entry

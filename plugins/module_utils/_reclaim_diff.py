@@ -1,0 +1,27 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""gpu_reclaim's --diff: each selected GPU's used memory and holders, before and after.
+
+Private to this collection: the API may change without notice.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+
+def _line(index: int, used: t.Optional[int], holders: t.Sequence[t.Mapping[str, t.Any]]) -> str:
+    names = ", ".join("%s(pid %d)" % (h["name"] or "?", h["pid"]) for h in holders) or "no holder"
+    return "GPU %d: %s MiB used, %s\n" % (index, "?" if used is None else used, names)
+
+
+def reclaim_diff(gpus: t.Sequence[t.Mapping[str, t.Any]], check_mode: bool) -> t.Dict[str, str]:
+    """A diff whose ``after`` is the fresh reading (in check mode: what a real run aims for, every holder gone)."""
+    before = "".join(_line(g["index"], g["memory_used_mib_before"], g["processes_before"]) for g in gpus)
+    if check_mode:
+        after = "".join(_line(g["index"], 0 if g["processes_before"] else g["memory_used_mib_before"], []) for g in gpus)
+    else:
+        after = "".join(_line(g["index"], g["memory_used_mib_after"], g["processes_left"]) for g in gpus)
+    return {"before": before, "after": after, "before_header": "GPU memory before", "after_header": "GPU memory after"}

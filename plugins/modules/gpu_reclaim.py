@@ -1,0 +1,233 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: gpu_reclaim
+short_description: Free NVIDIA GPUs by ending every process that holds them, then prove it with a fresh NVML reading
+version_added: 0.1.0
+description:
+  - Reads every process holding memory on each selected GPU (NVML's compute and graphics lists, all of them) and names it
+    through psutil, including process titles such as C(VLLM::Worker_TP0) that vLLM writes over argv.
+  - With O(kill_tree=true), also ends each holder's launcher (the highest ancestor that matches O(launcher_patterns), for
+    example the vLLM API server or C(VLLM::EngineCore)) and every descendant of it, launchers first, so nothing respawns a worker.
+  - Signals along O(signals), waiting up to O(grace) seconds per step for each process to exit, then verifies with a fresh NVML
+    reading (a method independent of the kill) until every selected GPU has no holder and at most O(memory_threshold_mib) in use,
+    or O(timeout) runs out.
+  - Fails loudly, naming what is left and why, with the evidence to act on (state, kernel wait channel, parent chain and user of
+    each survivor, processes with C(/dev/nvidia*) open, recent NVIDIA Xid kernel log lines). Never a silent success.
+  - Never signals PID 1, itself, its ancestors (the Ansible connection), a process matching O(exclude) or the driver's helpers
+    (C(nvidia-persistenced), C(nv-hostengine), DCGM, C(nvidia-smi)), nor a process that is neither a holder on the selected GPUs
+    nor inside a holder's launcher tree. Checks each process's start time right before every signal, so a reused PID is never hit.
+author:
+  - gpuops.fleet contributors
+extends_documentation_fragment:
+  - gpuops.fleet.nvml
+attributes:
+  check_mode:
+    support: full
+    description: Signals nothing; returns RV(would_kill), and RV(changed) tells whether a real run would signal a process.
+  diff_mode:
+    support: full
+    description: Shows each selected GPU's used memory and holders before and after.
+options:
+  match:
+    description:
+      - Regular expressions (Python syntax, searched) on a holder's name and on its command line; only holders that match one are ended.
+      - Omit it to end every holder. A holder that does not match stays, and the task fails naming it, because its GPU is not free.
+    type: list
+    elements: str
+  exclude:
+    description:
+      - Regular expressions on a process's name and command line; a matching process is never signalled, neither as a holder
+        nor inside a launcher's tree. Its memory does not count against O(memory_threshold_mib).
+      - The driver's helpers (C(nvidia-persistenced), C(nv-hostengine), DCGM, C(nvidia-smi)) are always excluded, in addition to these.
+    type: list
+    elements: str
+    default: []
+  kill_tree:
+    description:
+      - Also end each holder's launcher and all of its descendants (so a launcher cannot respawn workers or keep the port).
+      - A launcher's tree is taken only when every GPU holder in it is one this task ends; otherwise only the holder is ended, with a warning.
+    type: bool
+    default: true
+  launcher_patterns:
+    description:
+      - Regular expressions that recognise an inference launcher among a holder's ancestors (name or command line).
+      - The default covers the vLLM API server and C(vllm serve), vLLM's C(VLLM::*) processes, Ray, torchrun, SGLang, TGI and Triton.
+    type: list
+    elements: str
+  signals:
+    description:
+      - The escalation ladder, by name (V(TERM), V(SIGTERM)) or number. Each step signals every process still running,
+        then waits up to O(grace) seconds.
+    type: list
+    elements: str
+    default: [TERM, KILL]
+  grace:
+    description: Seconds to wait after each step of O(signals) for the processes to exit; a process that exits early holds up nothing.
+    type: float
+    default: 10
+  timeout:
+    description:
+      - Overall budget in seconds, counted from the start of the task, for the memory to come back once the processes are ended.
+      - The task waits for it only while something may still change (a signalled process still listed, memory held by no process).
+    type: float
+    default: 60
+  memory_threshold_mib:
+    description:
+      - A GPU counts as free when no holder is left and it uses at most this many MiB (an idle GPU does not read zero).
+    type: int
+    default: 1024
+  ignore_foreign:
+    description:
+      - Do not fail for PIDs that NVML lists but this PID namespace cannot see (processes of a container, when this task does not
+        run in the host PID namespace); their memory is then not counted. They are never signalled either way.
+    type: bool
+    default: false
+seealso:
+  - module: gpuops.fleet.gpu_facts
+"""
+
+EXAMPLES = r"""
+- name: Free every GPU of the host and prove it
+  gpuops.fleet.gpu_reclaim:
+
+- name: Free GPUs 0-3 only (the other server on 4-7 keeps running)
+  gpuops.fleet.gpu_reclaim:
+    gpus: [0, 1, 2, 3]
+
+- name: End only vLLM processes, with a short ladder
+  gpuops.fleet.gpu_reclaim:
+    match: ['^VLLM::', 'vllm']
+    signals: [INT, TERM, KILL]
+    grace: 5
+    timeout: 30
+  register: reclaim
+
+- name: Show what was ended
+  ansible.builtin.debug:
+    msg: "{{ reclaim.killed | map(attribute='name') | list }} in {{ reclaim.elapsed_s }} s"
+"""
+
+RETURN = r"""
+changed:
+  description: V(true) if and only if a process was signalled (in check mode, if one would be).
+  returned: always
+  type: bool
+verified:
+  description: V(true) when a fresh NVML reading showed every selected GPU free; V(null) in check mode.
+  returned: always
+  type: bool
+  sample: true
+killed:
+  description: The processes that were signalled and have exited.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    pid: {description: PID., type: int, returned: always, sample: 4242}
+    name: {description: Name (process title)., type: str, returned: always, sample: VLLM::Worker_TP0}
+    cmdline: {description: Command line words., type: list, elements: str, returned: always, sample: [VLLM::Worker_TP0]}
+    username: {description: Owner., type: str, returned: always, sample: vllm}
+    role: {description: V(launcher), V(holder) (of GPU memory) or V(descendant) (of a launcher)., type: str, returned: always, sample: holder}
+    gpus: {description: Indices of the selected GPUs it held., type: list, elements: int, returned: always, sample: [0]}
+    signal: {description: The signal that ended it (the last one sent before it exited)., type: str, returned: always, sample: SIGTERM}
+    seconds_to_exit: {description: Seconds from the first signal of the task to its exit., type: float, returned: always, sample: 0.04}
+    ended: {description: V(exited), or V(zombie) (exited, not yet reaped by its parent)., type: str, returned: always, sample: exited}
+would_kill:
+  description: Check mode only; the processes a real run would signal, launchers first (same keys as RV(killed) less the outcome).
+  returned: check mode
+  type: list
+  elements: dict
+survivors:
+  description: Signalled processes still running after the last step of the ladder, with RV(survivors[].error) when a signal could not be sent.
+  returned: when not in check mode
+  type: list
+  elements: dict
+gpus:
+  description: Each selected GPU before and after.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    index: {description: GPU index., type: int, returned: always, sample: 0}
+    uuid: {description: GPU UUID., type: str, returned: always}
+    memory_used_mib_before: {description: Used MiB before anything was signalled., type: int, returned: always, sample: 93029}
+    memory_used_mib_after: {description: Used MiB in the last reading (V(null) in check mode)., type: int, returned: always, sample: 0}
+    freed_mib: {description: MiB that came back., type: int, returned: always, sample: 93029}
+    processes_before: {description: Holders before (pid, name, used_memory_mib)., type: list, elements: dict, returned: always}
+    processes_left: {description: Holders in the last reading (pid, name, state, visible, used_memory_mib)., type: list, elements: dict, returned: when not in check mode}
+    problems: {description: Why this GPU is not free; empty when verified., type: list, elements: str, returned: when not in check mode}
+    verified: {description: This GPU was read free., type: bool, returned: when not in check mode}
+    error: {description: V(null), or why the GPU could not be read (for example lost)., type: str, returned: always}
+elapsed_s:
+  description: Seconds the task took, from reading to verified (or given up).
+  returned: always
+  type: float
+  sample: 0.31
+evidence:
+  description: On failure, what an operator needs to act without logging in.
+  returned: when the GPUs were not freed
+  type: dict
+  contains:
+    survivors: {description: For each process left, its state, kernel wait channel (wchan), user and parent chain., type: list, elements: dict, returned: always}
+    device_holders: {description: Processes of this PID namespace with C(/dev/nvidia*) open (as C(fuser) shows)., type: list, elements: dict, returned: always}
+    xid: {description: Recent NVIDIA Xid lines of the kernel log, where readable., type: list, elements: str, returned: always}
+msg:
+  description: What happened, in one line; on failure every reason a GPU is not free.
+  returned: always
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
+from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import open_nvml
+from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import NvmlError
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import Reclaim
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_diff import reclaim_diff
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import DEFAULT_LAUNCHER_PATTERNS, SpecError, build_spec
+from ansible_collections.gpuops.fleet.plugins.module_utils._selection import SelectionError
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "gpus": {"type": "list", "elements": "str"},
+            "match": {"type": "list", "elements": "str"},
+            "exclude": {"type": "list", "elements": "str", "default": []},
+            "kill_tree": {"type": "bool", "default": True},
+            "launcher_patterns": {"type": "list", "elements": "str", "default": DEFAULT_LAUNCHER_PATTERNS},
+            "signals": {"type": "list", "elements": "str", "default": ["TERM", "KILL"]},
+            "grace": {"type": "float", "default": 10},
+            "timeout": {"type": "float", "default": 60},
+            "memory_threshold_mib": {"type": "int", "default": 1024},
+            "ignore_foreign": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        spec = build_spec(module.params)
+    except SpecError as exc:
+        module.fail_json(msg=str(exc))
+    _deps.require(module, _deps.PYNVML, _deps.PSUTIL)
+    try:
+        with open_nvml(_deps.PYNVML.module) as session:
+            result = Reclaim(session, _deps.PSUTIL.module, spec, module.check_mode).run()
+    except (NvmlError, SelectionError) as exc:
+        module.fail_json(msg=str(exc), changed=False)
+    for warning in result.pop("warnings_list"):
+        module.warn(warning)
+    if module._diff:
+        result["diff"] = reclaim_diff(result["gpus"], module.check_mode)
+    if result.get("verified") is False:
+        module.fail_json(**result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

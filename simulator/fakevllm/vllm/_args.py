@@ -1,0 +1,40 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The subset of vLLM's engine and server flags the fake understands; other flags are accepted."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import List, Optional
+
+
+@dataclass(frozen=True)
+class ServerArgs:
+    model: str
+    tensor_parallel_size: int
+    gpu_memory_utilization: float
+    host: str
+    port: Optional[int]
+
+
+def _parser(prog: str, positional_model: bool) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, allow_abbrev=False)
+    if positional_model:
+        parser.add_argument("model_tag", nargs="?")
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    # Loopback by default: the simulator never listens beyond this machine unless told to.
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=None)
+    return parser
+
+
+def parse_server_args(argv: List[str], prog: str, positional_model: bool) -> ServerArgs:
+    parser = _parser(prog, positional_model)
+    known, _unknown = parser.parse_known_args(argv)
+    model = getattr(known, "model_tag", None) or known.model or "facebook/opt-125m"
+    if known.tensor_parallel_size < 1:
+        parser.error("--tensor-parallel-size must be at least 1")
+    return ServerArgs(model, known.tensor_parallel_size, known.gpu_memory_utilization, known.host, known.port)

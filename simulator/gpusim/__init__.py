@@ -1,0 +1,3 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""gpusim: the scenario command line of the simulated GPU host (see docs/simulator.md)."""

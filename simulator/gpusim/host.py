@@ -1,0 +1,51 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The `host` file (driver and topology keys) and creating a simulated host."""
+
+from __future__ import annotations
+
+import shutil
+from typing import Dict
+
+from gpusim.gpus import new_gpus, write_gpus
+from gpusim.statedir import StateDir, StateError, read_kv, write_kv
+
+HOST_DEFAULTS: Dict[str, str] = {
+    "driver_loaded": "1",
+    "driver_version": "580.95.05",
+    "nvml_version": "13.580.95.05",
+    "cuda_driver_version": "13000",
+    "topology": "pcie",
+    "mig_supported": "0",
+}
+TOPOLOGIES = ("pcie", "nvlink")
+
+
+def create_host(
+    state: StateDir, gpus: int, memory_mib: int, reserved_mib: int, name: str, topology: str, force: bool
+) -> None:
+    """Write `host` and `gpus`; with force, a host already there is replaced (its records too)."""
+    if topology not in TOPOLOGIES:
+        raise StateError(f"--topology must be one of {', '.join(TOPOLOGIES)}, not {topology!r}")
+    if state.exists() and not force:
+        raise StateError(f"{state.root} already holds a simulated host (use --force to replace it)")
+    if memory_mib <= reserved_mib:
+        raise StateError("--memory-mib must be larger than --reserved-mib")
+    if force:
+        for leftover in (state.allocs, state.procs):
+            shutil.rmtree(leftover, ignore_errors=True)
+        for conf in state.root.glob("gpu*.conf"):
+            conf.unlink()
+    state.make_dirs()
+    write_gpus(state, new_gpus(state, gpus, memory_mib, reserved_mib, name))
+    write_kv(state.host, dict(HOST_DEFAULTS, topology=topology))
+
+
+def read_host(state: StateDir) -> Dict[str, str]:
+    return dict(HOST_DEFAULTS, **read_kv(state.require().host))
+
+
+def set_host_key(state: StateDir, key: str, value: str) -> None:
+    values = read_kv(state.require().host)
+    values[key] = value
+    write_kv(state.host, values)

@@ -1,0 +1,448 @@
+/*
+ * Reads the simulator's state directory (docs/simulator.md). Nothing is
+ * cached: every call opens the files it needs, and only those.
+ */
+#include "nvml_sim.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DEFAULT_NAME "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+#define DEFAULT_TOTAL_MIB 97887ULL
+#define DEFAULT_RESERVED_MIB 512ULL
+#define SMALL_FILE 4096
+
+static const char *state_dir(void)
+{
+    const char *dir = getenv("GPUOPS_SIM_STATE");
+    return (dir != NULL && dir[0] == '/') ? dir : NULL;
+}
+
+static int state_path(char *buf, size_t size, const char *name)
+{
+    const char *dir = state_dir();
+    if (dir == NULL)
+        return -1;
+    int n = snprintf(buf, size, "%s/%s", dir, name);
+    return (n < 0 || (size_t)n >= size) ? -1 : 0;
+}
+
+/* Reads up to size-1 bytes of a file into buf, NUL-terminated; -1 on error. */
+static ssize_t read_small(const char *path, char *buf, size_t size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    size_t used = 0;
+    while (used + 1 < size) {
+        ssize_t n = read(fd, buf + used, size - 1 - used);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        used += (size_t)n;
+    }
+    close(fd);
+    buf[used] = '\0';
+    return (ssize_t)used;
+}
+
+/* Reads a whole file into a malloc'd NUL-terminated buffer, or NULL. */
+static char *read_all(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    size_t cap = SMALL_FILE, used = 0;
+    char *buf = malloc(cap);
+    while (buf != NULL) {
+        if (used + 1 >= cap) {
+            char *bigger = realloc(buf, cap * 2);
+            if (bigger == NULL) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = bigger;
+            cap *= 2;
+        }
+        ssize_t n = read(fd, buf + used, cap - 1 - used);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            buf[used] = '\0';
+            break;
+        }
+        used += (size_t)n;
+    }
+    close(fd);
+    return buf;
+}
+
+/* Next line of a buffer, skipping blank and '#' lines; NULL at the end. */
+static char *next_line(char **cursor)
+{
+    while (*cursor != NULL && **cursor != '\0') {
+        char *line = *cursor;
+        char *end = strchr(line, '\n');
+        if (end != NULL) {
+            *end = '\0';
+            *cursor = end + 1;
+        } else {
+            *cursor = line + strlen(line);
+        }
+        size_t len = strlen(line);
+        if (len > 0 && line[len - 1] == '\r')
+            line[len - 1] = '\0';
+        if (line[0] != '\0' && line[0] != '#')
+            return line;
+    }
+    return NULL;
+}
+
+static void copy_field(char *dst, size_t size, const char *src)
+{
+    snprintf(dst, size, "%s", src);
+}
+
+/* Calls fn(key, value, ctx) for each key=value line of a small file. */
+static int read_key_values(const char *path, void (*fn)(const char *, const char *, void *),
+                           void *ctx)
+{
+    char buf[SMALL_FILE];
+    if (read_small(path, buf, sizeof buf) < 0)
+        return -1;
+    char *cursor = buf, *line;
+    while ((line = next_line(&cursor)) != NULL) {
+        char *eq = strchr(line, '=');
+        if (eq == NULL)
+            continue;
+        *eq = '\0';
+        fn(line, eq + 1, ctx);
+    }
+    return 0;
+}
+
+static void host_key(const char *key, const char *value, void *ctx)
+{
+    sim_host *host = ctx;
+    if (strcmp(key, "driver_loaded") == 0)
+        host->driver_loaded = atoi(value);
+    else if (strcmp(key, "driver_version") == 0)
+        copy_field(host->driver_version, sizeof host->driver_version, value);
+    else if (strcmp(key, "nvml_version") == 0)
+        copy_field(host->nvml_version, sizeof host->nvml_version, value);
+    else if (strcmp(key, "cuda_driver_version") == 0)
+        host->cuda_driver_version = atoi(value);
+    else if (strcmp(key, "topology") == 0)
+        host->nvlink = strcmp(value, "nvlink") == 0;
+    else if (strcmp(key, "mig_supported") == 0)
+        host->mig_supported = atoi(value);
+}
+
+int sim_read_host(sim_host *host)
+{
+    char path[4096];
+    *host = (sim_host){.driver_loaded = 1, .cuda_driver_version = 13000};
+    copy_field(host->driver_version, sizeof host->driver_version, "580.95.05");
+    copy_field(host->nvml_version, sizeof host->nvml_version, "13.580.95.05");
+    if (state_path(path, sizeof path, "host") != 0)
+        return -1;
+    return read_key_values(path, host_key, host);
+}
+
+static unsigned long long field_ull(const char *text, unsigned long long fallback)
+{
+    if (text == NULL || text[0] == '\0')
+        return fallback;
+    return strtoull(text, NULL, 10);
+}
+
+/* Parses one gpus line; 0 on success. The name is the rest of the line. */
+static int parse_gpu_line(char *line, sim_gpu *gpu)
+{
+    char *fields[8] = {0};
+    int n = 0;
+    fields[n++] = line;
+    for (char *p = line; *p != '\0' && n < 8; p++) {
+        if (*p == '\t') {
+            *p = '\0';
+            fields[n++] = p + 1;
+        }
+    }
+    if (n < 3 || fields[1][0] == '\0' || fields[2][0] == '\0')
+        return -1;
+    gpu->index = (unsigned int)strtoul(fields[0], NULL, 10);
+    copy_field(gpu->uuid, sizeof gpu->uuid, fields[1]);
+    copy_field(gpu->bus_id, sizeof gpu->bus_id, fields[2]);
+    gpu->total_mib = field_ull(fields[3], DEFAULT_TOTAL_MIB);
+    gpu->reserved_mib = field_ull(fields[4], DEFAULT_RESERVED_MIB);
+    gpu->orphan_mib = field_ull(fields[5], 0);
+    gpu->lost = field_ull(fields[6], 0) != 0;
+    copy_field(gpu->name, sizeof gpu->name,
+               (fields[7] != NULL && fields[7][0] != '\0') ? fields[7] : DEFAULT_NAME);
+    return 0;
+}
+
+/* Finds GPU `index` (or counts GPUs when gpu is NULL); returns the count seen. */
+static unsigned int scan_gpus(unsigned int index, sim_gpu *gpu, int *found)
+{
+    char path[4096];
+    *found = 0;
+    if (state_path(path, sizeof path, "gpus") != 0)
+        return 0;
+    char *buf = read_all(path);
+    if (buf == NULL)
+        return 0;
+    unsigned int count = 0;
+    char *cursor = buf, *line;
+    sim_gpu scratch;
+    while ((line = next_line(&cursor)) != NULL && count < SIM_MAX_GPUS) {
+        sim_gpu *target = (gpu != NULL && count == index) ? gpu : &scratch;
+        if (parse_gpu_line(line, target) != 0)
+            continue;
+        if (target == gpu) {
+            *found = 1;
+            break;
+        }
+        count++;
+    }
+    free(buf);
+    return count;
+}
+
+unsigned int sim_gpu_count(void)
+{
+    int found;
+    return scan_gpus(0, NULL, &found);
+}
+
+int sim_read_gpu(unsigned int index, sim_gpu *gpu)
+{
+    int found;
+    scan_gpus(index, gpu, &found);
+    return found ? 0 : -1;
+}
+
+static void conf_key(const char *key, const char *value, void *ctx)
+{
+    sim_gpu_conf *conf = ctx;
+    unsigned long long v = strtoull(value, NULL, 10);
+    if (strcmp(key, "temperature_c") == 0)
+        conf->temperature_c = (unsigned int)v;
+    else if (strcmp(key, "power_mw") == 0)
+        conf->power_mw = (unsigned int)v;
+    else if (strcmp(key, "power_limit_mw") == 0)
+        conf->power_limit_mw = (unsigned int)v;
+    else if (strcmp(key, "ecc_uncorrected_volatile") == 0)
+        conf->ecc_uncorrected_volatile = v;
+    else if (strcmp(key, "ecc_uncorrected_aggregate") == 0)
+        conf->ecc_uncorrected_aggregate = v;
+    else if (strcmp(key, "remapped_correctable") == 0)
+        conf->remapped_correctable = (unsigned int)v;
+    else if (strcmp(key, "remapped_uncorrectable") == 0)
+        conf->remapped_uncorrectable = (unsigned int)v;
+    else if (strcmp(key, "remapped_pending") == 0)
+        conf->remapped_pending = v != 0;
+    else if (strcmp(key, "remapped_failure") == 0)
+        conf->remapped_failure = v != 0;
+    else if (strcmp(key, "clocks_event_reasons") == 0)
+        conf->clocks_event_reasons = v;
+}
+
+void sim_read_conf(unsigned int index, int busy, sim_gpu_conf *conf)
+{
+    char name[64], path[4096];
+    *conf = (sim_gpu_conf){
+        .temperature_c = busy ? 62 : 34,
+        .power_mw = busy ? 310000 : 85000,
+        .power_limit_mw = 600000,
+        .clocks_event_reasons = busy ? 0 : 0x1,
+    };
+    snprintf(name, sizeof name, "gpu%u.conf", index);
+    if (state_path(path, sizeof path, name) == 0)
+        read_key_values(path, conf_key, conf);
+}
+
+/* Reads state and starttime (field 22) of /proc/<pid>/stat; 0 on success. */
+static int proc_stat(unsigned int pid, char *state, unsigned long long *starttime)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%u/stat", pid);
+    if (read_small(path, buf, sizeof buf) <= 0)
+        return -1;
+    char *p = strrchr(buf, ')');
+    if (p == NULL || p[1] != ' ')
+        return -1;
+    p += 2;
+    *state = *p;
+    /* p is at field 3; skip to field 22. */
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p, ' ');
+        if (p == NULL)
+            return -1;
+        p++;
+    }
+    *starttime = strtoull(p, NULL, 10);
+    return 0;
+}
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long starttime;
+    unsigned int gpu;
+    unsigned long long used_mib;
+    char type;
+    int foreign, na, sticky;
+} alloc_record;
+
+static int parse_alloc(const char *text, alloc_record *rec)
+{
+    char type[8], flags[256];
+    if (sscanf(text, "%u %llu %u %llu %7s %255s", &rec->pid, &rec->starttime, &rec->gpu,
+               &rec->used_mib, type, flags) != 6)
+        return -1;
+    if ((type[0] != 'C' && type[0] != 'G') || type[1] != '\0')
+        return -1;
+    rec->type = type[0];
+    rec->foreign = rec->na = rec->sticky = 0;
+    for (char *save = NULL, *tok = strtok_r(flags, ",", &save); tok != NULL;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (strcmp(tok, "foreign") == 0)
+            rec->foreign = 1;
+        else if (strcmp(tok, "na") == 0)
+            rec->na = 1;
+        else if (strcmp(tok, "sticky") == 0)
+            rec->sticky = 1;
+    }
+    return 0;
+}
+
+static int alloc_is_live(const alloc_record *rec)
+{
+    if (rec->foreign)
+        return 1;
+    char state;
+    unsigned long long starttime;
+    if (proc_stat(rec->pid, &state, &starttime) != 0)
+        return 0;
+    if (starttime != rec->starttime || state == 'X' || state == 'x')
+        return 0;
+    return state != 'Z' || rec->sticky;
+}
+
+/* Matches "<pid>-<gpu>" exactly (temporary files have a suffix). */
+static int alloc_name_gpu(const char *name, unsigned int gpu)
+{
+    const char *p = name;
+    if (*p < '0' || *p > '9')
+        return 0;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    if (*p++ != '-' || *p < '0' || *p > '9')
+        return 0;
+    char *end;
+    unsigned long value = strtoul(p, &end, 10);
+    return *end == '\0' && value == gpu;
+}
+
+static int by_pid(const void *a, const void *b)
+{
+    unsigned int x = ((const sim_alloc *)a)->pid, y = ((const sim_alloc *)b)->pid;
+    return (x > y) - (x < y);
+}
+
+static int list_push(sim_alloc_list *list, const alloc_record *rec)
+{
+    if (list->count == list->cap) {
+        size_t cap = list->cap ? list->cap * 2 : 16;
+        sim_alloc *items = realloc(list->items, cap * sizeof *items);
+        if (items == NULL)
+            return -1;
+        list->items = items;
+        list->cap = cap;
+    }
+    list->items[list->count++] =
+        (sim_alloc){.pid = rec->pid, .used_mib = rec->used_mib, .type = rec->type, .na = rec->na};
+    return 0;
+}
+
+/* Walks the live allocations of one GPU; stops early when list is NULL. */
+static int walk_allocs(unsigned int index, sim_alloc_list *list, int *any)
+{
+    char dir_path[4096];
+    *any = 0;
+    if (state_path(dir_path, sizeof dir_path, "allocs") != 0)
+        return 0;
+    int dfd = open(dir_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return 0;
+    DIR *dir = fdopendir(dfd);
+    if (dir == NULL) {
+        close(dfd);
+        return 0;
+    }
+    int rc = 0;
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL) {
+        if (!alloc_name_gpu(entry->d_name, index))
+            continue;
+        char buf[512];
+        int fd = openat(dfd, entry->d_name, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        alloc_record rec;
+        if (n <= 0)
+            continue;
+        buf[n] = '\0';
+        if (parse_alloc(buf, &rec) != 0 || rec.gpu != index || !alloc_is_live(&rec))
+            continue;
+        *any = 1;
+        if (list == NULL)
+            break;
+        if (list_push(list, &rec) != 0) {
+            rc = -1;
+            break;
+        }
+    }
+    closedir(dir);
+    if (list != NULL && list->count > 1)
+        qsort(list->items, list->count, sizeof *list->items, by_pid);
+    return rc;
+}
+
+int sim_live_allocs(unsigned int index, sim_alloc_list *list)
+{
+    int any;
+    *list = (sim_alloc_list){0};
+    return walk_allocs(index, list, &any);
+}
+
+void sim_alloc_list_free(sim_alloc_list *list)
+{
+    free(list->items);
+    *list = (sim_alloc_list){0};
+}
+
+int sim_gpu_busy(unsigned int index)
+{
+    int any;
+    walk_allocs(index, NULL, &any);
+    return any;
+}
+
+int sim_parse_bus_id(const char *text, unsigned int *domain, unsigned int *bus,
+                     unsigned int *device, unsigned int *function)
+{
+    char tail;
+    if (sscanf(text, "%x:%x:%x.%x%c", domain, bus, device, function, &tail) != 4)
+        return -1;
+    return 0;
+}

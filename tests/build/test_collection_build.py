@@ -1,0 +1,186 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Build the collection as a release would, check the tarball, install it, use it.
+
+`make build-test` runs this with the fake NVML built (`make sim`). The installed
+copy is the only gpuops.fleet on the collections path, so ansible-doc and the
+module run from the tarball's content, not from this checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import typing as t
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+SIM_LIB_DIR = REPO / 'simulator' / 'build' / 'lib'
+
+# paths (from the collection root) that are build or test output, never product
+JUNK_PATHS = (
+    '.ansible', '.ci', '.collections', '.git', '.pytest_cache', '.venv',
+    'bench/results', 'build', 'dist', 'simulator/build', 'tests/output',
+)
+JUNK_DIR_NAMES = ('__pycache__', '.pytest_cache')
+JUNK_SUFFIXES = ('.pyc', '.retry', '.tar.gz')
+
+PRODUCT_FILES = (
+    'MANIFEST.json', 'FILES.json', 'README.md', 'COPYING', 'LICENSES/GPL-3.0-or-later.txt',
+    'meta/runtime.yml', 'changelogs/changelog.yaml', 'requirements/managed-host.txt',
+    'plugins/modules/gpu_facts.py', 'simulator/nvml/Makefile', 'simulator/gpusim/__main__.py',
+)
+
+GPU_COUNT = 8
+GPU_TOTAL_MIB = 97887
+HOLDER_GPU = 3
+HOLDER_MIB = 4096
+
+
+def run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, '%s failed (%d):\n%s\n%s' % (' '.join(args), result.returncode, result.stdout, result.stderr)
+    return result
+
+
+def ansible_env(home: Path, collections_path: Path) -> dict[str, str]:
+    """An environment that sees only the installed collection, not the checkout's ansible.cfg."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith('ANSIBLE_')}
+    config = home / 'ansible.cfg'
+    config.write_text('[defaults]\n', encoding='utf-8')
+    env.update(
+        PATH='%s:%s' % (VENV_BIN, env.get('PATH', '')),
+        ANSIBLE_CONFIG=str(config),
+        ANSIBLE_HOME=str(home / 'ansible-home'),
+        ANSIBLE_COLLECTIONS_PATH=str(collections_path),
+    )
+    return env
+
+
+@pytest.fixture(name='workdir', scope='module')
+def workdir_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp('collection-build')
+
+
+@pytest.fixture(name='tarball', scope='module')
+def tarball_fixture(workdir: Path) -> Path:
+    env = ansible_env(workdir, workdir / 'unused')
+    run(['ansible-galaxy', 'collection', 'build', '--output-path', str(workdir), str(REPO)], env, workdir)
+    built = sorted(workdir.glob('gpuops-fleet-*.tar.gz'))
+    assert len(built) == 1, built
+    return built[0]
+
+
+@pytest.fixture(name='members', scope='module')
+def members_fixture(tarball: Path) -> list[str]:
+    with tarfile.open(tarball) as archive:
+        return [name[2:] if name.startswith('./') else name for name in archive.getnames()]
+
+
+@pytest.fixture(name='installed_env', scope='module')
+def installed_env_fixture(workdir: Path, tarball: Path) -> dict[str, str]:
+    collections_path = workdir / 'collections'
+    env = ansible_env(workdir, collections_path)
+    run(['ansible-galaxy', 'collection', 'install', '--offline', '-p', str(collections_path), str(tarball)], env, workdir)
+    assert (collections_path / 'ansible_collections' / 'gpuops' / 'fleet' / 'MANIFEST.json').is_file()
+    return env
+
+
+def is_junk(member: str) -> bool:
+    parts = member.split('/')
+    return (
+        any(member == path or member.startswith(path + '/') for path in JUNK_PATHS)
+        or any(part in JUNK_DIR_NAMES for part in parts)
+        or member.endswith(JUNK_SUFFIXES)
+    )
+
+
+def test_tarball_has_no_build_junk(members: list[str]) -> None:
+    junk = [member for member in members if is_junk(member)]
+    assert not junk, 'build output in the collection tarball (extend build_ignore in galaxy.yml): %s' % junk
+
+
+def test_tarball_holds_the_product(members: list[str]) -> None:
+    missing = [path for path in PRODUCT_FILES if path not in members]
+    assert not missing, 'missing from the collection tarball: %s' % missing
+
+
+def test_manifest_describes_the_collection(tarball: Path) -> None:
+    with tarfile.open(tarball) as archive:
+        member = archive.extractfile('MANIFEST.json')
+        assert member is not None
+        info = json.load(member)['collection_info']
+    assert (info['namespace'], info['name'], info['version']) == ('gpuops', 'fleet', '0.1.0')
+    assert info['license'] == ['GPL-3.0-or-later']
+    assert 'infrastructure' in info['tags']
+
+
+def test_ansible_doc_renders_from_installed_copy(workdir: Path, installed_env: dict[str, str]) -> None:
+    text = run(['ansible-doc', 'gpuops.fleet.gpu_facts'], installed_env, workdir).stdout
+    assert 'gpuops.fleet.gpu_facts' in text
+    assert 'OPTIONS' in text
+
+    doc = json.loads(run(['ansible-doc', '--json', 'gpuops.fleet.gpu_facts'], installed_env, workdir).stdout)
+    filename = doc['gpuops.fleet.gpu_facts']['doc']['filename']
+    assert filename.startswith(str(workdir / 'collections') + os.sep), filename
+
+
+def process_start_time(pid: int) -> str:
+    """Field 22 of /proc/PID/stat: what the simulator compares to tell a reused PID."""
+    stat = Path('/proc/%d/stat' % pid).read_text(encoding='ascii')
+    return stat.rsplit(')', 1)[1].split()[19]
+
+
+def write_state_dir(state: Path, holder_pid: int) -> None:
+    """A simulated 8-GPU host (docs/simulator.md) with one process holding memory on one GPU."""
+    (state / 'allocs').mkdir(parents=True)
+    (state / 'host').write_text('driver_loaded=1\n', encoding='ascii')
+    gpu_lines = [
+        '\t'.join((
+            str(index), 'GPU-%08x-0000-4000-8000-%012x' % (index, index), '00000000:%02X:00.0' % (0x18 + index),
+            str(GPU_TOTAL_MIB), '512', '0', '0', 'NVIDIA RTX PRO 6000 Blackwell Server Edition',
+        ))
+        for index in range(GPU_COUNT)
+    ]
+    (state / 'gpus').write_text('\n'.join(gpu_lines) + '\n', encoding='ascii')
+    (state / 'allocs' / ('%d-%d' % (holder_pid, HOLDER_GPU))).write_text(
+        '%d %s %d %d C -\n' % (holder_pid, process_start_time(holder_pid), HOLDER_GPU, HOLDER_MIB), encoding='ascii')
+
+
+@pytest.fixture(name='holder')
+def holder_fixture() -> t.Iterator[subprocess.Popen[bytes]]:
+    process = subprocess.Popen(['sleep', '600'])  # pylint: disable=consider-using-with
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_installed_module_reads_simulated_host(
+        workdir: Path, installed_env: dict[str, str], holder: subprocess.Popen[bytes], tmp_path: Path) -> None:
+    assert (SIM_LIB_DIR / 'libnvidia-ml.so.1').is_file(), 'fake NVML not built: run `make sim`'
+    write_state_dir(tmp_path / 'state', holder.pid)
+    env = dict(
+        installed_env,
+        LD_LIBRARY_PATH=str(SIM_LIB_DIR),
+        GPUOPS_SIM_STATE=str(tmp_path / 'state'),
+    )
+    # --one-line: "localhost | SUCCESS => {...result as JSON...}"
+    output = run(['ansible', 'localhost', '--one-line', '-m', 'gpuops.fleet.gpu_facts'], env, workdir).stdout
+    result = json.loads(output.split(' => ', 1)[1])
+
+    assert result.get('changed') is False
+    gpus = result['ansible_facts']['gpus']
+    assert [gpu['index'] for gpu in gpus] == list(range(GPU_COUNT))
+    assert {gpu['memory_total_mib'] for gpu in gpus} == {GPU_TOTAL_MIB}
+    holders = {gpu['index']: [(proc['pid'], proc['used_memory_mib']) for proc in gpu['processes']] for gpu in gpus}
+    expected = {index: [] for index in range(GPU_COUNT)}
+    expected[HOLDER_GPU] = [(holder.pid, HOLDER_MIB)]
+    assert holders == expected

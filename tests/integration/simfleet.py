@@ -1,0 +1,97 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A simulated fleet for integration tests: gpusim hosts plus real ansible-playbook runs.
+
+Every host is a gpusim state directory; its processes are recorded by gpusim and
+cleaned up by recorded PID only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import typing as t
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SIM_LIB = REPO / "simulator" / "build" / "lib"
+PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
+BIN = Path(sys.executable).parent
+
+
+class SimHost:
+    """One simulated GPU host, driven through the `gpusim` command line."""
+
+    def __init__(self, name: str, state: Path) -> None:
+        self.name = name
+        self.state = state
+
+    def gpusim(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        env = dict(os.environ, PYTHONPATH=str(REPO / "simulator"))
+        proc = subprocess.run(
+            [sys.executable, "-m", "gpusim", "--state", str(self.state), *args],
+            env=env, capture_output=True, text=True, timeout=60, check=False,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError("gpusim %s failed (%d): %s %s" % (args, proc.returncode, proc.stdout, proc.stderr))
+        return proc
+
+    def gpusim_json(self, *args: str) -> t.Any:
+        return json.loads(self.gpusim(*args).stdout)
+
+    def environment(self) -> t.Dict[str, str]:
+        """What a play's `environment:` gives the module so the real nvidia-ml-py loads the fake NVML."""
+        return {"LD_LIBRARY_PATH": str(SIM_LIB), "GPUOPS_SIM_STATE": str(self.state)}
+
+    def status(self) -> t.Any:
+        return self.gpusim_json("status", "--json")
+
+
+def write_inventory(path: Path, hosts: t.Sequence[SimHost], **group_vars: t.Any) -> Path:
+    """A YAML (here: JSON) inventory of local-connection hosts, one per simulated GPU host."""
+    inventory = {
+        "all": {
+            "vars": dict({"ansible_connection": "local", "ansible_python_interpreter": sys.executable}, **group_vars),
+            "hosts": {h.name: {"gpuops_fleet_environment": h.environment()} for h in hosts},
+        }
+    }
+    path.write_text(json.dumps(inventory, indent=2))
+    return path
+
+
+def ansible_env() -> t.Dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".collections"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "PATH": "%s:%s" % (BIN, env.get("PATH", "")),
+    })
+    return env
+
+
+def run_playbook(playbook: Path, inventory: Path, *extra: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run the real ansible-playbook; returns the completed process (stdout+stderr as text)."""
+    return subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(inventory), str(playbook), *extra],
+        env=ansible_env(), capture_output=True, text=True, timeout=timeout, check=False,
+    )
+
+
+def run_module(module: str, inventory: Path, result_dir: Path, args: t.Optional[t.Dict[str, t.Any]] = None,
+               *extra: str) -> t.Dict[str, t.Any]:
+    """Run one gpuops.fleet module on every host with ansible-playbook; return {host: result}."""
+    result_dir.mkdir(parents=True, exist_ok=True)
+    vars_file = result_dir / "probe-vars.json"
+    vars_file.write_text(json.dumps({"probe_args": args or {}, "probe_result_dir": str(result_dir)}))
+    proc = run_playbook(PLAYBOOKS / ("probe_%s.yml" % module), inventory, "-e", "@%s" % vars_file, *extra)
+    results = {}
+    for path in sorted(result_dir.glob("*.result.json")):
+        results[path.name[:-len(".result.json")]] = json.loads(path.read_text())
+        path.unlink()
+    if not results:
+        raise AssertionError("module probe produced no result:\n%s\n%s" % (proc.stdout, proc.stderr))
+    return results
