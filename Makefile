@@ -113,13 +113,13 @@ stage:
 
 units: venv ansible-test-cache stage
 	@mkdir -p $(JUNIT)
-	cd $(STAGE) && $(ANSIBLE_TEST) units $(ANSIBLE_TEST_ARGS) --requirements; rc=$$?; \
+	rc=0; cd $(STAGE) && $(ANSIBLE_TEST) units $(ANSIBLE_TEST_ARGS) --requirements || rc=$$?; \
 	  for f in $(STAGE)/tests/output/junit/*.xml; do [ -e "$$f" ] && cp "$$f" $(JUNIT)/units-$${f##*/}; done; \
 	  exit $$rc
 
 sanity: venv tools ansible-test-cache stage
 	@mkdir -p $(JUNIT)
-	cd $(STAGE) && $(ANSIBLE_TEST) sanity $(ANSIBLE_TEST_ARGS) --junit; rc=$$?; \
+	rc=0; cd $(STAGE) && $(ANSIBLE_TEST) sanity $(ANSIBLE_TEST_ARGS) --junit || rc=$$?; \
 	  for f in $(STAGE)/tests/output/junit/ansible-test-sanity-*.xml; do cp "$$f" $(JUNIT)/sanity-$${f##*/ansible-test-sanity-}; done; \
 	  $(PY) .ci/junit_summary.py require-ran $(STAGE)/tests/output/junit $(SANITY_REQUIRED) || rc=1; \
 	  exit $$rc

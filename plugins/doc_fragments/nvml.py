@@ -24,6 +24,6 @@ notes:
   - Install the C(nvidia-ml-py) package, not the deprecated C(pynvml) package (a wrapper that warns on import).
   - When NVML cannot be opened the task fails saying why and what to do, for example the driver not loaded
     (C(modprobe nvidia)), C(libnvidia-ml.so.1) not found (install the driver), no permission on C(/dev/nvidia*)
-    (run with C(become: true)), or a library/kernel module version mismatch after a driver upgrade (reboot).
+    (run the task with C(become)), or a library/kernel module version mismatch after a driver upgrade (reboot).
   - A GPU that NVML lists but that does not answer (NVML_ERROR_GPU_IS_LOST) is reported with its error; the other GPUs are still handled.
 """

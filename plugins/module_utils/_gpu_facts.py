@@ -13,7 +13,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _smi
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import Holder, NvmlSession
-from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_device import HEALTH_KEYS, read_device
+from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_device import empty_device, read_device
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import NvmlError
 from ansible_collections.gpuops.fleet.plugins.module_utils._processes import describe_processes, process_fact
 from ansible_collections.gpuops.fleet.plugins.module_utils._selection import GpuRef, resolve_gpus
@@ -25,9 +25,6 @@ class Options(t.NamedTuple):
     processes: bool
     topology: bool
     health: bool
-
-
-RunCommand = t.Callable[[t.List[str]], t.Tuple[int, str, str]]
 
 
 def _attach_processes(psutil: t.Any, devices: t.List[t.Dict[str, t.Any]], holders: t.Mapping[int, t.List[Holder]]) -> None:
@@ -61,9 +58,9 @@ def from_nvml(session: NvmlSession, options: Options, psutil: t.Any) -> t.Dict[s
     return facts
 
 
-def from_smi(run: RunCommand, smi: str, options: Options, psutil: t.Any) -> t.Tuple[t.Dict[str, t.Any], t.List[str]]:
+def from_smi(run: _smi.RunCommand, smi: str, options: Options, psutil: t.Any) -> t.Tuple[t.Dict[str, t.Any], t.List[str]]:
     """ansible_facts read from nvidia-smi's CSV output, and warnings. Raises SelectionError, or SmiError when nvidia-smi fails."""
-    rows, other = _smi.parse_gpus(_smi.run_csv(run, _smi.gpu_command(smi)))
+    rows, other = _smi.query_gpus(run, smi)
     warnings = ["nvidia-smi: " + line for line in other]
     # a GPU nvidia-smi cannot read has no row: count up to the highest index seen
     count = max(row["index"] for row in rows) + 1 if rows else 0
@@ -74,14 +71,9 @@ def from_smi(run: RunCommand, smi: str, options: Options, psutil: t.Any) -> t.Tu
         if row["index"] not in indices:
             continue
         del row["driver_version"]
-        row["memory_reserved_mib"] = None
-        if options.health:
-            row.update({key: None for key in HEALTH_KEYS if key not in row})
-        else:
-            for key in HEALTH_KEYS:
-                row.pop(key, None)
-        row["error"] = None
-        devices.append(row)
+        device = empty_device(row["index"], options.health, None)
+        device.update((key, value) for key, value in row.items() if key in device)
+        devices.append(device)
     if options.processes:
         by_uuid: t.Dict[t.Optional[str], t.List[Holder]] = {device["uuid"]: [] for device in devices}
         for uuid, holder in _smi.parse_apps(_smi.run_csv(run, _smi.apps_command(smi))):
@@ -96,4 +88,3 @@ def from_smi(run: RunCommand, smi: str, options: Options, psutil: t.Any) -> t.Tu
         facts["gpu_topology"] = None
         warnings.append("topology is not read without nvidia-ml-py: gpu_topology is null")
     return facts, warnings
-

@@ -51,6 +51,7 @@ def judge(reading: Reading, threshold_mib: int, signalled: t.Set[int], left_alon
     problems: t.List[Problem] = []
     discounted = 0
     counted_holders = 0
+    kept: t.List[str] = []
     for holder in reading.holders:
         info = describe(holder.pid)
         mib = "%s MiB" % ("N/A" if holder.used_memory_mib is None else holder.used_memory_mib)
@@ -63,7 +64,8 @@ def judge(reading: Reading, threshold_mib: int, signalled: t.Set[int], left_alon
                                     "run on the host PID namespace (e.g. not inside a container), or set ignore_foreign" % (where, mib), False))
             continue
         if excluded(info):
-            discounted += holder.used_memory_mib or 0
+            # left alone on purpose; it keeps the GPU busy only if the memory says so (judged below)
+            kept.append("pid %d (%s, excluded)" % (holder.pid, info["name"]))
             continue
         counted_holders += 1
         label = "%s (%s, state %s) holds %s" % (where, info["name"], info["state"], mib)
@@ -75,6 +77,10 @@ def judge(reading: Reading, threshold_mib: int, signalled: t.Set[int], left_alon
             problems.append(Problem(reading.index, label + ": appeared during the reclaim (respawned by a launcher left alive?)", False))
     used = reading.memory.used_mib - discounted
     if counted_holders == 0 and used > threshold_mib:
-        problems.append(Problem(reading.index, "GPU %d: %d MiB used with no process holding it (above memory_threshold_mib %d): "
-                                "memory held by no process, e.g. a driver teardown that did not finish" % (reading.index, used, threshold_mib), True))
+        if kept:
+            problems.append(Problem(reading.index, "GPU %d: %d MiB used (above memory_threshold_mib %d), held by %s" % (
+                reading.index, used, threshold_mib, ", ".join(kept)), False))
+        else:
+            problems.append(Problem(reading.index, "GPU %d: %d MiB used with no process holding it (above memory_threshold_mib %d): "
+                                    "memory held by no process, e.g. a driver teardown that did not finish" % (reading.index, used, threshold_mib), True))
     return problems

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import typing as t
 
-# An index (int) or a UUID in canonical lower case.
+# An index (int) or a UUID (str, as the user spelled it).
 GpuRef = t.Union[int, str]
 Inventory = t.Sequence[t.Tuple[int, t.Optional[str]]]
 
@@ -35,7 +35,7 @@ def parse_gpus(values: t.Optional[t.Sequence[t.Any]], option: str = "gpus") -> t
         if word.isdigit():
             refs.append(int(word))
         elif _UUID.match(word):
-            refs.append(word.lower())
+            refs.append(word)
         else:
             raise SelectionError("%s: %r is neither a GPU index (0, 1, ...) nor a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)" % (option, value))
     return refs
@@ -62,8 +62,8 @@ def resolve_gpus(refs: t.Optional[t.Sequence[GpuRef]], count: int, inventory: t.
             if ref >= count:
                 raise SelectionError("%s: no GPU has index %d; this host has %s" % (option, ref, _describe_count(count)))
             selected.add(ref)
-        elif ref in by_uuid:
-            selected.add(by_uuid[ref])
+        elif ref.lower() in by_uuid:
+            selected.add(by_uuid[ref.lower()])
         else:
             unknown = "%s: no GPU has UUID %s; this host has %s" % (option, ref, _describe_count(count))
             if unread:

@@ -5,77 +5,101 @@
 """Fallback for hosts without nvidia-ml-py: ``nvidia-smi`` CSV queries, parsed.
 
 What it cannot see, compared with NVML: graphics processes (only the compute list
-has a CSV query), the driver's reserved memory, CUDA driver and NVML versions,
-remapped rows, retired pages, clock event reasons and topology (reported null),
-and a lost GPU's index (nvidia-smi prints a message instead of a row).
+has a CSV query), the CUDA driver and NVML versions, remapped rows, retired pages,
+clock event reasons and topology (reported null), a lost GPU (nvidia-smi prints a
+message instead of its row: passed on as a warning), and any optional field this
+nvidia-smi does not know (e.g. memory.reserved before R510: null). Processes are
+joined with psutil as with NVML, so PIDs of another PID namespace still show as
+``visible: false``.
 
 Private to this collection: the API may change without notice.
 """
 
 from __future__ import annotations
 
+import re
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import Holder
 
 
+RunCommand = t.Callable[[t.List[str]], t.Tuple[int, str, str]]
+
+
 class SmiError(Exception):
     """nvidia-smi failed; the message holds its command line, exit status and output."""
 
+    @classmethod
+    def of(cls, command: t.List[str], rc: int, out: str, err: str) -> "SmiError":
+        return cls("%s failed (rc=%d): %s" % (" ".join(command), rc, (err or out).strip()))
 
-def run_csv(run: t.Callable[[t.List[str]], t.Tuple[int, str, str]], command: t.List[str]) -> str:
+
+def run_csv(run: RunCommand, command: t.List[str]) -> str:
     """Run an nvidia-smi query through ``run`` (AnsibleModule.run_command) and return its output; SmiError when it fails."""
     rc, out, err = run(command)
     if rc != 0:
-        raise SmiError("%s failed (rc=%d): %s" % (" ".join(command), rc, (err or out).strip()))
+        raise SmiError.of(command, rc, out, err)
     return out
-
-
-def _int(word: str) -> int:
-    return int(word)
-
-
-def _float(word: str) -> float:
-    return float(word)
-
-
-def _str(word: str) -> str:
-    return word
 
 
 def _enabled(word: str) -> bool:
     return word.lower() == "enabled"
 
 
-# (--query-gpu field, fact key, conversion); in the order of the CSV columns
-GPU_FIELDS: t.Tuple[t.Tuple[str, str, t.Callable[[str], t.Any]], ...] = (
-    ("index", "index", _int),
-    ("uuid", "uuid", _str),
-    ("name", "name", _str),
-    ("pci.bus_id", "pci_bus_id", _str),
-    ("memory.total", "memory_total_mib", _int),
-    ("memory.used", "memory_used_mib", _int),
-    ("memory.free", "memory_free_mib", _int),
-    ("utilization.gpu", "utilization_gpu_pct", _int),
-    ("utilization.memory", "utilization_memory_pct", _int),
-    ("temperature.gpu", "temperature_c", _int),
-    ("power.draw", "power_draw_w", _float),
-    ("power.limit", "power_limit_w", _float),
-    ("persistence_mode", "persistence_mode", _enabled),
-    ("mig.mode.current", "mig_mode", _enabled),
-    ("ecc.mode.current", "ecc_mode", _enabled),
-    ("ecc.errors.uncorrected.volatile.total", "ecc_uncorrected_volatile", _int),
-    ("pstate", "performance_state", _str),
-    ("driver_version", "driver_version", _str),
+class Field(t.NamedTuple):
+    query: str  # --query-gpu name
+    key: str  # gpu_facts key
+    convert: t.Callable[[str], t.Any]
+    required: bool  # False: dropped, and reported null, where this nvidia-smi does not know it
+
+
+GPU_FIELDS: t.Tuple[Field, ...] = (
+    Field("index", "index", int, True),
+    Field("uuid", "uuid", str, True),
+    Field("name", "name", str, True),
+    Field("pci.bus_id", "pci_bus_id", str, True),
+    Field("memory.total", "memory_total_mib", int, True),
+    Field("memory.used", "memory_used_mib", int, True),
+    Field("memory.free", "memory_free_mib", int, True),
+    Field("driver_version", "driver_version", str, True),
+    Field("memory.reserved", "memory_reserved_mib", int, False),
+    Field("utilization.gpu", "utilization_gpu_pct", int, False),
+    Field("utilization.memory", "utilization_memory_pct", int, False),
+    Field("temperature.gpu", "temperature_c", int, False),
+    Field("power.draw", "power_draw_w", float, False),
+    Field("power.limit", "power_limit_w", float, False),
+    Field("persistence_mode", "persistence_mode", _enabled, False),
+    Field("mig.mode.current", "mig_mode", _enabled, False),
+    Field("ecc.mode.current", "ecc_mode", _enabled, False),
+    Field("ecc.errors.uncorrected.volatile.total", "ecc_uncorrected_volatile", int, False),
+    Field("pstate", "performance_state", str, False),
 )
 
+_REJECTED = re.compile(r'Field "([^"]+)" is not a valid field to query')
 
-def gpu_command(smi: str) -> t.List[str]:
-    return [smi, "--query-gpu=" + ",".join(field for field, dummy, dummy2 in GPU_FIELDS), "--format=csv,noheader,nounits"]
+
+def gpu_command(smi: str, fields: t.Sequence[Field] = GPU_FIELDS) -> t.List[str]:
+    return [smi, "--query-gpu=" + ",".join(field.query for field in fields), "--format=csv,noheader,nounits"]
 
 
 def apps_command(smi: str) -> t.List[str]:
     return [smi, "--query-compute-apps=gpu_uuid,pid,used_memory", "--format=csv,noheader,nounits"]
+
+
+def query_gpus(run: RunCommand, smi: str) -> t.Tuple[t.List[t.Dict[str, t.Any]], t.List[str]]:
+    """parse_gpus() of a --query-gpu run; fields this nvidia-smi rejects are dropped if optional (their keys are absent)."""
+    fields = list(GPU_FIELDS)
+    while True:
+        command = gpu_command(smi, fields)
+        rc, out, err = run(command)
+        rejected = _REJECTED.search(out + err)
+        optional = [field for field in fields if not field.required and rejected and field.query == rejected.group(1)]
+        if rc != 0 and optional:
+            fields.remove(optional[0])
+            continue
+        if rc != 0:
+            raise SmiError.of(command, rc, out, err)
+        return parse_gpus(out, fields)
 
 
 def _value(word: str, convert: t.Callable[[str], t.Any]) -> t.Any:
@@ -89,17 +113,17 @@ def _value(word: str, convert: t.Callable[[str], t.Any]) -> t.Any:
         return None
 
 
-def parse_gpus(output: str) -> t.Tuple[t.List[t.Dict[str, t.Any]], t.List[str]]:
-    """Rows of the --query-gpu CSV as dicts keyed like gpu_facts, and the lines that are not rows."""
+def parse_gpus(output: str, fields: t.Sequence[Field] = GPU_FIELDS) -> t.Tuple[t.List[t.Dict[str, t.Any]], t.List[str]]:
+    """Rows of the --query-gpu CSV (``fields`` in order, index first) as dicts keyed like gpu_facts, and the lines that are not rows."""
     rows: t.List[t.Dict[str, t.Any]] = []
     other: t.List[str] = []
     for line in output.splitlines():
         words = line.split(",")
-        if len(words) != len(GPU_FIELDS) or not words[0].strip().isdigit():
+        if len(words) != len(fields) or not words[0].strip().isdigit():
             if line.strip():
                 other.append(line.strip())
             continue
-        rows.append({key: _value(word, convert) for (dummy, key, convert), word in zip(GPU_FIELDS, words)})
+        rows.append({field.key: _value(word, field.convert) for field, word in zip(fields, words)})
     return rows, other
 
 
@@ -110,5 +134,5 @@ def parse_apps(output: str) -> t.List[t.Tuple[str, Holder]]:
         words = [word.strip() for word in line.split(",")]
         if len(words) != 3 or not words[1].isdigit():
             continue
-        holders.append((words[0], Holder(int(words[1]), _value(words[2], _int), "compute")))
+        holders.append((words[0], Holder(int(words[1]), _value(words[2], int), "compute")))
     return holders

@@ -15,8 +15,10 @@ description:
   - Changes nothing on the host.
   - A value the device or the driver does not offer (NVML answers NOT_SUPPORTED, for example) is V(null), never a failure.
   - When C(nvidia-ml-py) is not installed but C(nvidia-smi) is on the PATH, reads C(nvidia-smi)'s CSV output instead
-    (with a warning). That fallback cannot see graphics processes, the driver's reserved memory, the CUDA driver and NVML
-    versions, remapped rows, retired pages, clock event reasons or topology (all V(null)), nor which index a lost GPU has.
+    (with a warning, and RV(ansible_facts.gpu_driver.source=nvidia-smi)). That fallback cannot see graphics processes, the CUDA
+    driver and NVML versions, remapped rows, retired pages, clock event reasons or topology (all V(null)), nor a lost GPU
+    (C(nvidia-smi) prints a message instead of its row; the message comes back as a warning), and a field that
+    this C(nvidia-smi) does not know is V(null). Processes are still named through psutil, with the same O(processes) details.
 author:
   - gpuops.fleet contributors
 extends_documentation_fragment:
@@ -234,7 +236,7 @@ def main() -> None:
             with open_nvml(_deps.PYNVML.module) as session:
                 facts = from_nvml(session, options, _deps.PSUTIL.module)
         else:
-            module.warn("nvidia-ml-py is not installed: facts come from nvidia-smi, which cannot see graphics processes, reserved memory,"
+            module.warn("nvidia-ml-py is not installed: facts come from nvidia-smi, which cannot see graphics processes, lost GPUs,"
                         " remapped rows, retired pages, clock event reasons or topology. Install nvidia-ml-py on this host.")
             facts, warnings = from_smi(module.run_command, smi, options, _deps.PSUTIL.module)
             for warning in warnings:

@@ -43,7 +43,7 @@ options:
   exclude:
     description:
       - Regular expressions on a process's name and command line; a matching process is never signalled, neither as a holder
-        nor inside a launcher's tree. Its memory does not count against O(memory_threshold_mib).
+        nor inside a launcher's tree. Its GPU still counts as free only if it uses at most O(memory_threshold_mib).
       - The driver's helpers (C(nvidia-persistenced), C(nv-hostengine), DCGM, C(nvidia-smi)) are always excluded, in addition to these.
     type: list
     elements: str

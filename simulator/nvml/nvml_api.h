@@ -1,3 +1,6 @@
+/* Copyright (c) gpuops.fleet contributors
+ * GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+ */
 /*
  * Fake NVML: the part of NVML's ABI (types, codes, entry points) that the
  * library implements and nvidia-smi calls. Layouts match nvml.h.

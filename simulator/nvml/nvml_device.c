@@ -1,3 +1,6 @@
+/* Copyright (c) gpuops.fleet contributors
+ * GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+ */
 /*
  * Fake NVML: device handles, identity, PCI, memory and health queries.
  */
@@ -230,7 +233,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, pci_info_v1 *pci
 static nvmlReturn_t live_mib(unsigned int index, unsigned long long *mib)
 {
     sim_alloc_list list;
-    if (sim_live_allocs(index, &list) != 0) {
+    if (sim_live_allocs(index, 0, &list) != 0) {
         sim_alloc_list_free(&list);
         return NVML_ERROR_MEMORY;
     }
@@ -285,8 +288,10 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory
 
 /* ---- activity: busy (>= 1 live allocation) vs idle ---- */
 
-/* Opens a device and reads its conf with the busy/idle defaults. */
-static nvmlReturn_t open_conf(nvmlDevice_t device, const void *out, sim_gpu_conf *conf, int *busy)
+/* Opens a device and reads its conf; the busy/idle defaults (one scan of
+ * the allocations) only when need_busy. */
+static nvmlReturn_t open_conf(nvmlDevice_t device, const void *out, sim_gpu_conf *conf,
+                              int need_busy)
 {
     sim_gpu gpu;
     nvmlReturn_t rc = open_device(device, &gpu);
@@ -295,8 +300,7 @@ static nvmlReturn_t open_conf(nvmlDevice_t device, const void *out, sim_gpu_conf
     if (out == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     unsigned int index = (unsigned int)sim_handle_index(device);
-    *busy = sim_gpu_busy(index);
-    sim_read_conf(index, *busy, conf);
+    sim_read_conf(index, need_busy ? sim_gpu_busy(index) : -1, conf);
     return NVML_SUCCESS;
 }
 
@@ -317,8 +321,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUti
 NVML_API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned int *temp)
 {
     sim_gpu_conf conf;
-    int busy;
-    nvmlReturn_t rc = open_conf(device, temp, &conf, &busy);
+    nvmlReturn_t rc = open_conf(device, temp, &conf, 1);
     if (rc == NVML_SUCCESS && sensor != 0)
         rc = NVML_ERROR_INVALID_ARGUMENT;
     if (rc == NVML_SUCCESS)
@@ -329,8 +332,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, 
 NVML_API nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_v1_t *temp)
 {
     sim_gpu_conf conf;
-    int busy;
-    nvmlReturn_t rc = open_conf(device, temp, &conf, &busy);
+    nvmlReturn_t rc = open_conf(device, temp, &conf, 1);
     if (rc == NVML_SUCCESS && temp->version != NVML_STRUCT_VERSION(sizeof *temp, 1))
         rc = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     if (rc == NVML_SUCCESS && temp->sensorType != 0)
@@ -343,8 +345,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTempera
 NVML_API nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
 {
     sim_gpu_conf conf;
-    int busy;
-    nvmlReturn_t rc = open_conf(device, power, &conf, &busy);
+    nvmlReturn_t rc = open_conf(device, power, &conf, 1);
     if (rc == NVML_SUCCESS)
         *power = conf.power_mw;
     return rc;
@@ -353,8 +354,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int 
 static nvmlReturn_t power_limit(nvmlDevice_t device, unsigned int *limit)
 {
     sim_gpu_conf conf;
-    int busy;
-    nvmlReturn_t rc = open_conf(device, limit, &conf, &busy);
+    nvmlReturn_t rc = open_conf(device, limit, &conf, 0);
     if (rc == NVML_SUCCESS)
         *limit = conf.power_limit_mw;
     return rc;
@@ -372,11 +372,12 @@ NVML_API nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, uns
 
 static nvmlReturn_t pstate(nvmlDevice_t device, int *state)
 {
-    sim_gpu_conf conf;
-    int busy;
-    nvmlReturn_t rc = open_conf(device, state, &conf, &busy);
+    sim_gpu gpu;
+    nvmlReturn_t rc = open_device(device, &gpu);
+    if (rc == NVML_SUCCESS && state == NULL)
+        rc = NVML_ERROR_INVALID_ARGUMENT;
     if (rc == NVML_SUCCESS)
-        *state = busy ? 0 : 8;
+        *state = sim_gpu_busy((unsigned int)sim_handle_index(device)) ? 0 : 8;
     return rc;
 }
 
@@ -393,8 +394,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetPowerState(nvmlDevice_t device, int *state)
 static nvmlReturn_t clock_reasons(nvmlDevice_t device, unsigned long long *reasons)
 {
     sim_gpu_conf conf;
-    int busy;
-    nvmlReturn_t rc = open_conf(device, reasons, &conf, &busy);
+    nvmlReturn_t rc = open_conf(device, reasons, &conf, 1);
     if (rc == NVML_SUCCESS)
         *reasons = conf.clocks_event_reasons;
     return rc;
@@ -458,8 +458,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int error
                                                   int counter_type, unsigned long long *count)
 {
     sim_gpu_conf conf;
-    int busy;
-    nvmlReturn_t rc = open_conf(device, count, &conf, &busy);
+    nvmlReturn_t rc = open_conf(device, count, &conf, 0);
     if (rc != NVML_SUCCESS)
         return rc;
     if ((error_type != 0 && error_type != 1) || (counter_type != 0 && counter_type != 1))
@@ -476,8 +475,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned in
                                                 unsigned int *failure)
 {
     sim_gpu_conf conf;
-    int busy;
-    nvmlReturn_t rc = open_conf(device, correctable, &conf, &busy);
+    nvmlReturn_t rc = open_conf(device, correctable, &conf, 0);
     if (rc != NVML_SUCCESS)
         return rc;
     if (uncorrectable == NULL || pending == NULL || failure == NULL)

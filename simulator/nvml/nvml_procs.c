@@ -1,3 +1,6 @@
+/* Copyright (c) gpuops.fleet contributors
+ * GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+ */
 /*
  * Fake NVML: running-process lists with NVML's size in/out protocol.
  * *count in is the buffer's capacity; when the buffer is NULL or too small,
@@ -38,21 +41,17 @@ static nvmlReturn_t list_processes(nvmlDevice_t device, list_kind kind, unsigned
     if (gpu.lost)
         return NVML_ERROR_GPU_IS_LOST;
     sim_alloc_list list = {0};
-    if (kind != LIST_MPS && sim_live_allocs((unsigned int)index, &list) != 0) {
+    if (kind != LIST_MPS && sim_live_allocs((unsigned int)index, (char)kind, &list) != 0) {
         sim_alloc_list_free(&list);
         return NVML_ERROR_MEMORY;
     }
-    unsigned int needed = 0;
-    for (size_t i = 0; i < list.count; i++)
-        needed += list.items[i].type == (char)kind;
+    unsigned int needed = (unsigned int)list.count;
     nvmlReturn_t rc = NVML_SUCCESS;
     if (needed > 0 && (infos == NULL || *count < needed)) {
         rc = NVML_ERROR_INSUFFICIENT_SIZE;
     } else {
-        unsigned int slot = 0;
-        for (size_t i = 0; i < list.count; i++)
-            if (list.items[i].type == (char)kind)
-                put(infos, slot++, &list.items[i]);
+        for (unsigned int i = 0; i < needed; i++)
+            put(infos, i, &list.items[i]);
     }
     *count = needed;
     sim_alloc_list_free(&list);

@@ -1,3 +1,6 @@
+/* Copyright (c) gpuops.fleet contributors
+ * GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+ */
 /*
  * Fake NVML: the simulator's internal API.
  * The state-directory format is specified in docs/simulator.md.
@@ -67,10 +70,12 @@ int sim_read_host(sim_host *host);
 unsigned int sim_gpu_count(void);
 /* 0 and fills *gpu when the gpus file has that index, -1 otherwise. */
 int sim_read_gpu(unsigned int index, sim_gpu *gpu);
-/* Applies gpu<index>.conf over the modelled defaults for a busy/idle GPU. */
+/* Applies gpu<index>.conf over the modelled defaults for a busy/idle GPU
+ * (busy < 0: unknown, for callers that read no busy-dependent key). */
 void sim_read_conf(unsigned int index, int busy, sim_gpu_conf *conf);
-/* Live allocations on one GPU, sorted by pid; 0 on success, -1 on ENOMEM. */
-int sim_live_allocs(unsigned int index, sim_alloc_list *list);
+/* Live allocations of a type ('C', 'G'; 0: any) on one GPU, sorted by pid;
+ * 0 on success, -1 on ENOMEM. */
+int sim_live_allocs(unsigned int index, char type, sim_alloc_list *list);
 void sim_alloc_list_free(sim_alloc_list *list);
 /* 1 when the GPU has at least one live allocation. */
 int sim_gpu_busy(unsigned int index);

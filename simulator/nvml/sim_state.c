@@ -1,3 +1,6 @@
+/* Copyright (c) gpuops.fleet contributors
+ * GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+ */
 /*
  * Reads the simulator's state directory (docs/simulator.md). Nothing is
  * cached: every call opens the files it needs, and only those.
@@ -40,12 +43,15 @@ static ssize_t read_small(const char *path, char *buf, size_t size)
         return -1;
     size_t used = 0;
     while (used + 1 < size) {
-        ssize_t n = read(fd, buf + used, size - 1 - used);
+        size_t want = size - 1 - used;
+        ssize_t n = read(fd, buf + used, want);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
             break;
         used += (size_t)n;
+        if ((size_t)n < want) /* a short read is the end of a file */
+            break;
     }
     close(fd);
     buf[used] = '\0';
@@ -71,14 +77,16 @@ static char *read_all(const char *path)
             buf = bigger;
             cap *= 2;
         }
-        ssize_t n = read(fd, buf + used, cap - 1 - used);
+        size_t want = cap - 1 - used;
+        ssize_t n = read(fd, buf + used, want);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n <= 0) {
+        if (n > 0)
+            used += (size_t)n;
+        if (n <= 0 || (size_t)n < want) { /* a short read is the end of a file */
             buf[used] = '\0';
             break;
         }
-        used += (size_t)n;
     }
     close(fd);
     return buf;
@@ -372,8 +380,9 @@ static int list_push(sim_alloc_list *list, const alloc_record *rec)
     return 0;
 }
 
-/* Walks the live allocations of one GPU; stops early when list is NULL. */
-static int walk_allocs(unsigned int index, sim_alloc_list *list, int *any)
+/* Walks the live allocations of one GPU of a type (0: any), checking /proc
+ * only for the ones of that type; stops at the first when list is NULL. */
+static int walk_allocs(unsigned int index, char type, sim_alloc_list *list, int *any)
 {
     char dir_path[4096];
     *any = 0;
@@ -402,7 +411,8 @@ static int walk_allocs(unsigned int index, sim_alloc_list *list, int *any)
         if (n <= 0)
             continue;
         buf[n] = '\0';
-        if (parse_alloc(buf, &rec) != 0 || rec.gpu != index || !alloc_is_live(&rec))
+        if (parse_alloc(buf, &rec) != 0 || rec.gpu != index || (type != 0 && rec.type != type) ||
+            !alloc_is_live(&rec))
             continue;
         *any = 1;
         if (list == NULL)
@@ -418,11 +428,11 @@ static int walk_allocs(unsigned int index, sim_alloc_list *list, int *any)
     return rc;
 }
 
-int sim_live_allocs(unsigned int index, sim_alloc_list *list)
+int sim_live_allocs(unsigned int index, char type, sim_alloc_list *list)
 {
     int any;
     *list = (sim_alloc_list){0};
-    return walk_allocs(index, list, &any);
+    return walk_allocs(index, type, list, &any);
 }
 
 void sim_alloc_list_free(sim_alloc_list *list)
@@ -434,7 +444,7 @@ void sim_alloc_list_free(sim_alloc_list *list)
 int sim_gpu_busy(unsigned int index)
 {
     int any;
-    walk_allocs(index, NULL, &any);
+    walk_allocs(index, 0, NULL, &any);
     return any;
 }
 

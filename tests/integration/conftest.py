@@ -4,6 +4,9 @@
 
 from __future__ import annotations
 
+
+import subprocess
+import sys
 import typing as t
 from pathlib import Path
 
@@ -43,3 +46,43 @@ def inventory(tmp_path: Path) -> t.Callable[..., Path]:
     def factory(*hosts: SimHost, **group_vars: t.Any) -> Path:
         return write_inventory(tmp_path / "inventory.json", hosts, **group_vars)
     return factory
+
+
+class Canaries:
+    """Processes a reclaim must never touch: an unrelated sleeper, and one named like vLLM that holds no GPU."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        lookalike = tmp_path / "vllm-serve-canary"
+        lookalike.symlink_to(sys.executable)
+        script = "import time; time.sleep(600)"
+        self.procs = [
+            subprocess.Popen([sys.executable, "-c", script, "unrelated-canary"]),
+            subprocess.Popen([str(lookalike), "-c", script, "vllm", "serve", "canary-model"]),
+        ]
+
+    def alive(self) -> bool:
+        return all(proc.poll() is None for proc in self.procs)
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture
+def canaries(tmp_path: Path) -> t.Iterator[Canaries]:
+    birds = Canaries(tmp_path)
+    yield birds
+    birds.stop()
+
+
+def pid_alive(pid: int) -> bool:
+    """True while the PID runs (a zombie counts as gone)."""
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+

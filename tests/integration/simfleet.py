@@ -28,18 +28,18 @@ class SimHost:
         self.name = name
         self.state = state
 
-    def gpusim(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    def gpusim(self, command: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         env = dict(os.environ, PYTHONPATH=str(REPO / "simulator"))
         proc = subprocess.run(
-            [sys.executable, "-m", "gpusim", "--state", str(self.state), *args],
+            [sys.executable, "-m", "gpusim", command, "--state", str(self.state), *args],
             env=env, capture_output=True, text=True, timeout=60, check=False,
         )
         if check and proc.returncode != 0:
-            raise AssertionError("gpusim %s failed (%d): %s %s" % (args, proc.returncode, proc.stdout, proc.stderr))
+            raise AssertionError("gpusim %s %s failed (%d): %s %s" % (command, args, proc.returncode, proc.stdout, proc.stderr))
         return proc
 
-    def gpusim_json(self, *args: str) -> t.Any:
-        return json.loads(self.gpusim(*args).stdout)
+    def gpusim_json(self, command: str, *args: str) -> t.Any:
+        return json.loads(self.gpusim(command, *args).stdout)
 
     def environment(self) -> t.Dict[str, str]:
         """What a play's `environment:` gives the module so the real nvidia-ml-py loads the fake NVML."""

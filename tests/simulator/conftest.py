@@ -152,7 +152,7 @@ def nvml_lib() -> Path:
 
 
 @pytest.fixture
-def sim(tmp_path: Path, nvml_lib: Path) -> Iterator[SimHost]:  # pylint: disable=unused-argument
+def simhost(tmp_path: Path, nvml_lib: Path) -> Iterator[SimHost]:  # pylint: disable=unused-argument
     host = SimHost(tmp_path / "host")
     host.gpusim("create")
     try:

@@ -1,3 +1,5 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Helpers for the fake NVML tests: build, a state-directory writer, holder
 processes, and a pynvml session that runs in a subprocess with the fake
 library first on LD_LIBRARY_PATH (dlopen reads it at process start)."""

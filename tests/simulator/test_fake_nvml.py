@@ -1,8 +1,11 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The fake libnvidia-ml.so.1 and nvidia-smi, driven through the REAL
 nvidia-ml-py in a subprocess (docs/simulator.md is the contract)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 import subprocess
 from collections.abc import Callable
 
@@ -106,7 +109,7 @@ def test_default_versions(nvml: PynvmlSession) -> None:
     assert nvml("nvmlSystemGetCudaDriverVersion_v2()") == 13000
 
 
-def test_driver_not_loaded(sim: SimState, tmp_path, session_factory: Sessions) -> None:
+def test_driver_not_loaded(sim: SimState, tmp_path: Path, session_factory: Sessions) -> None:
     sim.host(driver_loaded="0")
     for state in (sim.root, tmp_path / "no-such-dir", None):
         nvml = session_factory(state, init=False)

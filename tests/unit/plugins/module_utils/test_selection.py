@@ -54,7 +54,7 @@ def test_unknown_uuid_mentions_gpus_whose_uuid_could_not_be_read():
     lost = [(0, "GPU-0000abc0-1111-2222-3333-000000000000"), (1, None)]
     with pytest.raises(SelectionError) as caught:
         resolve_gpus(parse_gpus([UUID3]), 2, lambda: lost, option="gpus")
-    assert str(caught.value) == "gpus: no GPU has UUID %s; this host has 2 GPUs (indices 0-1) (the UUID of GPU 1 could not be read)" % UUID3.lower()
+    assert str(caught.value) == "gpus: no GPU has UUID %s; this host has 2 GPUs (indices 0-1) (the UUID of GPU 1 could not be read)" % UUID3
 
 
 def test_host_without_gpus():

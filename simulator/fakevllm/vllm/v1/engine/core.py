@@ -18,7 +18,8 @@ from gpusim.procs import ROLE_ENGINE_CORE, record_self
 
 
 def engine_core_args(tensor_parallel_size: int, gpu_memory_utilization: float) -> List[str]:
-    return ["--tensor-parallel-size", str(tensor_parallel_size), "--gpu-memory-utilization", str(gpu_memory_utilization)]
+    return ["--tensor-parallel-size", str(tensor_parallel_size),
+            "--gpu-memory-utilization", str(gpu_memory_utilization)]
 
 
 def engine_core_main(argv: Optional[List[str]] = None) -> int:

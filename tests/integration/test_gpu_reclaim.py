@@ -1,0 +1,238 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""gpuops.fleet.gpu_reclaim through real ansible-playbook runs on simulated GPU hosts (issue 3's scenarios).
+
+Every test also checks that the canaries (an unrelated process, and one named like `vllm serve` that holds
+no GPU) are still alive.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import pid_alive
+from simfleet import REPO, run_module, run_playbook
+
+MIB = 93029
+FAST = {"grace": 2, "timeout": 10}
+
+
+def reclaim(host, inventory, tmp_path, args=None, *extra):
+    """One gpu_reclaim run through ansible-playbook; its full result."""
+    return run_module("gpu_reclaim", inventory(host), tmp_path / "out", dict(FAST, **(args or {})), *extra)[host.name]
+
+
+def used(host):
+    return [g["used_mib"] for g in host.status()["gpus"]]
+
+
+def test_incident_freed_in_one_run_then_idempotent(make_host, inventory, tmp_path, canaries):
+    host = make_host()
+    tree = host.gpusim_json("vllm", "--tp", "8", "--mib", str(MIB))
+    result = reclaim(host, inventory, tmp_path)
+    assert result.get("failed") is not True, result["msg"]
+    assert result["changed"] is True and result["verified"] is True
+    killed = {k["pid"]: k for k in result["killed"]}
+    assert set(killed) == {tree["parent"], *tree["workers"]}
+    assert killed[tree["parent"]]["role"] == "launcher"
+    assert sorted(killed[w]["name"] for w in tree["workers"]) == ["VLLM::Worker_TP%d" % i for i in range(8)]
+    assert all(killed[w]["gpus"] == [i] for i, w in enumerate(tree["workers"]))
+    assert [g["memory_used_mib_before"] for g in result["gpus"]] == [MIB] * 8
+    assert [g["memory_used_mib_after"] for g in result["gpus"]] == [0] * 8
+    assert used(host) == [0] * 8
+    assert not any(pid_alive(p) for p in killed)
+    again = reclaim(host, inventory, tmp_path)
+    assert again["changed"] is False and again["verified"] is True and again["killed"] == []
+    assert canaries.alive()
+
+
+def test_incident_after_broken_cleanup(make_host, inventory, tmp_path, canaries):
+    host = make_host()
+    tree = host.gpusim_json("vllm", "--tp", "8", "--mib", str(MIB))
+    host.gpusim("incident")
+    assert used(host) == [0] + [MIB] * 7
+    result = reclaim(host, inventory, tmp_path)
+    assert result["verified"] is True and result["changed"] is True
+    assert {k["pid"] for k in result["killed"]} == set(tree["workers"][1:])
+    assert used(host) == [0] * 8
+    assert canaries.alive()
+
+
+def test_v1_tree_with_engine_core_launchers_first(make_host, inventory, tmp_path, canaries):
+    host = make_host()
+    tree = host.gpusim_json("vllm", "--tp", "8", "--engine-core", "--entrypoint", "serve", "--mib", str(MIB))
+    result = reclaim(host, inventory, tmp_path)
+    assert result.get("verified") is True, result
+    killed = {k["pid"]: k for k in result["killed"]}
+    assert set(killed) == {tree["parent"], tree["engine_core"], *tree["workers"]}
+    assert killed[tree["parent"]]["role"] == "launcher"
+    assert killed[tree["engine_core"]]["name"] == "VLLM::EngineCore"
+    assert used(host) == [0] * 8
+    assert canaries.alive()
+
+
+def test_workers_ignoring_sigterm_are_ended_by_sigkill(make_host, inventory, tmp_path, canaries):
+    host = make_host()
+    tree = host.gpusim_json("vllm", "--tp", "8", "--ignore-sigterm", "--mib", str(MIB))
+    result = reclaim(host, inventory, tmp_path, {"grace": 1})
+    assert result.get("verified") is True, result
+    by_pid = {k["pid"]: k for k in result["killed"]}
+    assert all(by_pid[w]["signal"] == "SIGKILL" for w in tree["workers"])
+    assert all(by_pid[w]["seconds_to_exit"] >= 1.0 for w in tree["workers"])
+    assert by_pid[tree["parent"]]["signal"] in ("SIGTERM", "SIGKILL")
+    assert used(host) == [0] * 8
+    assert canaries.alive()
+
+
+def test_holder_that_cannot_be_ended_fails_with_its_state(make_host, inventory, tmp_path, canaries):
+    host = make_host()
+    host.gpusim("stuck", "--gpu", "2", "--mib", "5000")
+    stuck_pid = host.status()["gpus"][2]["holders"][0]["pid"]
+    result = reclaim(host, inventory, tmp_path, {"grace": 1, "timeout": 4})
+    assert result["failed"] is True and result["verified"] is False
+    assert "GPU 2" in result["msg"] and str(stuck_pid) in result["msg"] and "zombie" in result["msg"]
+    assert result["elapsed_s"] < 4 + 2
+    survivors = {s["pid"]: s for s in result["evidence"]["survivors"]}
+    assert survivors[stuck_pid]["state"] == "zombie"
+    assert survivors[stuck_pid]["parents"], "the parent chain is part of the evidence"
+    assert isinstance(result["evidence"]["device_holders"], list) and isinstance(result["evidence"]["xid"], list)
+    assert canaries.alive()
+
+
+def test_foreign_pid_is_named_and_can_be_ignored(make_host, inventory, tmp_path, canaries):
+    host = make_host()
+    host.gpusim("foreign", "--gpu", "2", "--mib", "20000")
+    result = reclaim(host, inventory, tmp_path)
+    assert result["failed"] is True and result["changed"] is False
+    assert "GPU 2" in result["msg"] and "20000 MiB" in result["msg"] and "PID namespace" in result["msg"]
+    ignored = reclaim(host, inventory, tmp_path, {"ignore_foreign": True})
+    assert ignored.get("failed") is not True and ignored["verified"] is True
+    assert canaries.alive()
+
+
+def test_memory_held_by_no_process(make_host, inventory, tmp_path, canaries):
+    host = make_host()
+    host.gpusim("orphan", "--gpu", "5", "--mib", "4096")
+    result = reclaim(host, inventory, tmp_path, {"timeout": 2})
+    assert result["failed"] is True
+    assert "GPU 5" in result["msg"] and "4096 MiB" in result["msg"] and "no process" in result["msg"]
+    assert [g["index"] for g in result["gpus"] if not g["verified"]] == [5]
+    assert canaries.alive()
+
+
+def test_lost_gpu_reported_while_others_are_reclaimed(make_host, inventory, tmp_path, canaries):
+    host = make_host()
+    host.gpusim_json("vllm", "--tp", "8", "--mib", str(MIB))
+    host.gpusim("lose-gpu", "--gpu", "3")
+    result = reclaim(host, inventory, tmp_path)
+    assert result["failed"] is True
+    assert "GPU 3" in result["msg"] and "lost" in result["msg"].lower()
+    gpus = {g["index"]: g for g in result["gpus"]}
+    assert gpus[3]["error"] and not gpus[3]["verified"]
+    assert all(gpus[i]["verified"] and gpus[i]["memory_used_mib_after"] == 0 for i in gpus if i != 3)
+    assert canaries.alive()
+
+
+def test_driver_not_loaded_touches_nothing(make_host, inventory, tmp_path, canaries):
+    host = make_host()
+    tree = host.gpusim_json("vllm", "--tp", "8", "--mib", str(MIB))
+    host.gpusim("driver", "--unload")
+    result = reclaim(host, inventory, tmp_path)
+    assert result["failed"] is True and result["changed"] is False
+    assert "driver" in result["msg"].lower()
+    assert all(pid_alive(p) for p in [tree["parent"], *tree["workers"]])
+    assert canaries.alive()
+
+
+def test_two_servers_only_the_selected_one_ends(make_host, inventory, tmp_path, canaries):
+    host = make_host()
+    first = host.gpusim_json("vllm", "--tp", "4", "--first-gpu", "0", "--mib", "40000")
+    second = host.gpusim_json("vllm", "--tp", "4", "--first-gpu", "4", "--mib", "40000")
+    result = reclaim(host, inventory, tmp_path, {"gpus": ["0", "1", "2", "3"]})
+    assert result.get("verified") is True, result
+    assert {k["pid"] for k in result["killed"]} == {first["parent"], *first["workers"]}
+    assert all(pid_alive(p) for p in [second["parent"], *second["workers"]])
+    assert used(host) == [0] * 4 + [40000] * 4
+    assert canaries.alive()
+
+
+def test_match_selects_holders(make_host, inventory, tmp_path, canaries):
+    host = make_host()
+    tree = host.gpusim_json("vllm", "--tp", "8", "--mib", str(MIB))
+    result = reclaim(host, inventory, tmp_path, {"gpus": ["0", "1", "2", "3"], "match": ["^VLLM::Worker_TP[0-3]$"], "kill_tree": False})
+    assert result.get("verified") is True, result
+    assert {k["pid"] for k in result["killed"]} == set(tree["workers"][:4])
+    assert all(pid_alive(p) for p in [tree["parent"], *tree["workers"][4:]])
+    assert canaries.alive()
+
+
+def test_exclude_keeps_a_holder_and_says_so(make_host, inventory, tmp_path, canaries):
+    host = make_host()
+    tree = host.gpusim_json("vllm", "--tp", "8", "--mib", str(MIB))
+    result = reclaim(host, inventory, tmp_path, {"exclude": ["Worker_TP3$"], "kill_tree": False})
+    assert result["failed"] is True
+    assert pid_alive(tree["workers"][3])
+    assert "GPU 3" in result["msg"] and str(tree["workers"][3]) in result["msg"]
+    assert [g["index"] for g in result["gpus"] if not g["verified"]] == [3]
+    assert canaries.alive()
+
+
+def test_unmatched_holder_fails_loudly(make_host, inventory, tmp_path, canaries):
+    host = make_host()
+    tree = host.gpusim_json("vllm", "--tp", "2", "--mib", "1000")
+    result = reclaim(host, inventory, tmp_path, {"match": ["^nothing-like-this$"]})
+    assert result["failed"] is True and result["changed"] is False
+    assert "does not match `match`" in result["msg"]
+    assert all(pid_alive(p) for p in tree["workers"])
+    assert canaries.alive()
+
+
+def test_check_mode_signals_nothing_and_diff_shows_memory(make_host, inventory, tmp_path, canaries):
+    host = make_host()
+    tree = host.gpusim_json("vllm", "--tp", "8", "--mib", str(MIB))
+    result = reclaim(host, inventory, tmp_path, None, "--check", "--diff")
+    assert result["changed"] is True and result["verified"] is None and result["killed"] == []
+    would = [w["pid"] for w in result["would_kill"]]
+    assert set(would) == {tree["parent"], *tree["workers"]} and would[0] == tree["parent"]
+    assert all(pid_alive(p) for p in would)
+    assert "GPU 0: 93029 MiB used, VLLM::Worker_TP0" in result["diff"]["before"]
+    real = reclaim(host, inventory, tmp_path, None, "--diff")
+    assert "GPU 7: 93029 MiB" in real["diff"]["before"] and "GPU 7: 0 MiB used, no holder" in real["diff"]["after"]
+    assert canaries.alive()
+
+
+@pytest.mark.parametrize("args, option, value", [
+    ({"gpus": ["9"]}, "gpus", "9"),
+    ({"gpus": ["GPU-00000000-0000-0000-0000-000000000000"]}, "gpus", "GPU-00000000-0000-0000-0000-000000000000"),
+    ({"gpus": ["zero"]}, "gpus", "zero"),
+    ({"match": ["(unclosed"]}, "match", "(unclosed"),
+    ({"exclude": ["[a-"]}, "exclude", "[a-"),
+    ({"signals": ["TERMINATE"]}, "signals", "TERMINATE"),
+    ({"signals": []}, "signals", "empty"),
+    ({"grace": 0}, "grace", "0"),
+    ({"timeout": -1}, "timeout", "-1"),
+    ({"memory_threshold_mib": -5}, "memory_threshold_mib", "-5"),
+])
+def test_bad_input_kills_nothing(make_host, inventory, tmp_path, canaries, args, option, value):
+    host = make_host()
+    tree = host.gpusim_json("vllm", "--tp", "2", "--mib", "1000")
+    result = reclaim(host, inventory, tmp_path, args)
+    assert result["failed"] is True and not result.get("changed")
+    assert option in result["msg"] and value in result["msg"], result["msg"]
+    assert all(pid_alive(p) for p in [tree["parent"], *tree["workers"]])
+    assert canaries.alive()
+
+
+def test_gpu_cleanup_playbook_summarises_the_fleet(make_host, inventory, canaries):
+    healthy = make_host("gpu-node-01")
+    broken = make_host("gpu-node-02")
+    healthy.gpusim_json("vllm", "--tp", "8", "--mib", str(MIB))
+    healthy.gpusim("incident")
+    broken.gpusim("orphan", "--gpu", "1", "--mib", "2048")
+    proc = run_playbook(REPO / "playbooks" / "gpu_cleanup.yml", inventory(healthy, broken), "-e", "gpu_reclaim_timeout=3 gpu_reclaim_grace=1")
+    out = proc.stdout
+    assert proc.returncode != 0, "a host failed, so the play must fail"
+    assert used(healthy) == [0] * 8, "one host's failure does not stop the others"
+    assert "gpu-node-01" in out and "651203 MiB freed" in out and "7 process" in out
+    assert "gpu-node-02" in out and "GPU 1" in out and "no process" in out
+    assert canaries.alive()
