@@ -20,7 +20,7 @@ description:
     (C(nvidia-smi) prints a message instead of its row; the message comes back as a warning), and a field that
     this C(nvidia-smi) does not know is V(null). Processes are still named through psutil, with the same O(processes) details.
 author:
-  - gpuops.fleet contributors
+  - gpuops maintainers (@gpuops)
 extends_documentation_fragment:
   - gpuops.fleet.nvml
 attributes:
@@ -87,119 +87,273 @@ ansible_facts:
     gpus:
       description:
         - One entry per selected GPU, in index order.
-        - Every value the device does not offer is V(null). A GPU that does not answer has V(null) values and its RV(ansible_facts.gpus[].error) set.
+        - A value the device does not offer is V(null). A GPU that does not answer has V(null) values and its RV(ansible_facts.gpus[].error) set.
       returned: success
       type: list
       elements: dict
       contains:
-        index: {description: NVML index of the GPU (as C(nvidia-smi) numbers it)., type: int, returned: always, sample: 0}
-        uuid: {description: GPU UUID., type: str, returned: always, sample: GPU-5a1c7e0f-3b2d-4c11-9e8f-0123456789ab}
-        name: {description: Product name., type: str, returned: always, sample: NVIDIA RTX PRO 6000 Blackwell Server Edition}
-        pci_bus_id: {description: PCI bus id (8-digit domain)., type: str, returned: always, sample: "00000000:1B:00.0"}
-        memory_total_mib: {description: Total memory in MiB., type: int, returned: always, sample: 97887}
+        index:
+          description: NVML index of the GPU, as C(nvidia-smi) numbers it.
+          type: int
+          returned: always
+          sample: 0
+        uuid:
+          description: GPU UUID.
+          type: str
+          returned: always
+          sample: GPU-5a1c7e0f-3b2d-4c11-9e8f-0123456789ab
+        name:
+          description: Product name.
+          type: str
+          returned: always
+          sample: NVIDIA RTX PRO 6000 Blackwell Server Edition
+        pci_bus_id:
+          description: PCI bus id, with the 8-digit domain.
+          type: str
+          returned: always
+          sample: "00000000:1B:00.0"
+        memory_total_mib:
+          description: Total memory in MiB.
+          type: int
+          returned: always
+          sample: 97887
         memory_used_mib:
           description:
             - Used memory in MiB. From NVML's v2 memory call when the driver offers it, which leaves the driver's reservation out
-              (see RV(ansible_facts.gpus[].memory_reserved_mib)); else v1, which counts the reservation in.
-            - An idle GPU is not at zero: compare against a threshold.
+              (see RV(ansible_facts.gpus[].memory_reserved_mib)); else from v1, which counts the reservation in.
+            - An idle GPU is not at zero; compare against a threshold.
           type: int
           returned: always
           sample: 93029
-        memory_reserved_mib: {description: Memory reserved by the driver in MiB (v2 only; V(null) with v1)., type: int, returned: always, sample: 512}
-        memory_free_mib: {description: Free memory in MiB., type: int, returned: always, sample: 4346}
-        utilization_gpu_pct: {description: GPU utilization over the last sample period (%)., type: int, returned: always, sample: 97}
-        utilization_memory_pct: {description: Memory controller utilization (%)., type: int, returned: always, sample: 45}
-        temperature_c: {description: GPU temperature in degrees Celsius., type: int, returned: always, sample: 62}
-        power_draw_w: {description: Power draw in W., type: float, returned: always, sample: 310.0}
-        power_limit_w: {description: Enforced power limit in W., type: float, returned: always, sample: 600.0}
-        persistence_mode: {description: Whether persistence mode is on., type: bool, returned: always, sample: true}
-        mig_mode: {description: Whether MIG mode is on (current mode)., type: bool, returned: always, sample: false}
-        ecc_mode: {description: Whether ECC is on (current mode)., type: bool, returned: always, sample: true}
-        ecc_uncorrected_volatile: {description: Uncorrected ECC errors since the driver loaded., type: int, returned: when O(health=true), sample: 0}
+        memory_reserved_mib:
+          description: Memory reserved by the driver in MiB (NVML v2 only; V(null) with v1).
+          type: int
+          returned: always
+          sample: 512
+        memory_free_mib:
+          description: Free memory in MiB.
+          type: int
+          returned: always
+          sample: 4346
+        utilization_gpu_pct:
+          description: GPU utilization over the last sample period, in percent.
+          type: int
+          returned: always
+          sample: 97
+        utilization_memory_pct:
+          description: Memory controller utilization, in percent.
+          type: int
+          returned: always
+          sample: 45
+        temperature_c:
+          description: GPU temperature in degrees Celsius.
+          type: int
+          returned: always
+          sample: 62
+        power_draw_w:
+          description: Power draw in W.
+          type: float
+          returned: always
+          sample: 310.0
+        power_limit_w:
+          description: Enforced power limit in W.
+          type: float
+          returned: always
+          sample: 600.0
+        persistence_mode:
+          description: Whether persistence mode is on.
+          type: bool
+          returned: always
+          sample: true
+        mig_mode:
+          description: Whether MIG mode is on (current mode).
+          type: bool
+          returned: always
+          sample: false
+        ecc_mode:
+          description: Whether ECC is on (current mode).
+          type: bool
+          returned: always
+          sample: true
+        ecc_uncorrected_volatile:
+          description: Uncorrected ECC errors since the driver loaded.
+          type: int
+          returned: when O(health=true)
+          sample: 0
         remapped_rows:
           description: Row remapping state.
           type: dict
           returned: when O(health=true)
-          sample: {correctable: 0, uncorrectable: 0, pending: false, failure: false}
+          sample: {"correctable": 0, "uncorrectable": 0, "pending": false, "failure": false}
           contains:
-            correctable: {description: Rows remapped for correctable errors., type: int, returned: always}
-            uncorrectable: {description: Rows remapped for uncorrectable errors., type: int, returned: always}
-            pending: {description: A remapping waits for the GPU to be reset., type: bool, returned: always}
-            failure: {description: A remapping failed (the GPU should be serviced)., type: bool, returned: always}
+            correctable:
+              description: Rows remapped for correctable errors.
+              type: int
+              returned: always
+            uncorrectable:
+              description: Rows remapped for uncorrectable errors.
+              type: int
+              returned: always
+            pending:
+              description: A remapping waits for the GPU to be reset.
+              type: bool
+              returned: always
+            failure:
+              description: A remapping failed; the GPU should be serviced.
+              type: bool
+              returned: always
         retired_pages:
           description: Retired memory pages (GPUs before row remapping); V(null) where the GPU uses row remapping instead.
           type: dict
           returned: when O(health=true)
-          sample: {single_bit: 0, double_bit: 0, pending: false}
+          sample: {"single_bit": 0, "double_bit": 0, "pending": false}
           contains:
-            single_bit: {description: Pages retired for multiple single-bit errors., type: int, returned: always}
-            double_bit: {description: Pages retired for double-bit errors., type: int, returned: always}
-            pending: {description: Pages wait to be retired at the next reset., type: bool, returned: always}
+            single_bit:
+              description: Pages retired for multiple single-bit errors.
+              type: int
+              returned: always
+            double_bit:
+              description: Pages retired for double-bit errors.
+              type: int
+              returned: always
+            pending:
+              description: Pages wait to be retired at the next reset.
+              type: bool
+              returned: always
         clocks_event_reasons:
           description:
-            - Why the clocks are held down now (NVML clock event, formerly throttle, reasons), for example V(gpu_idle),
-              V(sw_power_cap), V(hw_slowdown), V(sw_thermal_slowdown), V(hw_thermal_slowdown), V(hw_power_brake_slowdown).
+            - Why the clocks are held down now (NVML clock event reasons, formerly throttle reasons), for example V(gpu_idle),
+              V(sw_power_cap), V(hw_slowdown), V(sw_thermal_slowdown), V(hw_thermal_slowdown) or V(hw_power_brake_slowdown).
             - An empty list when nothing holds them down.
           type: list
           elements: str
           returned: when O(health=true)
-          sample: [gpu_idle]
-        performance_state: {description: Performance state, V(P0) (maximum) to V(P15) (minimum)., type: str, returned: when O(health=true), sample: P0}
+          sample: ["gpu_idle"]
+        performance_state:
+          description: Performance state, from V(P0) (maximum) to V(P15) (minimum).
+          type: str
+          returned: when O(health=true)
+          sample: P0
         processes:
           description:
-            - The processes NVML lists on this GPU (compute and graphics lists), by PID. V(null) when the GPU did not answer.
+            - The processes NVML lists on this GPU (compute and graphics lists), by PID.
+            - V(null) when the GPU did not answer.
           type: list
           elements: dict
           returned: when O(processes=true)
           contains:
-            pid: {description: PID as NVML reports it., type: int, returned: always, sample: 4242}
+            pid:
+              description: PID as NVML reports it.
+              type: int
+              returned: always
+              sample: 4242
             name:
-              description: Process name; a process title such as V(VLLM::Worker_TP0) shows whole (not cut to 15 characters).
+              description: Process name; a process title such as V(VLLM::Worker_TP0) shows whole, not cut to 15 characters.
               type: str
               returned: always
               sample: VLLM::Worker_TP0
-            cmdline: {description: Command line as a list of words (a process title is one word)., type: list, elements: str, returned: always, sample: [VLLM::Worker_TP0]}
-            username: {description: Owner of the process., type: str, returned: always, sample: vllm}
-            state: {description: psutil status, for example V(running), V(sleeping), V(disk-sleep), V(zombie)., type: str, returned: always, sample: sleeping}
-            ppid: {description: Parent PID., type: int, returned: always, sample: 4200}
-            create_time: {description: Start time (seconds since the epoch)., type: float, returned: always, sample: 1764470000.12}
-            used_memory_mib: {description: GPU memory this process holds in MiB; V(null) when NVML says not available., type: int, returned: always, sample: 93029}
-            type: {description: Which NVML list has it, V(compute), V(graphics) or V(compute+graphics)., type: str, returned: always, sample: compute}
+            cmdline:
+              description: Command line as a list of words; a process title is one word.
+              type: list
+              elements: str
+              returned: always
+              sample: ["VLLM::Worker_TP0"]
+            username:
+              description: Owner of the process.
+              type: str
+              returned: always
+              sample: vllm
+            state:
+              description: psutil status, for example V(running), V(sleeping), V(disk-sleep) or V(zombie).
+              type: str
+              returned: always
+              sample: sleeping
+            ppid:
+              description: Parent PID.
+              type: int
+              returned: always
+              sample: 4200
+            create_time:
+              description: Start time, in seconds since the epoch.
+              type: float
+              returned: always
+              sample: 1764470000.12
+            used_memory_mib:
+              description: GPU memory this process holds in MiB; V(null) when NVML says it is not available.
+              type: int
+              returned: always
+              sample: 93029
+            type:
+              description: Which NVML list has the process, V(compute), V(graphics) or V(compute+graphics).
+              type: str
+              returned: always
+              sample: compute
             visible:
               description:
                 - V(false) when this PID namespace has no such PID, for example a process in a container while this task runs
-                  on the host, or the other way round (then name, cmdline, username, state, ppid and create_time are V(null)).
+                  on the host, or the other way round. Then name, cmdline, username, state, ppid and create_time are V(null).
                 - The memory is held all the same; act on it from the PID namespace that owns it.
               type: bool
               returned: always
               sample: true
-        error: {description: V(null), or why this GPU could not be read (for example a lost GPU)., type: str, returned: always, sample: null}
+        error:
+          description: V(null), or why this GPU could not be read, for example a lost GPU.
+          type: str
+          returned: always
+          sample: null
     gpu_driver:
       description: The driver, as NVML reports it.
       returned: success
       type: dict
       contains:
-        driver_version: {description: Driver version., type: str, returned: always, sample: 580.95.05}
-        cuda_driver_version: {description: Highest CUDA version the driver supports (V(null) from nvidia-smi)., type: str, returned: always, sample: "13.0"}
-        nvml_version: {description: NVML version (V(null) from nvidia-smi)., type: str, returned: always, sample: 13.580.95.05}
-        count: {description: Number of GPUs on the host (all, not only the selected ones)., type: int, returned: always, sample: 8}
-        source: {description: Where the facts come from, V(nvml) or V(nvidia-smi) (the fallback)., type: str, returned: always, sample: nvml}
+        driver_version:
+          description: Driver version.
+          type: str
+          returned: always
+          sample: 580.95.05
+        cuda_driver_version:
+          description: Highest CUDA version the driver supports; V(null) from nvidia-smi.
+          type: str
+          returned: always
+          sample: "13.0"
+        nvml_version:
+          description: NVML version; V(null) from nvidia-smi.
+          type: str
+          returned: always
+          sample: 13.580.95.05
+        count:
+          description: Number of GPUs on the host, selected or not.
+          type: int
+          returned: always
+          sample: 8
+        source:
+          description: Where the facts come from, V(nvml), or V(nvidia-smi) for the fallback.
+          type: str
+          returned: always
+          sample: nvml
     gpu_topology:
       description:
-        - Link type between each pair of selected GPUs, as C(nvidia-smi topo -m) prints it. V(null) from the nvidia-smi fallback.
+        - Link type between each pair of selected GPUs, as C(nvidia-smi topo -m) prints it.
+        - V(null) from the nvidia-smi fallback.
       returned: when O(topology=true)
       type: dict
       contains:
-        gpus: {description: GPU indices, the order of the matrix rows and columns., type: list, elements: int, returned: always, sample: [0, 1]}
+        gpus:
+          description: GPU indices, the order of the matrix rows and columns.
+          type: list
+          elements: int
+          returned: always
+          sample: [0, 1]
         matrix:
           description:
             - "Row i, column j: V(X) for the GPU itself, V(NV<n>) for n active NvLinks between the pair, else the PCIe path:
               V(PIX) (one PCIe switch), V(PXB) (several switches), V(PHB) (a host bridge), V(NODE) (host bridges within a NUMA node),
-              V(SYS) (across NUMA nodes); V(null) where NVML does not answer."
+              V(SYS) (across NUMA nodes)."
+            - V(null) where NVML does not answer, for example for a lost GPU.
           type: list
           elements: list
           returned: always
-          sample: [[X, PXB], [PXB, X]]
+          sample: [["X", "PXB"], ["PXB", "X"]]
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -125,7 +125,6 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--state", default=argparse.SUPPRESS,
                         help=f"state directory of the simulated host (default: ${STATE_ENV})")
     parser = argparse.ArgumentParser(prog="gpusim", parents=[common], description=__doc__)
-    parser.set_defaults(state=None)
     sub = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
@@ -188,8 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    handler: Handler = args.handler
     try:
-        return args.handler(resolve_state(args.state), args)
+        return handler(resolve_state(getattr(args, "state", None)), args)
     except StateError as error:
         print(f"gpusim: error: {error}", file=sys.stderr)
         return 1

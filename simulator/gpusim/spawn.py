@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List
 
-from gpusim import procfs
 from gpusim.procs import ROLE_REAPER, ProcRecord, record_process
 from gpusim.statedir import STATE_ENV, StateDir
 
@@ -102,7 +101,3 @@ def log_tail(state: StateDir, log_name: str, lines: int = 20) -> str:
         return ""
     return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
 
-
-def descendants_stat(pid: int) -> List[procfs.ProcStat]:
-    stats = [procfs.read_stat(child) for child in procfs.descendants(pid)]
-    return [stat for stat in stats if stat is not None]

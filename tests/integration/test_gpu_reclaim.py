@@ -157,18 +157,22 @@ def test_two_servers_only_the_selected_one_ends(make_host, inventory, tmp_path, 
 
 
 def test_match_selects_holders(make_host, inventory, tmp_path, canaries):
+    """After the broken cleanup no parent watches the workers (a live vLLM parent would take its whole tree down)."""
     host = make_host()
     tree = host.gpusim_json("vllm", "--tp", "8", "--mib", str(MIB))
-    result = reclaim(host, inventory, tmp_path, {"gpus": ["0", "1", "2", "3"], "match": ["^VLLM::Worker_TP[0-3]$"], "kill_tree": False})
+    host.gpusim("incident")
+    result = reclaim(host, inventory, tmp_path, {"gpus": ["1", "2", "3"], "match": ["^VLLM::Worker_TP[1-3]$"], "kill_tree": False})
     assert result.get("verified") is True, result
-    assert {k["pid"] for k in result["killed"]} == set(tree["workers"][:4])
-    assert all(pid_alive(p) for p in [tree["parent"], *tree["workers"][4:]])
+    assert {k["pid"] for k in result["killed"]} == set(tree["workers"][1:4])
+    assert all(pid_alive(p) for p in tree["workers"][4:])
+    assert used(host) == [0] * 4 + [MIB] * 4
     assert canaries.alive()
 
 
 def test_exclude_keeps_a_holder_and_says_so(make_host, inventory, tmp_path, canaries):
     host = make_host()
     tree = host.gpusim_json("vllm", "--tp", "8", "--mib", str(MIB))
+    host.gpusim("incident")
     result = reclaim(host, inventory, tmp_path, {"exclude": ["Worker_TP3$"], "kill_tree": False})
     assert result["failed"] is True
     assert pid_alive(tree["workers"][3])

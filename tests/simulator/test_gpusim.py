@@ -9,12 +9,13 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List
 
-from conftest import GRACE_S, SimHost, cmdline, is_running, ppid, proc_state, read_proc, wait_for
+from gpusim_helpers import GRACE_S, SimHost, cmdline, is_running, ppid, proc_state, read_proc, wait_for
 
 INCIDENT_MIB = 93029
 TOTAL_MIB = 97887
@@ -292,3 +293,17 @@ def test_cleanup_ends_every_recorded_process_and_nothing_else(simhost: SimHost) 
             canary.kill()
     simhost.gpusim("cleanup", "--remove")
     assert not simhost.state.exists()
+
+
+def test_state_option_before_or_after_the_command(tmp_path: Path) -> None:
+    env = {key: value for key, value in SimHost(tmp_path).env.items() if key != "GPUOPS_SIM_STATE"}
+    state = tmp_path / "explicit"
+
+    def gpusim(*args: str) -> "subprocess.CompletedProcess[str]":
+        return subprocess.run([sys.executable, "-m", "gpusim", *args], env=env, text=True, capture_output=True,
+                              check=False)
+
+    assert gpusim("--state", str(state), "create", "--gpus", "2").returncode == 0
+    assert "GPU 1 " in gpusim("status", "--state", str(state)).stdout
+    missing = gpusim("status")
+    assert missing.returncode == 1 and "pass --state DIR or set GPUOPS_SIM_STATE" in missing.stderr

@@ -13,8 +13,8 @@ from typing import Callable
 from vllm._args import ServerArgs
 
 
-def serve_health(args: ServerArgs, is_ready: Callable[[], bool]) -> None:
-    """Listen on args.host:args.port in a daemon thread."""
+def serve_health(args: ServerArgs, port: int, is_ready: Callable[[], bool]) -> None:
+    """Listen on args.host:port in a daemon thread."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
@@ -36,5 +36,5 @@ def serve_health(args: ServerArgs, is_ready: Callable[[], bool]) -> None:
         def log_message(self, format: str, *values: object) -> None:  # pylint: disable=redefined-builtin
             print(f"INFO {self.address_string()} pid {os.getpid()} " + format % values, flush=True)
 
-    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    server = ThreadingHTTPServer((args.host, port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -39,6 +39,6 @@ def run_server(args: ServerArgs) -> int:
         return sum(1 for alloc in live_allocs(state) if alloc.pid in tree) >= args.tensor_parallel_size
 
     if args.port is not None:
-        serve_health(args, is_ready)
+        serve_health(args, args.port, is_ready)
         log(f"APIServer: listening on http://{args.host}:{args.port}")
     return supervisor.run()

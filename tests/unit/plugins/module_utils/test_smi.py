@@ -19,11 +19,14 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._smi import (
 )
 
 # nvidia-smi --query-gpu=<GPU_FIELDS> --format=csv,noheader,nounits on an 8 x RTX PRO 6000 host, GPU 1 without MIG support
-GPU_CSV = """\
-0, GPU-5a1c7e0f-3b2d-4c11-9e8f-0123456789ab, NVIDIA RTX PRO 6000 Blackwell Server Edition, 00000000:1B:00.0, 97887, 93029, 4346, 580.95.05, 512, 97, 45, 62, 310.42, 600.00, Enabled, Disabled, Enabled, 0, P0
-1, GPU-5a1c7e0f-3b2d-4c11-9e8f-0123456789ac, NVIDIA RTX PRO 6000 Blackwell Server Edition, 00000000:2B:00.0, 97887, 0, 97375, 580.95.05, 512, 0, 0, 34, 85.10, 600.00, Disabled, [N/A], Disabled, [N/A], P8
-Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU
-"""
+NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+GPU_CSV = "\n".join([
+    ", ".join(["0", "GPU-5a1c7e0f-3b2d-4c11-9e8f-0123456789ab", NAME, "00000000:1B:00.0", "97887", "93029", "4346", "580.95.05",
+               "512", "97", "45", "62", "310.42", "600.00", "Enabled", "Disabled", "Enabled", "0", "P0"]),
+    ", ".join(["1", "GPU-5a1c7e0f-3b2d-4c11-9e8f-0123456789ac", NAME, "00000000:2B:00.0", "97887", "0", "97375", "580.95.05",
+               "512", "0", "0", "34", "85.10", "600.00", "Disabled", "[N/A]", "Disabled", "[N/A]", "P8"]),
+    "Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU",
+]) + "\n"
 
 APPS_CSV = """\
 GPU-5a1c7e0f-3b2d-4c11-9e8f-0123456789ab, 4242, 93029

@@ -1,0 +1,125 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Run by bench_gpu_facts.py inside the simulated host's environment: times gpu_facts' work and the nvidia-smi pair.
+
+gpu_facts' in-module time is what the module does between its options being parsed and exit_json:
+open NVML, read every GPU with its processes and health (the module's defaults), close NVML.
+Prints one JSON object on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import time
+from typing import Any, Callable, Dict, List, Tuple
+
+import psutil
+import pynvml
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu_facts import Options, from_nvml
+from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import open_nvml
+from ansible_collections.gpuops.fleet.plugins.module_utils._processes import describe_processes
+
+# gpu_facts' defaults: every GPU, processes and health on, topology off
+MODULE_DEFAULTS = Options(gpus=None, processes=True, topology=False, health=True)
+SMI_GPUS = ["--query-gpu=index,uuid,name,memory.used,memory.total", "--format=csv,noheader"]
+SMI_APPS = ["--query-compute-apps=pid,process_name,gpu_uuid,used_memory", "--format=csv,noheader"]
+
+
+def gather() -> Dict[str, Any]:
+    with open_nvml(pynvml) as session:
+        return from_nvml(session, MODULE_DEFAULTS, psutil)
+
+
+def smi_pair(smi: str) -> List[str]:
+    """Both queries, as a module shelling out to nvidia-smi would run them; the lines of the second."""
+    subprocess.run([smi] + SMI_GPUS, check=True, capture_output=True)
+    return subprocess.run([smi] + SMI_APPS, check=True, capture_output=True, text=True).stdout.splitlines()
+
+
+def instrument_nvml() -> Dict[str, float]:
+    """Wrap pynvml's functions to add up the calls into NVML and the time spent in them (outermost calls only).
+
+    On the simulated host each NVML call reads the state directory; a real driver answers most in microseconds.
+    """
+    totals = {"calls": 0.0, "ms": 0.0}
+    depth = [0]
+
+    def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            depth[0] += 1
+            start = time.perf_counter()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+                if depth[0] == 0:
+                    totals["calls"] += 1
+                    totals["ms"] += (time.perf_counter() - start) * 1000
+        return timed
+
+    for name, func in list(vars(pynvml).items()):
+        if name.startswith("nvml") and callable(func) and not isinstance(func, type):
+            setattr(pynvml, name, wrap(func))
+    return totals
+
+
+def nvml_share(runs: int) -> Tuple[float, List[float]]:
+    """NVML calls per gather and the ms spent in them, per run (call last: pynvml stays wrapped)."""
+    totals = instrument_nvml()
+    spent: List[float] = []
+    for _ in range(runs):
+        totals.update(calls=0.0, ms=0.0)
+        gather()
+        spent.append(totals["ms"])
+    return totals["calls"], spent
+
+
+def timed_ms(func: Callable[[], object], warmup: int, runs: int, budget_s: float) -> List[float]:
+    """Wall times in ms of ``runs`` calls after ``warmup`` (fewer, but at least 3, when ``budget_s`` runs out)."""
+    for _ in range(warmup):
+        func()
+    times: List[float] = []
+    stop = time.monotonic() + budget_s
+    while len(times) < runs and (len(times) < 3 or time.monotonic() < stop):
+        start = time.perf_counter()
+        func()
+        times.append((time.perf_counter() - start) * 1000)
+    return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--budget-s", type=float, default=1.0, help="time budget per measured function")
+    args = parser.parse_args()
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        raise SystemExit("nvidia-smi is not on PATH")
+    facts = gather()
+    errors = [gpu["error"] for gpu in facts["gpus"] if gpu["error"]]
+    if errors:
+        raise SystemExit("gpu_facts reported errors: %s" % errors)
+    pids = sorted({proc["pid"] for gpu in facts["gpus"] for proc in gpu["processes"]})
+    entries = sum(len(gpu["processes"]) for gpu in facts["gpus"])
+    smi_entries = len(smi_pair(smi))
+    if smi_entries != entries:
+        raise SystemExit("gpu_facts lists %d (process, GPU) entries, nvidia-smi %d" % (entries, smi_entries))
+    result: Dict[str, Any] = {
+        "gpus": len(facts["gpus"]),
+        "processes": len(pids),
+        "entries": entries,
+        "gpu_facts_ms": timed_ms(gather, args.warmup, args.runs, args.budget_s),
+        "psutil_ms": timed_ms(lambda: describe_processes(psutil, pids), args.warmup, args.runs, args.budget_s),
+        "smi_pair_ms": timed_ms(lambda: smi_pair(smi), args.warmup, args.runs, args.budget_s),
+    }
+    result["nvml_calls"], result["nvml_ms"] = nvml_share(min(5, len(result["gpu_facts_ms"])))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

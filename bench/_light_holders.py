@@ -1,0 +1,54 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Cheap GPU memory holders for the large shapes: `sleep` processes with allocation records.
+
+A fake vLLM worker is a Python interpreter (seconds to start a TP=8 tree on two cores), so 512 of them
+do not fit a one-minute bench. A holder here is a `sleep` process this bench starts, with an
+`allocs/<pid>-<gpu>` record written through gpusim's own API, as docs/simulator.md defines it: NVML
+and nvidia-smi list it exactly like a worker, and psutil reads it the same way.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import List
+
+from _benchlib import SIM_DIR, BenchError
+
+if str(SIM_DIR) not in sys.path:
+    sys.path.insert(0, str(SIM_DIR))
+
+# pylint: disable=wrong-import-position  # gpusim is found through the path added above
+from gpusim import procfs  # noqa: E402
+from gpusim.allocs import Alloc, write_alloc  # noqa: E402
+from gpusim.statedir import StateDir  # noqa: E402
+
+
+class LightHolders:
+    """Holders this bench started; on exit each is killed through its own Popen (its PID cannot be reused before we reap it)."""
+
+    def __init__(self, state: Path) -> None:
+        self.state = StateDir(state)
+        self.procs: List["subprocess.Popen[bytes]"] = []
+
+    def __enter__(self) -> "LightHolders":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs:
+            proc.kill()
+        for proc in self.procs:
+            proc.wait()
+
+    def add(self, gpus: int, per_gpu: int, mib: int) -> None:
+        """Start ``per_gpu`` more holders on each of GPUs 0..gpus-1, each holding ``mib``."""
+        for gpu in range(gpus):
+            for _ in range(per_gpu):
+                proc = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL)  # pylint: disable=consider-using-with
+                self.procs.append(proc)
+                start = procfs.starttime(proc.pid)
+                if start is None:
+                    raise BenchError(f"holder {proc.pid} exited at once")
+                write_alloc(self.state, Alloc(proc.pid, start, gpu, mib))

@@ -1,0 +1,47 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Run by bench_gpu_reclaim.py inside the simulated host's environment: one gpu_reclaim run, timed.
+
+The time is the module's work: open NVML, Reclaim(...).run() (read, plan, signal, verify), close NVML.
+Prints one JSON object on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import psutil
+import pynvml
+from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import open_nvml
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import Reclaim
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import build_spec
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--grace", type=float, default=10)
+    parser.add_argument("--timeout", type=float, default=30)
+    args = parser.parse_args()
+    spec = build_spec({"signals": ["TERM", "KILL"], "grace": args.grace, "timeout": args.timeout})
+    start = time.perf_counter()
+    with open_nvml(pynvml) as session:
+        result = Reclaim(session, psutil, spec, check_mode=False).run()
+    wall_s = time.perf_counter() - start
+    print(json.dumps({
+        "wall_s": wall_s,
+        "elapsed_s": result["elapsed_s"],
+        "verified": result["verified"],
+        "changed": result["changed"],
+        "msg": result["msg"],
+        "killed": [{key: entry[key] for key in ("pid", "name", "role", "signal", "seconds_to_exit", "ended")}
+                   for entry in result["killed"]],
+        "used_mib_before": [gpu["memory_used_mib_before"] for gpu in result["gpus"]],
+        "used_mib_after": [gpu["memory_used_mib_after"] for gpu in result["gpus"]],
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,105 @@
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The fresh reading after the kill, and the judgement of it: free, or every reason why not (and which may still resolve)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import Holder, Memory, NvmlSession
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_verify import Problem, Reading, judge, read_gpu
+from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_pynvml import FakeNvml, device, proc
+
+THRESHOLD = 1024
+PROCESSES = {
+    4242: {"visible": True, "name": "VLLM::Worker_TP2", "cmdline": ["VLLM::Worker_TP2"], "state": "zombie"},
+    4343: {"visible": True, "name": "python3", "cmdline": ["python3", "train.py"], "state": "running"},
+    902: {"visible": True, "name": "nvidia-persistenced", "cmdline": ["nvidia-persistenced"], "state": "sleeping"},
+    777777: {"visible": False, "name": None, "cmdline": None, "state": None},
+}
+
+
+def reading(used, *holders, index=2):
+    return Reading(index, "GPU-uuid", Memory(97887, used, 512, 97887 - 512 - used), [Holder(pid, mib, "compute") for pid, mib in holders], None)
+
+
+def problems(value, signalled=(), left_alone=None, ignore_foreign=False):
+    return judge(value, THRESHOLD, set(signalled), left_alone or {}, PROCESSES.__getitem__,
+                 lambda info: info["name"] == "nvidia-persistenced", ignore_foreign)
+
+
+def test_read_gpu_reads_memory_and_every_holder():
+    lib = FakeNvml([device(0, used_mib=93029, compute=[proc(10, 93000)], graphics=[proc(11, 29)])])
+    got = read_gpu(NvmlSession(lib), 0)
+    assert got.error is None and got.uuid == "GPU-00000000-1111-2222-3333-444455556666"
+    assert got.memory.used_mib == 93029
+    assert [(h.pid, h.used_memory_mib, h.type) for h in got.holders] == [(10, 93000, "compute"), (11, 29, "graphics")]
+
+
+def test_read_gpu_of_a_lost_gpu_is_an_error_not_an_exception():
+    lib = FakeNvml([device(0), device(1, lost=True)])
+    got = read_gpu(NvmlSession(lib), 1)
+    assert (got.index, got.uuid, got.memory, got.holders) == (1, None, None, [])
+    assert got.error.startswith("GPU 1: ") and "GPU_IS_LOST" in got.error
+
+
+@pytest.mark.parametrize("used", [0, THRESHOLD])
+def test_free_gpu_has_no_problem(used):
+    assert problems(reading(used)) == []
+
+
+def test_lost_gpu_is_a_lasting_problem():
+    lost = Reading(3, None, None, [], "GPU 3: GPU is lost (NVML_ERROR_GPU_IS_LOST)")
+    assert problems(lost) == [Problem(3, "GPU 3: GPU is lost (NVML_ERROR_GPU_IS_LOST)", False)]
+
+
+def test_signalled_survivor_is_named_with_its_state_and_may_still_go():
+    assert problems(reading(5000, (4242, 5000)), signalled=[4242]) == [
+        Problem(2, "GPU 2: pid 4242 (VLLM::Worker_TP2, state zombie) holds 5000 MiB: still there after every signal", True)]
+
+
+def test_holder_left_alone_says_why():
+    got = problems(reading(5000, (4343, 5000)), left_alone={4343: "does not match `match`"})
+    assert got == [Problem(2, "GPU 2: pid 4343 (python3, state running) holds 5000 MiB: not signalled: does not match `match`", False)]
+
+
+def test_holder_that_appeared_during_the_reclaim_is_a_respawn():
+    got = problems(reading(5000, (4343, None)))
+    assert len(got) == 1 and not got[0].waitable
+    assert got[0].text == "GPU 2: pid 4343 (python3, state running) holds N/A MiB: appeared during the reclaim (respawned by a launcher left alive?)"
+
+
+def test_foreign_pid_names_gpu_mib_and_the_host_pid_namespace():
+    got = problems(reading(20000, (777777, 20000)))
+    assert len(got) == 1 and not got[0].waitable
+    text = got[0].text
+    assert text.startswith("GPU 2: pid 777777 holds 20000 MiB") and "PID namespace" in text and "ignore_foreign" in text
+
+
+def test_ignored_foreign_pid_is_not_counted():
+    assert problems(reading(20500, (777777, 20000)), ignore_foreign=True) == []
+    # its memory is discounted, the rest still judged
+    got = problems(reading(22000, (777777, 20000)), ignore_foreign=True)
+    assert [p.text for p in got] == ["GPU 2: 2000 MiB used with no process holding it (above memory_threshold_mib 1024): "
+                                     "memory held by no process, e.g. a driver teardown that did not finish"]
+
+
+def test_memory_held_by_no_process_may_still_come_back():
+    assert problems(reading(4096)) == [Problem(
+        2, "GPU 2: 4096 MiB used with no process holding it (above memory_threshold_mib 1024): "
+           "memory held by no process, e.g. a driver teardown that did not finish", True)]
+
+
+def test_excluded_holder_is_fine_below_the_threshold():
+    assert problems(reading(300, (902, 300))) == []
+
+
+def test_excluded_holder_above_the_threshold_is_named():
+    assert problems(reading(3000, (902, 3000))) == [
+        Problem(2, "GPU 2: 3000 MiB used (above memory_threshold_mib 1024), held by pid 902 (nvidia-persistenced, excluded)", False)]
+
+
+def test_every_problem_of_a_gpu_is_listed():
+    got = problems(reading(30000, (4242, 5000), (4343, 5000), (777777, 20000)), signalled=[4242])
+    assert [p.waitable for p in got] == [True, False, False]
+    assert ["pid 4242" in got[0].text, "pid 4343" in got[1].text, "pid 777777" in got[2].text] == [True] * 3

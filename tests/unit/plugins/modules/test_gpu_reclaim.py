@@ -1,0 +1,317 @@
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""gpu_reclaim as Ansible runs it (patch_module_args), over a fake pynvml and a fake psutil whose exits free the memory."""
+
+from __future__ import annotations
+
+import json
+import time
+import types
+
+import pytest
+
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.gpuops.fleet.plugins.module_utils import _deps, _process_tree
+from ansible_collections.gpuops.fleet.plugins.modules import gpu_reclaim
+from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_psutil import (
+    ME,
+    KILL,
+    TERM,
+    FakePsutil,
+    Row,
+    host_rows,
+    vllm_server,
+)
+from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_pynvml import MIB, FakeNvml, device, proc
+
+INCIDENT_MIB = 93029
+MISSING_PID = 4194305  # above the largest pid_max: no process of this namespace has it
+BYSTANDERS = {1, 50, 51, ME, 900, 901, 902}  # PID 1, the Ansible connection, this module, canary, "vllm" look-alike, driver helper
+FAST = {"grace": 0.05, "timeout": 0.3}
+
+
+class Exit(Exception):
+    def __init__(self, result):
+        super().__init__(result)
+        self.result = result
+
+
+class Host:
+    """One fake GPU host: NVML devices and a process table; a process that exits gives its memory back."""
+
+    def __init__(self, rows, held, gpus=8, memory_comes_back=True):
+        self.lib = FakeNvml([device(i) for i in range(gpus)])
+        for pid, gpu in held.items():
+            self.hold(pid, gpu, INCIDENT_MIB)
+        self.memory_comes_back = memory_comes_back
+        self.psutil = FakePsutil(host_rows() + rows, time.monotonic, self.release)
+
+    def hold(self, pid, gpu, mib):
+        self.lib.devices[gpu]["compute"].append(proc(pid, mib))
+        self.lib.devices[gpu]["used"] += mib
+
+    def release(self, pid):
+        for dev in self.lib.devices:
+            gone = [p for p in dev["compute"] if p.pid == pid]
+            dev["compute"] = [p for p in dev["compute"] if p.pid != pid]
+            if self.memory_comes_back:
+                dev["used"] -= sum(p.usedGpuMemory // MIB for p in gone)
+
+    def used(self):
+        return [dev["used"] for dev in self.lib.devices]
+
+
+def run_module(monkeypatch, host, args):
+    warnings = []
+
+    def exit_json(self, **result):
+        raise Exit(dict(result, warnings=warnings))
+
+    def fail_json(self, msg, **result):
+        raise Exit(dict(result, failed=True, msg=msg, warnings=warnings))
+
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, warning: warnings.append(warning))
+    monkeypatch.setattr(_process_tree, "os", types.SimpleNamespace(getpid=lambda: ME))
+    if host is not None:
+        monkeypatch.setattr(_deps.PYNVML, "module", host.lib)
+        monkeypatch.setattr(_deps.PSUTIL, "module", host.psutil)
+    with patch_module_args(args):
+        with pytest.raises(Exit) as caught:
+            gpu_reclaim.main()
+    json.dumps(caught.value.result)  # what the module returns must be JSON
+    return caught.value.result
+
+
+def incident(**worker):
+    rows, held = vllm_server(1000, range(8), **worker)
+    return Host(rows, held), held
+
+
+def assert_bystanders_untouched(host):
+    assert not BYSTANDERS & {pid for pid, _number in host.psutil.signals}
+    assert BYSTANDERS <= set(host.psutil.table)
+
+
+def test_incident_is_freed_verified_then_unchanged(monkeypatch):
+    host, workers = incident()
+    result = run_module(monkeypatch, host, {})
+    assert not result.get("failed") and result["changed"] is True and result["verified"] is True
+    killed = {k["pid"]: k for k in result["killed"]}
+    assert set(killed) == {1000, 1001, 1002} | set(workers)
+    assert killed[1000]["role"] == "launcher" and result["killed"][0]["pid"] == 1000
+    assert killed[1013] == {"pid": 1013, "name": "VLLM::Worker_TP3", "cmdline": ["VLLM::Worker_TP3"], "username": "vllm",
+                            "role": "holder", "gpus": [3], "signal": "SIGTERM", "seconds_to_exit": killed[1013]["seconds_to_exit"],
+                            "ended": "exited"}
+    assert [(g["index"], g["memory_used_mib_before"], g["memory_used_mib_after"], g["freed_mib"], g["processes_left"], g["verified"])
+            for g in result["gpus"]] == [(i, INCIDENT_MIB, 0, INCIDENT_MIB, [], True) for i in range(8)]
+    assert result["gpus"][3]["processes_before"] == [{"pid": 1013, "name": "VLLM::Worker_TP3", "used_memory_mib": INCIDENT_MIB}]
+    assert "verified free" in result["msg"] and "ended 11 process(es)" in result["msg"]
+    assert result["elapsed_s"] < 1 and result["survivors"] == [] and "evidence" not in result
+    assert host.used() == [0] * 8
+    assert_bystanders_untouched(host)
+
+    again = run_module(monkeypatch, host, {})
+    assert again["changed"] is False and again["verified"] is True and again["killed"] == []
+
+
+def test_workers_ignoring_term_are_killed_and_say_so(monkeypatch):
+    host, workers = incident(on_signal={KILL: ("exit", 0.0)})
+    result = run_module(monkeypatch, host, {"grace": 0.05})
+    assert result["verified"] is True
+    by_pid = {k["pid"]: k for k in result["killed"]}
+    assert {by_pid[pid]["signal"] for pid in workers} == {"SIGKILL"}
+    assert by_pid[1000]["signal"] == "SIGTERM"
+    assert all(host.psutil.signalled(pid) == [TERM, KILL] for pid in workers)
+
+
+def test_check_mode_signals_nothing_and_lists_what_it_would_end(monkeypatch):
+    host, workers = incident()
+    result = run_module(monkeypatch, host, {"_ansible_check_mode": True, "_ansible_diff": True})
+    assert host.psutil.signals == [] and host.used() == [INCIDENT_MIB] * 8
+    assert result["changed"] is True and result["verified"] is None and not result.get("failed")
+    assert [w["pid"] for w in result["would_kill"]][:1] == [1000]
+    assert {w["pid"] for w in result["would_kill"]} == {1000, 1001, 1002} | set(workers)
+    assert result["killed"] == [] and "processes_left" not in result["gpus"][0]
+    assert result["diff"]["before"].splitlines()[0] == "GPU 0: %d MiB used, VLLM::Worker_TP0(pid 1010)" % INCIDENT_MIB
+    assert result["diff"]["after"].splitlines()[0] == "GPU 0: 0 MiB used, no holder"
+
+
+def test_diff_shows_the_fresh_reading(monkeypatch):
+    host, _workers = incident()
+    result = run_module(monkeypatch, host, {"_ansible_diff": True, "gpus": ["7"]})
+    assert result["diff"]["before"] == "GPU 7: %d MiB used, VLLM::Worker_TP7(pid 1017)\n" % INCIDENT_MIB
+    assert result["diff"]["after"] == "GPU 7: 0 MiB used, no holder\n"
+
+
+def test_check_mode_on_free_gpus_is_unchanged(monkeypatch):
+    host = Host([], {})
+    result = run_module(monkeypatch, host, {"_ansible_check_mode": True})
+    assert result["changed"] is False and result["would_kill"] == []
+
+
+def test_two_servers_only_the_selected_one_is_ended(monkeypatch):
+    first, first_workers = vllm_server(1000, range(4))
+    second, second_workers = vllm_server(5000, range(4, 8))
+    host = Host(first + second, {**first_workers, **second_workers})
+    result = run_module(monkeypatch, host, {"gpus": ["0", "1", "2", "3"]})
+    assert result["verified"] is True and [g["index"] for g in result["gpus"]] == [0, 1, 2, 3]
+    assert {k["pid"] for k in result["killed"]} == {1000, 1001, 1002} | set(first_workers)
+    assert not any(pid >= 5000 for pid, _number in host.psutil.signals)
+    assert host.used() == [0] * 4 + [INCIDENT_MIB] * 4
+    assert result["warnings"] == []
+
+
+def test_selected_by_uuid(monkeypatch):
+    host, _workers = incident()
+    result = run_module(monkeypatch, host, {"gpus": [host.lib.devices[6]["uuid"].upper()]})
+    assert [g["index"] for g in result["gpus"]] == [6] and result["verified"] is True
+
+
+def test_survivor_fails_naming_it_with_its_state_and_evidence(monkeypatch):
+    rows, held = vllm_server(1000, [0, 1])
+    rows[-1].on_signal = {}
+    rows[-1].status = "disk-sleep"
+    host = Host(rows, held)
+    result = run_module(monkeypatch, host, FAST)
+    assert result["failed"] is True and result["verified"] is False and result["changed"] is True
+    assert "GPU 1: pid 1011 (VLLM::Worker_TP1, state disk-sleep) holds %d MiB: still there after every signal" % INCIDENT_MIB in result["msg"]
+    assert [(s["pid"], s["signal"]) for s in result["survivors"]] == [(1011, "SIGKILL")]
+    assert [s["pid"] for s in result["evidence"]["survivors"]] == [1011]
+    assert result["evidence"]["survivors"][0]["state"] == "disk-sleep"
+    assert result["evidence"]["survivors"][0]["parents"] == [{"pid": 1, "name": "systemd"}], "its launchers are gone: adopted by PID 1"
+    assert isinstance(result["evidence"]["device_holders"], list) and isinstance(result["evidence"]["xid"], list)
+    assert result["gpus"][0]["verified"] is True and result["gpus"][1]["verified"] is False
+    assert FAST["timeout"] <= result["elapsed_s"] < FAST["timeout"] + 0.5, "a survivor is waited for until timeout, not longer"
+
+
+def test_memory_held_by_no_process_fails_after_waiting_for_it(monkeypatch):
+    rows, held = vllm_server(1000, [0])
+    host = Host(rows, held, gpus=1, memory_comes_back=False)
+    result = run_module(monkeypatch, host, FAST)
+    assert result["failed"] is True and result["changed"] is True
+    assert result["msg"] == ("GPUs not freed: GPU 0: %d MiB used with no process holding it (above memory_threshold_mib 1024): "
+                             "memory held by no process, e.g. a driver teardown that did not finish" % INCIDENT_MIB)
+    assert result["elapsed_s"] >= FAST["timeout"]
+
+
+def test_foreign_pid_fails_at_once_naming_gpu_and_mib(monkeypatch):
+    host, _workers = incident()
+    host.hold(MISSING_PID, 2, 20000)
+    result = run_module(monkeypatch, host, {"timeout": 1})
+    assert result["failed"] is True and result["changed"] is True
+    assert "GPU 2: pid %d holds 20000 MiB but is not visible in this PID namespace" % MISSING_PID in result["msg"]
+    assert MISSING_PID not in {pid for pid, _number in host.psutil.signals}
+    assert "held by no process" not in result["msg"], "the memory is held, by the foreign process"
+    assert result["elapsed_s"] < 0.5, "nothing can change for a foreign PID: no reason to wait for the timeout"
+
+
+def test_foreign_pid_ignored_on_request(monkeypatch):
+    host, _workers = incident()
+    host.hold(MISSING_PID, 2, 20000)
+    result = run_module(monkeypatch, host, {"ignore_foreign": True})
+    assert not result.get("failed") and result["verified"] is True
+
+
+def test_lost_gpu_fails_while_the_others_are_freed(monkeypatch):
+    host, _workers = incident()
+    host.lib.devices[5]["lost"] = True
+    result = run_module(monkeypatch, host, FAST)
+    assert result["failed"] is True and result["changed"] is True
+    assert "GPU 5: " in result["msg"] and "GPU_IS_LOST" in result["msg"]
+    assert result["gpus"][5]["error"] and result["gpus"][5]["verified"] is False
+    assert [g["verified"] for g in result["gpus"] if g["index"] != 5] == [True] * 7
+    assert host.used()[:5] + host.used()[6:] == [0] * 7
+
+
+@pytest.mark.parametrize("code, words", [(9, "NVML_ERROR_DRIVER_NOT_LOADED"), (12, "libnvidia-ml.so.1")])
+def test_nvml_that_cannot_be_opened_fails_without_signalling(monkeypatch, code, words):
+    host, _workers = incident()
+    host.lib.init_error = code
+    result = run_module(monkeypatch, host, {})
+    assert result["failed"] is True and result["changed"] is False
+    assert result["msg"].startswith("cannot initialise NVML") and words in result["msg"]
+    assert host.psutil.signals == []
+
+
+@pytest.mark.parametrize("dep, package", [("PYNVML", "nvidia-ml-py"), ("PSUTIL", "psutil")])
+def test_missing_library_names_the_package(monkeypatch, dep, package):
+    host, _workers = incident()
+    monkeypatch.setattr(_deps.PYNVML, "module", host.lib)
+    monkeypatch.setattr(_deps.PSUTIL, "module", host.psutil)
+    monkeypatch.setattr(getattr(_deps, dep), "module", None)
+    result = run_module(monkeypatch, None, {})
+    assert result["failed"] is True and package in result["msg"]
+    assert host.psutil.signals == [] and host.lib.calls == []
+
+
+def test_match_leaves_other_holders_and_fails_naming_them(monkeypatch):
+    rows, held = vllm_server(1000, [0])
+    rows.append(Row(3001, 1, "python3", ["python3", "train.py"]))
+    host = Host(rows, {**held, 3001: 1}, gpus=2)
+    result = run_module(monkeypatch, host, dict(FAST, match=["^VLLM::"]))
+    assert result["failed"] is True
+    assert "GPU 1: pid 3001 (python3, state sleeping) holds %d MiB: not signalled: does not match `match`" % INCIDENT_MIB in result["msg"]
+    assert 3001 not in {pid for pid, _number in host.psutil.signals}
+    assert result["gpus"][0]["verified"] is True
+
+
+def test_permission_denied_is_the_reason_given(monkeypatch):
+    rows, held = vllm_server(1000, [0], engine_core=False)
+    rows[-1].denied = True
+    host = Host(rows, held, gpus=1)
+    result = run_module(monkeypatch, host, FAST)
+    assert result["failed"] is True
+    assert [s["error"] for s in result["survivors"]] == ["permission denied sending SIGTERM (run as root or as the process owner)"]
+    assert "permission denied sending SIGTERM" in result["msg"], result["msg"]
+    assert "appeared during the reclaim" not in result["msg"], "the process was there from the start"
+
+
+def test_holder_already_a_zombie_is_not_called_a_respawn(monkeypatch):
+    # a zombie that keeps its GPU memory (a thread stuck in the driver): never signalled, still named as what it is
+    rows, held = vllm_server(1000, [0], engine_core=False)
+    rows[-1].status = "zombie"
+    host = Host(rows, held, gpus=1)
+    result = run_module(monkeypatch, host, FAST)
+    assert result["failed"] is True and host.psutil.signalled(1010) == []
+    assert "pid 1010 (VLLM::Worker_TP0, state zombie)" in result["msg"]
+    assert "appeared during the reclaim" not in result["msg"], "the process was there from the start"
+
+
+class Untouchable:
+    """Stands for pynvml or psutil where nothing may be read: any use fails the test."""
+
+    def __getattr__(self, name):
+        raise AssertionError("bad input must fail before %s is used" % name)
+
+
+@pytest.mark.parametrize("args, option", [
+    ({"signals": ["TERM", "SIGBOGUS"]}, "signals"),
+    ({"signals": []}, "signals"),
+    ({"grace": 0}, "grace"),
+    ({"grace": -1}, "grace"),
+    ({"timeout": -5}, "timeout"),
+    ({"match": ["VLLM::(Worker"]}, "match"),
+    ({"exclude": ["[x"]}, "exclude"),
+    ({"memory_threshold_mib": -1}, "memory_threshold_mib"),
+    ({"gpus": ["0", "GPU-nope"]}, "gpus"),
+    ({"gpus": []}, "gpus"),
+    ({"launcher_patterns": []}, "launcher_patterns"),
+])
+def test_bad_input_fails_before_anything_is_read(monkeypatch, args, option):
+    monkeypatch.setattr(_deps.PYNVML, "module", Untouchable())
+    monkeypatch.setattr(_deps.PSUTIL, "module", Untouchable())
+    result = run_module(monkeypatch, None, args)
+    assert result["failed"] is True and result["msg"].startswith(option + ": ")
+    assert "changed" not in result or result["changed"] is False
+
+
+def test_unknown_gpu_index_fails_before_any_signal(monkeypatch):
+    host, _workers = incident()
+    result = run_module(monkeypatch, host, {"gpus": ["0", "8"]})
+    assert result["failed"] is True and result["changed"] is False
+    assert result["msg"] == "gpus: no GPU has index 8; this host has 8 GPUs (indices 0-7)"
+    assert host.psutil.signals == []
