@@ -77,7 +77,7 @@ class FakePsutil:
     def signalled(self, pid: int) -> t.List[int]:
         return [number for spid, number in self.signals if spid == pid]
 
-    def Process(self, pid: int) -> "FakeProcess":  # noqa: N802 - psutil's name
+    def Process(self, pid: int) -> "FakeProcess":  # psutil spells it so
         self.settle()
         if pid not in self.table:
             raise NoSuchProcess(pid)

@@ -76,8 +76,8 @@ def fake_proc(root, pid, comm, fds):
 
 
 def test_device_holders_reads_fd_links_of_every_pid(tmp_path):
-    fake_proc(tmp_path, 10, "VLLM::Worker_TP", {0: "/dev/null", 3: "/dev/nvidiactl", 4: "/dev/nvidia0", 5: "/dev/nvidia0",
-                                                 6: "/dev/nvidia-uvm", 7: "socket:[12345]"})
+    worker_fds = {0: "/dev/null", 3: "/dev/nvidiactl", 4: "/dev/nvidia0", 5: "/dev/nvidia0", 6: "/dev/nvidia-uvm", 7: "socket:[12345]"}
+    fake_proc(tmp_path, 10, "VLLM::Worker_TP", worker_fds)
     fake_proc(tmp_path, 11, "bash", {0: "/dev/pts/0", 1: "/tmp/nvidia-notes.txt"})
     (tmp_path / "12").mkdir()  # fd/ not readable (another user's process) or gone: skipped
     fake_proc(tmp_path, 13, "nvidia-smi", {3: "/dev/nvidia7"})
