@@ -59,10 +59,10 @@ def shell_run(host: SimHost, sleep: float) -> Dict[str, Any]:
     return {"wall_s": wall_s, "used_mib_after": used, "freed": all(mib <= THRESHOLD_MIB for mib in used)}
 
 
-def measure(repeats: int, grace: float, timeout: float, sleep: float) -> Dict[str, Dict[str, List[Dict[str, Any]]]]:
+def measure(repeats: Dict[str, int], grace: float, timeout: float, sleep: float) -> Dict[str, Dict[str, List[Dict[str, Any]]]]:
     """Every run on its own host; hosts are prepared first (in parallel), runs then go one at a time."""
     runs: List[Tuple[str, str]] = [(scenario, approach) for scenario in SCENARIOS for approach in ("module", "shell")
-                                   for _ in range(repeats)]
+                                   for _ in range(repeats[approach])]
     results: Dict[str, Dict[str, List[Dict[str, Any]]]] = {s: {"module": [], "shell": []} for s in SCENARIOS}
     with contextlib.ExitStack() as stack:
         hosts = [stack.enter_context(SimHost()) for _ in runs]
@@ -99,14 +99,15 @@ def report(results: Dict[str, Dict[str, List[Dict[str, Any]]]], sleep: float) ->
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3, help="runs per scenario and approach")
+    parser.add_argument("--repeats", type=int, default=3, help="gpu_reclaim runs per scenario")
+    parser.add_argument("--shell-repeats", type=int, default=2, help="shell runs per scenario (each lasts --sleep)")
     parser.add_argument("--grace", type=float, default=10)
     parser.add_argument("--timeout", type=float, default=30)
     parser.add_argument("--sleep", type=float, default=5, help="the shell approach's sleep")
     args = parser.parse_args()
     try:
         ensure_simulator()
-        results = measure(args.repeats, args.grace, args.timeout, args.sleep)
+        results = measure({"module": args.repeats, "shell": args.shell_repeats}, args.grace, args.timeout, args.sleep)
     except BenchError as exc:
         print(f"bench_gpu_reclaim: error: {exc}", file=sys.stderr)
         return 1

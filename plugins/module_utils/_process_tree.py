@@ -111,7 +111,7 @@ def plan_targets(psutil: t.Any, spec: ReclaimSpec, holders: t.Mapping[int, t.Dic
         if tree is None:
             tree = {pid: ("holder", 0, info)}
         for tpid, (role, depth, tinfo) in tree.items():
-            if tpid in targets:
+            if tpid in targets or role == "kept":
                 continue
             if tpid in chosen:
                 role = "launcher" if role == "launcher" else "holder"
@@ -146,7 +146,10 @@ def _tree(psutil: t.Any, pid: int, spec: ReclaimSpec, protected: t.Set[int]) -> 
                 continue
             for child in children:
                 info = _info(psutil, child)
-                if info is None or child.pid in protected or matches_any(spec.exclude, info["name"], info["cmdline"]):
+                if info is None:
+                    continue
+                if child.pid in protected or matches_any(spec.exclude, info["name"], info["cmdline"]):
+                    tree[child.pid] = ("kept", depth, info)  # never signalled, but its GPUs count when deciding on the tree
                     continue
                 tree[child.pid] = ("descendant", depth, info)
                 next_level.append(child)

@@ -73,7 +73,7 @@ class Reclaim:
 
     def _verify(self, indices: t.Sequence[int], plan: Plan, outcomes: t.Sequence[Outcome]) -> t.Tuple[t.Dict[int, Reading], t.List[Problem]]:
         """Poll fresh NVML readings until every selected GPU is free, only lasting problems remain, or ``timeout``."""
-        signalled = {o.target.pid for o in outcomes if o.signal is not None}
+        signalled = {o.target.pid: _why_left(o) for o in outcomes if o.signal is not None or o.error is not None or o.ended == "zombie"}
         deadline = self.start + self.spec.timeout
         while True:
             self._described.clear()  # a fresh reading means fresh process states too
@@ -116,6 +116,15 @@ class Reclaim:
             "xid": evidence.xid_lines(),
         }
         return result
+
+
+def _why_left(outcome: Outcome) -> t.Tuple[str, bool]:
+    """Why a target is still listed by NVML, and whether waiting may help."""
+    if outcome.error is not None:
+        return outcome.error, False
+    if outcome.signal is None:
+        return "a zombie before any signal: its parent has not reaped it and the driver still holds its memory", True
+    return "still there after every signal", True
 
 
 def _indices(readings: t.Mapping[int, Reading]) -> str:

@@ -42,7 +42,7 @@ def read_gpu(session: NvmlSession, index: int) -> Reading:
         return Reading(index, None, None, [], "GPU %d: %s" % (index, exc))
 
 
-def judge(reading: Reading, threshold_mib: int, signalled: t.Set[int], left_alone: t.Mapping[int, str],
+def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tuple[str, bool]], left_alone: t.Mapping[int, str],
           describe: t.Callable[[int], t.Dict[str, t.Any]], excluded: t.Callable[[t.Dict[str, t.Any]], bool],
           ignore_foreign: bool) -> t.List[Problem]:
     """Every reason this GPU is not free; an empty list means verified free."""
@@ -62,6 +62,7 @@ def judge(reading: Reading, threshold_mib: int, signalled: t.Set[int], left_alon
                 continue
             problems.append(Problem(reading.index, "%s holds %s but is not visible in this PID namespace (a container's process?): "
                                     "run on the host PID namespace (e.g. not inside a container), or set ignore_foreign" % (where, mib), False))
+            counted_holders += 1
             continue
         if excluded(info):
             # left alone on purpose; it keeps the GPU busy only if the memory says so (judged below)
@@ -70,7 +71,8 @@ def judge(reading: Reading, threshold_mib: int, signalled: t.Set[int], left_alon
         counted_holders += 1
         label = "%s (%s, state %s) holds %s" % (where, info["name"], info["state"], mib)
         if holder.pid in signalled:
-            problems.append(Problem(reading.index, label + ": still there after every signal", True))
+            why, waitable = signalled[holder.pid]
+            problems.append(Problem(reading.index, label + ": " + why, waitable))
         elif holder.pid in left_alone:
             problems.append(Problem(reading.index, label + ": not signalled: " + left_alone[holder.pid], False))
         else:

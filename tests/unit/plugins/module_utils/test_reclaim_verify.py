@@ -24,7 +24,7 @@ def reading(used, *holders, index=2):
 
 
 def problems(value, signalled=(), left_alone=None, ignore_foreign=False):
-    return judge(value, THRESHOLD, set(signalled), left_alone or {}, PROCESSES.__getitem__,
+    return judge(value, THRESHOLD, {pid: ("still there after every signal", True) for pid in signalled}, left_alone or {}, PROCESSES.__getitem__,
                  lambda info: info["name"] == "nvidia-persistenced", ignore_foreign)
 
 
