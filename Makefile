@@ -50,12 +50,13 @@ command -v $(1) >/dev/null 2>&1 || { \
 endef
 
 .PHONY: help venv sim collection-path ansible-test-cache stage setup tools \
-        units sanity lint simtests integration build-test test bench demo \
+        units sanity lint simtests integration build-test test bench demo demo-clean \
         constraints clean distclean
 
 help:
 	@echo "make test             set up, then run: $(TEST_STEPS); ends with 'summary: N passed, N failed, N skipped'"
-	@echo "make demo             the README's demo ($(DEMO_SCRIPT))"
+	@echo "make demo             the README's demo ($(DEMO_SCRIPT)); KEEP=1 leaves the fleet running"
+	@echo "make demo-clean       end a fleet left running by KEEP=1 make demo"
 	@echo "make venv             .venv with the pinned requirements/ (controller + managed host)"
 	@echo "make sim              build the simulated GPU host's fake NVML into simulator/build/"
 	@echo "make collection-path  .collections/ansible_collections/gpuops/fleet -> this checkout (ansible.cfg)"
@@ -106,6 +107,11 @@ ansible-test-cache: venv
 setup: venv tools sim collection-path ansible-test-cache
 
 # a copy of the collection, as a commit would hold it, for ansible-test
+# $(call copy_junit,STEP): keep ansible-test's JUnit results as tests/output/junit/STEP-*.xml
+define copy_junit
+for f in $(STAGE)/tests/output/junit/*.xml; do if [ -e "$$f" ]; then cp "$$f" $(JUNIT)/$(1)-$${f##*/}; fi; done
+endef
+
 stage:
 	@.ci/stage-collection.sh $(ANSIBLE_TEST_ROOT)
 
@@ -114,13 +120,13 @@ stage:
 units: venv ansible-test-cache stage
 	@mkdir -p $(JUNIT)
 	rc=0; cd $(STAGE) && $(ANSIBLE_TEST) units $(ANSIBLE_TEST_ARGS) --requirements || rc=$$?; \
-	  for f in $(STAGE)/tests/output/junit/*.xml; do [ -e "$$f" ] && cp "$$f" $(JUNIT)/units-$${f##*/}; done; \
+	  $(call copy_junit,units); \
 	  exit $$rc
 
 sanity: venv tools ansible-test-cache stage
 	@mkdir -p $(JUNIT)
 	rc=0; cd $(STAGE) && $(ANSIBLE_TEST) sanity $(ANSIBLE_TEST_ARGS) --junit || rc=$$?; \
-	  for f in $(STAGE)/tests/output/junit/ansible-test-sanity-*.xml; do cp "$$f" $(JUNIT)/sanity-$${f##*/ansible-test-sanity-}; done; \
+	  $(call copy_junit,sanity); \
 	  $(PY) .ci/junit_summary.py require-ran $(STAGE)/tests/output/junit $(SANITY_REQUIRED) || rc=1; \
 	  exit $$rc
 
@@ -130,11 +136,8 @@ lint: venv collection-path
 simtests: venv sim
 	$(PYTEST) tests/simulator --junitxml=$(JUNIT)/simtests.xml
 
-# tests/integration/ is written by another change; until it lands there is nothing to run
 integration: venv sim collection-path
-	@if [ -d tests/integration ]; then \
-	  $(PYTEST) tests/integration --junitxml=$(JUNIT)/integration.xml; \
-	else echo "integration: tests/integration/ does not exist yet: nothing to run"; fi
+	$(PYTEST) tests/integration --junitxml=$(JUNIT)/integration.xml
 
 build-test: venv sim
 	$(PYTEST) tests/build --junitxml=$(JUNIT)/build-test.xml
@@ -159,13 +162,19 @@ demo: venv sim collection-path
 	@[ -f $(DEMO_SCRIPT) ] || { echo "demo: $(DEMO_SCRIPT) does not exist yet" >&2; exit 1; }
 	bash $(DEMO_SCRIPT)
 
+# ends a fleet left by `KEEP=1 make demo`: gpusim ends its processes by recorded PID
+demo-clean:
+	@for state in build/demo/*/; do \
+	  if [ -f "$$state/host" ]; then PYTHONPATH=simulator $(PY) -m gpusim cleanup --state "$$state"; fi; \
+	done
+
 constraints: venv
 	@{ echo "# Every package of the control node + test venv, pinned (pip freeze of a venv built from"; \
 	   echo "# controller.txt + managed-host.txt). Regenerate with: make constraints"; \
 	   $(PY) -m pip freeze --disable-pip-version-check | LC_ALL=C sort -f; } > requirements/constraints.txt.new
 	@mv requirements/constraints.txt.new requirements/constraints.txt
 
-clean:
+clean: demo-clean
 	rm -rf build dist .collections .ansible simulator/build tests/output bench/results gpuops-fleet-*.tar.gz
 
 distclean: clean

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 SIM_DIR = REPO / "simulator"

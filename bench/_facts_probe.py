@@ -30,7 +30,8 @@ SMI_APPS = ["--query-compute-apps=pid,process_name,gpu_uuid,used_memory", "--for
 
 def gather() -> Dict[str, Any]:
     with open_nvml(pynvml) as session:
-        return from_nvml(session, MODULE_DEFAULTS, psutil)
+        facts: Dict[str, Any] = from_nvml(session, MODULE_DEFAULTS, psutil)
+    return facts
 
 
 def smi_pair(smi: str) -> List[str]:
@@ -70,7 +71,7 @@ def nvml_share(runs: int) -> Tuple[float, List[float]]:
     """NVML calls per gather and the ms spent in them, per run (call last: pynvml stays wrapped)."""
     totals = instrument_nvml()
     spent: List[float] = []
-    for _ in range(runs):
+    for _run in range(runs):
         totals.update(calls=0.0, ms=0.0)
         gather()
         spent.append(totals["ms"])
@@ -79,7 +80,7 @@ def nvml_share(runs: int) -> Tuple[float, List[float]]:
 
 def timed_ms(func: Callable[[], object], warmup: int, runs: int, budget_s: float) -> List[float]:
     """Wall times in ms of ``runs`` calls after ``warmup`` (fewer, but at least 3, when ``budget_s`` runs out)."""
-    for _ in range(warmup):
+    for _run in range(warmup):
         func()
     times: List[float] = []
     stop = time.monotonic() + budget_s

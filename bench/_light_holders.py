@@ -45,7 +45,7 @@ class LightHolders:
     def add(self, gpus: int, per_gpu: int, mib: int) -> None:
         """Start ``per_gpu`` more holders on each of GPUs 0..gpus-1, each holding ``mib``."""
         for gpu in range(gpus):
-            for _ in range(per_gpu):
+            for _holder in range(per_gpu):
                 proc = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL)  # pylint: disable=consider-using-with
                 self.procs.append(proc)
                 start = procfs.starttime(proc.pid)

@@ -62,13 +62,13 @@ def shell_run(host: SimHost, sleep: float) -> Dict[str, Any]:
 def measure(repeats: Dict[str, int], grace: float, timeout: float, sleep: float) -> Dict[str, Dict[str, List[Dict[str, Any]]]]:
     """Every run on its own host; hosts are prepared first (in parallel), runs then go one at a time."""
     runs: List[Tuple[str, str]] = [(scenario, approach) for scenario in SCENARIOS for approach in ("module", "shell")
-                                   for _ in range(repeats[approach])]
+                                   for _run in range(repeats[approach])]
     results: Dict[str, Dict[str, List[Dict[str, Any]]]] = {s: {"module": [], "shell": []} for s in SCENARIOS}
     with contextlib.ExitStack() as stack:
-        hosts = [stack.enter_context(SimHost()) for _ in runs]
+        hosts = [stack.enter_context(SimHost()) for _run in runs]
         print(f"bench_gpu_reclaim: preparing {len(hosts)} simulated hosts ...", file=sys.stderr)
         with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-            for future in [pool.submit(prepare, host, scenario) for host, (scenario, _) in zip(hosts, runs)]:
+            for future in [pool.submit(prepare, host, scenario) for host, (scenario, _approach) in zip(hosts, runs)]:
                 future.result()
         for host, (scenario, approach) in zip(hosts, runs):
             run = module_run(host, grace, timeout) if approach == "module" else shell_run(host, sleep)
@@ -87,7 +87,7 @@ def report(results: Dict[str, Dict[str, List[Dict[str, Any]]]], sleep: float) ->
         rows.append([scenario, "gpu_reclaim", len(module), median([run["wall_s"] for run in module]), floor, module_over,
                      f"yes ({len(module[0]['killed'])} ended)", shell_over / module_over])
         rows.append([scenario, f"kill; sleep {sleep:g}", len(shell), median([run["wall_s"] for run in shell]), floor, shell_over,
-                     "no (memory " + ("freed)" if all(run["freed"] for run in shell) else "still held)"), 1.0])
+                     "no (memory " + ("freed)" if all(run["freed"] for run in shell) else "still held)"), "-"])
     return "\n".join([
         table(["scenario", "approach", "runs", "elapsed s", "floor s", "above floor s", "verified", "shell/module"],
               rows),

@@ -70,9 +70,8 @@ def from_smi(run: _smi.RunCommand, smi: str, options: Options, psutil: t.Any) ->
     for row in rows:
         if row["index"] not in indices:
             continue
-        del row["driver_version"]
         device = empty_device(row["index"], options.health, None)
-        device.update((key, value) for key, value in row.items() if key in device)
+        device.update((key, value) for key, value in row.items() if key in device)  # driver_version goes to gpu_driver
         devices.append(device)
     if options.processes:
         by_uuid: t.Dict[t.Optional[str], t.List[Holder]] = {device["uuid"]: [] for device in devices}

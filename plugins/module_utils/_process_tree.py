@@ -42,7 +42,7 @@ def protected_pids(psutil: t.Any) -> t.Set[int]:
 
 def _info(psutil: t.Any, proc: t.Any) -> t.Optional[t.Dict[str, t.Any]]:
     try:
-        info = proc.as_dict(attrs=["name", "cmdline", "username", "create_time"], ad_value=None)
+        info = proc.as_dict(attrs=["name", "cmdline", "username", "create_time", "ppid"], ad_value=None)
     except psutil.NoSuchProcess:
         return None
     cmdline = info["cmdline"]
@@ -97,10 +97,11 @@ def plan_targets(psutil: t.Any, spec: ReclaimSpec, holders: t.Mapping[int, t.Dic
 
     targets: t.Dict[int, Target] = {}
     warnings: t.List[str] = []
+    children_of: t.Dict[int, t.List[int]] = {}
     for pid, info in sorted(chosen.items()):
         if pid in targets:
             continue
-        tree = _tree(psutil, pid, spec, protected) if spec.kill_tree else None
+        tree = _tree(psutil, pid, spec, protected, children_of) if spec.kill_tree else None
         if tree is not None:
             foreign_holders = sorted(p for p in tree if (p in holders or p in other_holders) and p not in chosen)
             if foreign_holders:
@@ -121,7 +122,16 @@ def plan_targets(psutil: t.Any, spec: ReclaimSpec, holders: t.Mapping[int, t.Dic
     return Plan(ordered, left_alone, warnings)
 
 
-def _tree(psutil: t.Any, pid: int, spec: ReclaimSpec, protected: t.Set[int]) -> t.Optional[t.Dict[int, t.Tuple[str, int, t.Dict[str, t.Any]]]]:
+def _children_map(psutil: t.Any, children_of: t.Dict[int, t.List[int]]) -> t.Dict[int, t.List[int]]:
+    """parent pid -> child pids, from one pass over the process table (filled on first use, then shared)."""
+    if not children_of:
+        for proc in psutil.process_iter(["ppid"]):
+            children_of.setdefault(proc.info["ppid"], []).append(proc.pid)
+    return children_of
+
+
+def _tree(psutil: t.Any, pid: int, spec: ReclaimSpec, protected: t.Set[int],
+          children_of: t.Dict[int, t.List[int]]) -> t.Optional[t.Dict[int, t.Tuple[str, int, t.Dict[str, t.Any]]]]:
     """pid -> (role, depth, info) for the holder's launcher and every descendant; None without a launcher."""
     try:
         holder = psutil.Process(pid)
@@ -140,13 +150,13 @@ def _tree(psutil: t.Any, pid: int, spec: ReclaimSpec, protected: t.Set[int]) -> 
         depth += 1
         next_level = []
         for proc in level:
-            try:
-                children = proc.children()
-            except psutil.NoSuchProcess:
-                continue
-            for child in children:
+            for child_pid in _children_map(psutil, children_of).get(proc.pid, []):
+                try:
+                    child = psutil.Process(child_pid)
+                except psutil.NoSuchProcess:
+                    continue
                 info = _info(psutil, child)
-                if info is None:
+                if info is None or info["ppid"] != proc.pid:  # gone, or the PID was reused since the map was made
                     continue
                 if child.pid in protected or matches_any(spec.exclude, info["name"], info["cmdline"]):
                     tree[child.pid] = ("kept", depth, info)  # never signalled, but its GPUs count when deciding on the tree

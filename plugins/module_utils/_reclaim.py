@@ -78,8 +78,10 @@ class Reclaim:
         while True:
             self._described.clear()  # a fresh reading means fresh process states too
             after = {index: read_gpu(self.session, index) for index in indices}
-            problems = [p for index in indices for p in judge(after[index], self.spec.memory_threshold_mib, signalled,
-                                                               plan.left_alone, self.describe, self.excluded, self.spec.ignore_foreign)]
+            problems: t.List[Problem] = []
+            for index in indices:
+                problems += judge(after[index], self.spec.memory_threshold_mib, signalled, plan.left_alone,
+                                  self.describe, self.excluded, self.spec.ignore_foreign)
             if not problems or not any(p.waitable for p in problems) or self.clock() >= deadline:
                 return after, problems
             time.sleep(VERIFY_POLL_S)

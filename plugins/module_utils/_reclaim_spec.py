@@ -9,6 +9,7 @@ Private to this collection: the API may change without notice.
 
 from __future__ import annotations
 
+import math
 import re
 import signal
 import typing as t
@@ -80,7 +81,7 @@ def _duration(option: str, value: t.Any) -> float:
         seconds = float(value)
     except (TypeError, ValueError):
         raise SpecError("%s: %r is not a number of seconds" % (option, value)) from None
-    if not seconds > 0 or seconds != seconds or seconds == float("inf"):
+    if not math.isfinite(seconds) or seconds <= 0:
         raise SpecError("%s: %r must be a positive, finite number of seconds" % (option, value))
     return seconds
 

@@ -160,7 +160,11 @@ gpus:
     memory_used_mib_after: {description: Used MiB in the last reading (V(null) in check mode)., type: int, returned: always, sample: 0}
     freed_mib: {description: MiB that came back., type: int, returned: always, sample: 93029}
     processes_before: {description: Holders before (pid, name, used_memory_mib)., type: list, elements: dict, returned: always}
-    processes_left: {description: Holders in the last reading (pid, name, state, visible, used_memory_mib)., type: list, elements: dict, returned: when not in check mode}
+    processes_left:
+      description: Holders in the last reading (pid, name, state, visible, used_memory_mib).
+      type: list
+      elements: dict
+      returned: when not in check mode
     problems: {description: Why this GPU is not free; empty when verified., type: list, elements: str, returned: when not in check mode}
     verified: {description: This GPU was read free., type: bool, returned: when not in check mode}
     error: {description: V(null), or why the GPU could not be read (for example lost)., type: str, returned: always}
@@ -174,7 +178,11 @@ evidence:
   returned: when the GPUs were not freed
   type: dict
   contains:
-    survivors: {description: For each process left, its state, kernel wait channel (wchan), user and parent chain., type: list, elements: dict, returned: always}
+    survivors:
+      description: For each process left, its state, kernel wait channel (wchan), user and parent chain.
+      type: list
+      elements: dict
+      returned: always
     device_holders: {description: Processes of this PID namespace with C(/dev/nvidia*) open (as C(fuser) shows)., type: list, elements: dict, returned: always}
     xid: {description: Recent NVIDIA Xid lines of the kernel log, where readable., type: list, elements: str, returned: always}
 msg:

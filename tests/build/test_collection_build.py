@@ -28,7 +28,9 @@ JUNK_PATHS = (
     '.ansible', '.ci', '.collections', '.git', '.pytest_cache', '.venv',
     'bench/results', 'build', 'dist', 'simulator/build', 'tests/output',
 )
-JUNK_DIR_NAMES = ('__pycache__', '.pytest_cache')
+JUNK_DIR_NAMES = ('__pycache__', '.pytest_cache', '.mypy_cache', '.ruff_cache')
+# written by ansible-galaxy itself
+BUILD_METADATA = ('MANIFEST.json', 'FILES.json')
 JUNK_SUFFIXES = ('.pyc', '.retry', '.tar.gz')
 
 PRODUCT_FILES = (
@@ -104,6 +106,24 @@ def is_junk(member: str) -> bool:
 def test_tarball_has_no_build_junk(members: list[str]) -> None:
     junk = [member for member in members if is_junk(member)]
     assert not junk, 'build output in the collection tarball (extend build_ignore in galaxy.yml): %s' % junk
+
+
+def source_files() -> set[str]:
+    """Files a commit of this checkout would hold: tracked, or untracked and not ignored by git."""
+    listing = subprocess.run(
+        ['git', 'ls-files', '-z', '--cached', '--others', '--exclude-standard'],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=True).stdout
+    return {path for path in listing.split('\0') if path}
+
+
+@pytest.mark.skipif(not (REPO / '.git').exists(), reason='not a git checkout')
+def test_tarball_holds_only_source_files(tarball: Path) -> None:
+    """Anything git ignores (caches, venvs, build output) is junk, whatever its name."""
+    with tarfile.open(tarball) as archive:
+        files = [member.name for member in archive.getmembers() if not member.isdir()]
+    sources = source_files()
+    extra = [name for name in files if name not in sources and name not in BUILD_METADATA]
+    assert not extra, 'files git ignores are in the collection tarball (extend build_ignore in galaxy.yml): %s' % extra
 
 
 def test_tarball_holds_the_product(members: list[str]) -> None:

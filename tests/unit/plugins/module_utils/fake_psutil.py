@@ -87,6 +87,12 @@ class FakePsutil:
         self.settle()
         return sorted(self.table)
 
+    def process_iter(self, attrs: t.Sequence[str]) -> t.Iterator["FakeProcess"]:
+        for pid in self.pids():
+            proc = self.Process(pid)
+            proc.info = proc.as_dict(attrs)
+            yield proc
+
 
 class FakeProcess:
     """A psutil.Process: bound to the PID and the start time it had when it was made."""
@@ -95,6 +101,7 @@ class FakeProcess:
         self.host = host
         self.pid = pid
         self._create_time = create_time
+        self.info: t.Dict[str, t.Any] = {}
 
     def _row(self) -> Row:
         self.host.settle()
