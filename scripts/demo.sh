@@ -23,7 +23,7 @@ hosts=(gpu-node-01 gpu-node-02)
 
 cleanup() {
   for h in "${hosts[@]}"; do
-    [ -d "$demo/$h" ] && gpusim cleanup --state "$demo/$h" >/dev/null || true
+    if [ -d "$demo/$h" ]; then gpusim cleanup --state "$demo/$h" >/dev/null || true; fi
   done
 }
 if [ "${KEEP:-0}" != 1 ]; then trap cleanup EXIT; fi

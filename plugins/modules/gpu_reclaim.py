@@ -23,7 +23,7 @@ description:
     (C(nvidia-persistenced), C(nv-hostengine), DCGM, C(nvidia-smi)), nor a process that is neither a holder on the selected GPUs
     nor inside a holder's launcher tree. Checks each process's start time right before every signal, so a reused PID is never hit.
 author:
-  - gpuops.fleet contributors
+  - gpuops maintainers (@gpuops)
 extends_documentation_fragment:
   - gpuops.fleet.nvml
 attributes:
@@ -60,6 +60,16 @@ options:
       - The default covers the vLLM API server and C(vllm serve), vLLM's C(VLLM::*) processes, Ray, torchrun, SGLang, TGI and Triton.
     type: list
     elements: str
+    default:
+      - 'vllm\.entrypoints'
+      - '(^|/)vllm serve\b'
+      - '^VLLM::'
+      - '(^|/)ray(::| start)|raylet|gcs_server'
+      - '(^|/)torchrun\b|torch\.distributed\.(run|launch)'
+      - 'sglang\.launch_server|(^|/)sglang serve\b'
+      - 'text-generation-launcher|text-generation-server'
+      - 'tritonserver'
+
   signals:
     description:
       - The escalation ladder, by name (V(TERM), V(SIGTERM)) or number. Each step signals every process still running,
@@ -129,47 +139,135 @@ killed:
   type: list
   elements: dict
   contains:
-    pid: {description: PID., type: int, returned: always, sample: 4242}
-    name: {description: Name (process title)., type: str, returned: always, sample: VLLM::Worker_TP0}
-    cmdline: {description: Command line words., type: list, elements: str, returned: always, sample: [VLLM::Worker_TP0]}
-    username: {description: Owner., type: str, returned: always, sample: vllm}
-    role: {description: V(launcher), V(holder) (of GPU memory) or V(descendant) (of a launcher)., type: str, returned: always, sample: holder}
-    gpus: {description: Indices of the selected GPUs it held., type: list, elements: int, returned: always, sample: [0]}
-    signal: {description: The signal that ended it (the last one sent before it exited)., type: str, returned: always, sample: SIGTERM}
-    seconds_to_exit: {description: Seconds from the first signal of the task to its exit., type: float, returned: always, sample: 0.04}
-    ended: {description: V(exited), or V(zombie) (exited, not yet reaped by its parent)., type: str, returned: always, sample: exited}
+    pid:
+      description: PID.
+      type: int
+      returned: always
+      sample: 4242
+    name:
+      description: Name (the process title where one is set).
+      type: str
+      returned: always
+      sample: VLLM::Worker_TP0
+    cmdline:
+      description: Command line words.
+      type: list
+      elements: str
+      returned: always
+      sample: [VLLM::Worker_TP0]
+    username:
+      description: Owner.
+      type: str
+      returned: always
+      sample: vllm
+    role:
+      description: V(launcher), V(holder) (of GPU memory) or V(descendant) (of a launcher).
+      type: str
+      returned: always
+      sample: holder
+    gpus:
+      description: Indices of the selected GPUs it held.
+      type: list
+      elements: int
+      returned: always
+      sample: [0]
+    signal:
+      description: The signal that ended it (the last one sent before it exited).
+      type: str
+      returned: always
+      sample: SIGTERM
+    seconds_to_exit:
+      description: Seconds from the first signal of the task to its exit.
+      type: float
+      returned: always
+      sample: 0.04
+    ended:
+      description: V(exited), or V(zombie) (exited but not yet reaped by its parent).
+      type: str
+      returned: always
+      sample: exited
 would_kill:
-  description: Check mode only; the processes a real run would signal, launchers first (same keys as RV(killed) less the outcome).
+  description: Check mode only; the processes a real run would signal, launchers first (the keys of RV(killed) without the outcome).
   returned: check mode
   type: list
   elements: dict
 survivors:
-  description: Signalled processes still running after the last step of the ladder, with RV(survivors[].error) when a signal could not be sent.
+  description: Signalled processes still running after the last step of the ladder.
   returned: when not in check mode
   type: list
   elements: dict
+  contains:
+    pid:
+      description: PID.
+      type: int
+      returned: always
+    name:
+      description: Name.
+      type: str
+      returned: always
+    signal:
+      description: The last signal sent to it.
+      type: str
+      returned: always
+    error:
+      description: Why a signal could not be sent (for example permission denied), else V(null).
+      type: str
+      returned: always
 gpus:
   description: Each selected GPU before and after.
   returned: always
   type: list
   elements: dict
   contains:
-    index: {description: GPU index., type: int, returned: always, sample: 0}
-    uuid: {description: GPU UUID., type: str, returned: always}
-    memory_used_mib_before: {description: Used MiB before anything was signalled., type: int, returned: always, sample: 93029}
-    memory_used_mib_after: {description: Used MiB in the last reading (V(null) in check mode)., type: int, returned: always, sample: 0}
-    freed_mib: {description: MiB that came back., type: int, returned: always, sample: 93029}
-    processes_before: {description: Holders before (pid, name, used_memory_mib)., type: list, elements: dict, returned: always}
+    index:
+      description: GPU index.
+      type: int
+      returned: always
+      sample: 0
+    uuid:
+      description: GPU UUID.
+      type: str
+      returned: always
+    memory_used_mib_before:
+      description: Used MiB before anything was signalled.
+      type: int
+      returned: always
+      sample: 93029
+    memory_used_mib_after:
+      description: Used MiB in the last reading (V(null) in check mode).
+      type: int
+      returned: always
+      sample: 0
+    freed_mib:
+      description: MiB that came back.
+      type: int
+      returned: always
+      sample: 93029
+    processes_before:
+      description: Holders before anything was signalled, each with C(pid), C(name) and C(used_memory_mib).
+      type: list
+      elements: dict
+      returned: always
     processes_left:
-      description: Holders in the last reading (pid, name, state, visible, used_memory_mib).
+      description: Holders in the last reading, each with C(pid), C(name), C(state), C(visible) and C(used_memory_mib).
       type: list
       elements: dict
       returned: when not in check mode
-    problems: {description: Why this GPU is not free; empty when verified., type: list, elements: str, returned: when not in check mode}
-    verified: {description: This GPU was read free., type: bool, returned: when not in check mode}
-    error: {description: V(null), or why the GPU could not be read (for example lost)., type: str, returned: always}
+    problems:
+      description: Why this GPU is not free; empty when verified.
+      type: list
+      elements: str
+      returned: when not in check mode
+    verified:
+      description: This GPU was read free.
+      type: bool
+      returned: when not in check mode
+    error:
+      description: V(null), or why the GPU could not be read (for example a lost GPU).
+      type: str
+      returned: always
 elapsed_s:
-  description: Seconds the task took, from reading to verified (or given up).
+  description: Seconds the task took, from the first reading to verified (or given up).
   returned: always
   type: float
   sample: 0.31
@@ -179,12 +277,20 @@ evidence:
   type: dict
   contains:
     survivors:
-      description: For each process left, its state, kernel wait channel (wchan), user and parent chain.
+      description: For each process left, its state, kernel wait channel (C(wchan)), user and parent chain.
       type: list
       elements: dict
       returned: always
-    device_holders: {description: Processes of this PID namespace with C(/dev/nvidia*) open (as C(fuser) shows)., type: list, elements: dict, returned: always}
-    xid: {description: Recent NVIDIA Xid lines of the kernel log, where readable., type: list, elements: str, returned: always}
+    device_holders:
+      description: Processes of this PID namespace with C(/dev/nvidia*) open (as C(fuser) shows them).
+      type: list
+      elements: dict
+      returned: always
+    xid:
+      description: Recent NVIDIA Xid lines of the kernel log, when one is readable.
+      type: list
+      elements: str
+      returned: always
 msg:
   description: What happened, in one line; on failure every reason a GPU is not free.
   returned: always

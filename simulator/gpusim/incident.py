@@ -46,5 +46,5 @@ def replay_incident(state: StateDir, parent: Optional[int] = None) -> List[Dict[
         if kill_records([record], signal.SIGKILL):
             killed.append({"pid": record.pid, "role": record.role, "title": title, "signal": "SIGKILL",
                            "as_by": command})
-    wait_gone([record for record, _ in steps], timeout=5.0)
+    wait_gone([record for record, _command in steps], timeout=5.0)
     return killed

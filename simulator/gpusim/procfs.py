@@ -28,7 +28,7 @@ def read_stat(pid: int) -> Optional[ProcStat]:
             raw = handle.read()
     except (FileNotFoundError, ProcessLookupError):
         return None
-    head, _, tail = raw.rpartition(")")
+    head, _paren, tail = raw.rpartition(")")
     fields = tail.split()
     # fields[0] is field 3 (state) of proc(5); field N is fields[N - 3].
     return ProcStat(pid=pid, comm=head.partition("(")[2], state=fields[0], ppid=int(fields[1]),

@@ -100,4 +100,3 @@ def log_tail(state: StateDir, log_name: str, lines: int = 20) -> str:
     if not path.exists():
         return ""
     return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
-

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Write C stubs for every symbol in symbols.txt that the C sources do not define.

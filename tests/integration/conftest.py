@@ -84,5 +84,3 @@ def pid_alive(pid: int) -> bool:
             return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except OSError:
         return False
-
-

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from simfleet import REPO, run_module, run_playbook
 

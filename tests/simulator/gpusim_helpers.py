@@ -138,6 +138,6 @@ class SimHost:
     def kill(self, pid: int, sig: int = signal.SIGKILL) -> None:
         """Signal a process this test's simulator started (refuses any other PID)."""
         fields = stat_fields(pid)
-        recorded = {rec_pid: start for rec_pid, start, _ in self.records()}
+        recorded = {rec_pid: start for rec_pid, start, _role in self.records()}
         assert fields is not None and recorded.get(pid) == int(fields[19]), f"PID {pid} is not ours"
         os.kill(pid, sig)

@@ -104,7 +104,7 @@ class SimState:
 
 
 DRIVER = r'''
-import ctypes, json, sys, time
+import ctypes, json, sys
 import pynvml
 
 class ProcessInfoV1(ctypes.Structure):
@@ -139,30 +139,9 @@ def memory_v2_raw(index, version):
     mem.version = version
     return raw("nvmlDeviceGetMemoryInfo_v2", h(index), ctypes.byref(mem))
 
-def timed(fn, repeat):
-    best = None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        elapsed = time.perf_counter() - start
-        best = elapsed if best is None else min(best, elapsed)
-    return best
-
-def facts(indices):
-    for i in indices:
-        d = h(i)
-        pynvml.nvmlDeviceGetName(d); pynvml.nvmlDeviceGetUUID(d); pynvml.nvmlDeviceGetPciInfo(d)
-        pynvml.nvmlDeviceGetMemoryInfo(d); pynvml.nvmlDeviceGetMemoryInfo(d, version=pynvml.nvmlMemory_v2)
-        pynvml.nvmlDeviceGetUtilizationRates(d); pynvml.nvmlDeviceGetTemperature(d, 0)
-        pynvml.nvmlDeviceGetPowerUsage(d); pynvml.nvmlDeviceGetEnforcedPowerLimit(d)
-        pynvml.nvmlDeviceGetPerformanceState(d); pynvml.nvmlDeviceGetCurrentClocksEventReasons(d)
-        pynvml.nvmlDeviceGetEccMode(d); pynvml.nvmlDeviceGetRemappedRows(d)
-        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(d) + pynvml.nvmlDeviceGetGraphicsRunningProcesses(d):
-            pynvml.nvmlSystemGetProcessName(p.pid)
-
 names = dict(vars(pynvml))
 names.update(ctypes=ctypes, h=h, raw=raw, raw_procs=raw_procs, memory_v2_raw=memory_v2_raw,
-             ProcessInfoV1=ProcessInfoV1, timed=timed, facts=facts)
+             ProcessInfoV1=ProcessInfoV1)
 for line in sys.stdin:
     names["nvmlLib"] = pynvml.nvmlLib  # loaded by the first nvmlInit
     try:
@@ -275,4 +254,4 @@ def kill_unreaped(child: subprocess.Popen[bytes]) -> None:
 
 def smi(state: Path | None, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(SMI), *args], capture_output=True, text=True, env=sim_env(state),
-                          timeout=30)
+                          timeout=30, check=False)

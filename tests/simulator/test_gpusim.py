@@ -42,8 +42,8 @@ def test_create_writes_a_host_nvml_can_read(simhost: SimHost, tmp_path: Path) ->
     buses = [row[2] for row in rows]
     assert all(re.fullmatch(r"00000000:[0-9A-F]{2}:00\.0", bus) for bus in buses)
     assert buses == sorted(buses) and len(set(buses)) == 8
-    assert {tuple(row[3:]) for row in rows} == {("97887", "512", "0", "0",
-                                                  "NVIDIA RTX PRO 6000 Blackwell Server Edition")}
+    assert {tuple(row[3:]) for row in rows} == {
+        ("97887", "512", "0", "0", "NVIDIA RTX PRO 6000 Blackwell Server Edition")}
     gpus = simhost.nvml_gpus()
     assert [gpu["uuid"] for gpu in gpus] == [row[1] for row in rows]
     assert {(gpu["total_mib"], gpu["used_mib"], gpu["reserved_mib"], gpu["v1_used_mib"]) for gpu in gpus} == {
@@ -112,7 +112,7 @@ def test_v1_tree_with_engine_core(simhost: SimHost) -> None:
     assert ppid(core) == tree["parent"]
     assert [ppid(pid) for pid in tree["workers"]] == [core] * 4
     assert [title(pid) for pid in tree["workers"]] == [f"VLLM::Worker_TP{rank}" for rank in range(4)]
-    roles = {pid: role for pid, _, role in simhost.records()}
+    roles = {pid: role for pid, _start, role in simhost.records()}
     assert [roles[tree["parent"]], roles[core]] == ["api_server", "engine_core"]
     assert {roles[pid] for pid in tree["workers"]} == {"worker"}
 
@@ -221,7 +221,7 @@ def test_two_servers_tp4(simhost: SimHost) -> None:
 
     clash = simhost.gpusim("vllm", "--gpus", "3-4", check=False)  # like vLLM: the memory is taken
     assert clash.returncode == 1 and "Free memory on device cuda:0" in clash.stderr
-    running = {pid for pid, _, _ in simhost.records() if is_running(pid)}
+    running = {pid for pid, _start, _role in simhost.records() if is_running(pid)}
     assert running - {first["reaper"], second["reaper"]} == {
         first["parent"], second["parent"], *first["workers"], *second["workers"]}
 
@@ -257,8 +257,8 @@ def test_status_output(simhost: SimHost) -> None:
     assert "300 MiB held by no process" in text
     status = json.loads(simhost.gpusim("status", "--json").stdout)
     assert [gpu["used_mib"] for gpu in status["gpus"]] == [INCIDENT_MIB] * 2 + [0] * 5 + [300]
-    assert status["gpus"][0]["holders"] == [{"pid": tree["workers"][0], "title": "VLLM::Worker_TP0",
-                                              "state": "S", "used_mib": INCIDENT_MIB, "flags": []}]
+    assert status["gpus"][0]["holders"] == [
+        {"pid": tree["workers"][0], "title": "VLLM::Worker_TP0", "state": "S", "used_mib": INCIDENT_MIB, "flags": []}]
     roles = {process["pid"]: process["role"] for process in status["processes"]}
     assert roles[tree["parent"]] == "api_server" and roles[tree["reaper"]] == "reaper"
 
@@ -284,7 +284,7 @@ def test_cleanup_ends_every_recorded_process_and_nothing_else(simhost: SimHost) 
 
             result = json.loads(simhost.gpusim("cleanup").stdout)
             assert result["left"] == [] and result["killed"]
-            assert not any(is_running(pid) for pid, _, _ in recorded)
+            assert not any(is_running(pid) for pid, _start, _role in recorded)
             assert canary.poll() is None
             assert list((simhost.state / "procs").iterdir()) == []
             assert list((simhost.state / "allocs").iterdir()) == []

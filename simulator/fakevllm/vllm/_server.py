@@ -28,8 +28,8 @@ def run_server(args: ServerArgs) -> int:
     log(f"vLLM API server version {__version__} (simulated), model {args.model},"
         f" tensor_parallel_size={args.tensor_parallel_size}")
     if _simhost.engine_core_enabled():
-        children = [start_child("vllm.v1.engine.core", engine_core_args(args.tensor_parallel_size,
-                                                                       args.gpu_memory_utilization))]
+        core_args = engine_core_args(args.tensor_parallel_size, args.gpu_memory_utilization)
+        children = [start_child("vllm.v1.engine.core", core_args)]
     else:
         children = start_workers(args.tensor_parallel_size, args.gpu_memory_utilization)
     supervisor = Supervisor("APIServer", children)
