@@ -109,8 +109,9 @@ class Reclaim:
             result["msg"] = "GPU %s verified free by a fresh NVML reading: ended %d process(es), %d MiB came back" % (
                 _indices(before), len(result["killed"]), freed)
             return result
-        texts = [p.text for p in problems] + ["pid %d (%s): %s" % (o.target.pid, o.target.name, o.error or "survived every signal")
-                                              for o in survivors if not any("pid %d " % o.target.pid in p.text for p in problems)]
+        listed = {holder.pid for reading in after.values() for holder in reading.holders}  # already named by a problem
+        texts = [p.text for p in problems] + ["pid %d (%s, %s): %s" % (o.target.pid, o.target.name, o.target.role, o.error or "survived every signal")
+                                              for o in survivors if o.target.pid not in listed]
         result["msg"] = "GPUs not freed: " + "; ".join(texts)
         result["evidence"] = {
             "survivors": [evidence.survivor(self.psutil, pid) for pid in sorted(_problem_pids(after, problems) | {o.target.pid for o in survivors})],
