@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import typing as t
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._processes import trim_cmdline
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import ReclaimSpec, matches_any
 
 
@@ -45,9 +46,7 @@ def _info(psutil: t.Any, proc: t.Any) -> t.Optional[t.Dict[str, t.Any]]:
         info = proc.as_dict(attrs=["name", "cmdline", "username", "create_time", "ppid"], ad_value=None)
     except psutil.NoSuchProcess:
         return None
-    cmdline = info["cmdline"]
-    while cmdline and not cmdline[-1]:
-        cmdline.pop()
+    trim_cmdline(info["cmdline"])
     return info
 
 

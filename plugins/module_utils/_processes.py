@@ -16,6 +16,13 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import Holder
 _ATTRS = ["name", "cmdline", "username", "status", "ppid", "create_time"]
 
 
+def trim_cmdline(cmdline: t.Optional[t.List[str]]) -> t.Optional[t.List[str]]:
+    """A process title (setproctitle) leaves the rest of the old argv area as NULs: drop the empty words at the end."""
+    while cmdline and not cmdline[-1]:
+        cmdline.pop()
+    return cmdline
+
+
 def describe_process(psutil: t.Any, pid: int) -> t.Dict[str, t.Any]:
     """name, cmdline (list), username, state, ppid, create_time and visible for one PID.
 
@@ -29,11 +36,7 @@ def describe_process(psutil: t.Any, pid: int) -> t.Dict[str, t.Any]:
         info = psutil.Process(pid).as_dict(attrs=_ATTRS, ad_value=None)
     except psutil.NoSuchProcess:
         return {"name": None, "cmdline": None, "username": None, "state": None, "ppid": None, "create_time": None, "visible": False}
-    cmdline = info["cmdline"]
-    if cmdline is not None:
-        # a process title (setproctitle) leaves the rest of the old argv area as NULs: drop the empty words
-        while cmdline and not cmdline[-1]:
-            cmdline.pop()
+    cmdline = trim_cmdline(info["cmdline"])
     return {
         "name": info["name"],
         "cmdline": cmdline,
