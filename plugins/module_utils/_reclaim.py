@@ -14,6 +14,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _reclaim_evidence as evidence
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import NvmlSession
+from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import NvmlError
 from ansible_collections.gpuops.fleet.plugins.module_utils._process_tree import Plan, plan_targets
 from ansible_collections.gpuops.fleet.plugins.module_utils._processes import describe_process
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import ReclaimSpec, matches_any
@@ -65,11 +66,18 @@ class Reclaim:
                 if info["visible"]:
                     holders.setdefault(holder.pid, dict(info, gpus=[]))["gpus"].append(reading.index)
         others: t.Dict[int, t.List[int]] = {}
+        unread: t.List[str] = []
         for index in range(self.session.count):
-            if index not in selected:
-                for holder in read_gpu(self.session, index).holders:
+            if index in selected:
+                continue
+            try:
+                for holder in self.session.holders(index):
                     others.setdefault(holder.pid, []).append(index)
-        return plan_targets(self.psutil, self.spec, holders, selected, others)
+            except NvmlError as exc:
+                unread.append("GPU %d (outside `gpus`) could not be read, so a launcher tree ended here may also hold it: %s" % (index, exc))
+        plan = plan_targets(self.psutil, self.spec, holders, selected, others)
+        plan.warnings.extend(unread)
+        return plan
 
     def _verify(self, indices: t.Sequence[int], plan: Plan, outcomes: t.Sequence[Outcome]) -> t.Tuple[t.Dict[int, Reading], t.List[Problem]]:
         """Poll fresh NVML readings until every selected GPU is free, only lasting problems remain, or ``timeout``."""

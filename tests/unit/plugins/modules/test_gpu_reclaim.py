@@ -165,6 +165,16 @@ def test_two_servers_only_the_selected_one_is_ended(monkeypatch):
     assert result["warnings"] == []
 
 
+def test_unreadable_gpu_outside_the_selection_is_warned_about(monkeypatch):
+    first, first_workers = vllm_server(1000, range(4))
+    second, second_workers = vllm_server(5000, range(4, 8))
+    host = Host(first + second, {**first_workers, **second_workers})
+    host.lib.devices[6]["lost"] = True
+    result = run_module(monkeypatch, host, {"gpus": ["0", "1", "2", "3"]})
+    assert result["verified"] is True
+    assert len(result["warnings"]) == 1 and "GPU 6 (outside `gpus`) could not be read" in result["warnings"][0]
+
+
 def test_selected_by_uuid(monkeypatch):
     host, _workers = incident()
     result = run_module(monkeypatch, host, {"gpus": [host.lib.devices[6]["uuid"].upper()]})
