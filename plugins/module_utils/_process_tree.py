@@ -51,7 +51,9 @@ def _info(psutil: t.Any, proc: t.Any) -> t.Optional[t.Dict[str, t.Any]]:
 
 
 def _launcher(psutil: t.Any, holder: t.Any, spec: ReclaimSpec, protected: t.Set[int]) -> t.Any:
-    """The highest ancestor (or the holder itself) that looks like an inference launcher; None if none does."""
+    """The inference launcher of a holder, or None: climbing from the holder, the first process that matches
+    ``launcher_patterns``, then its ancestors for as long as they match too (API server above EngineCore above
+    workers). The climb stops at the first non-matching process above a match, at a protected or excluded one."""
     found = None
     chain = [holder]
     try:
@@ -68,6 +70,8 @@ def _launcher(psutil: t.Any, holder: t.Any, spec: ReclaimSpec, protected: t.Set[
             break
         if matches_any(spec.launcher_patterns, info["name"], info["cmdline"]):
             found = proc
+        elif found is not None:
+            break
     return found
 
 

@@ -18,15 +18,18 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._selection import Gpu
 
 # The highest ancestor of a holder that matches one of these is its launcher: the
 # process that would respawn workers or keep the port if it were left alive.
+# Anchored at the program: a wrapper that merely mentions a server in its
+# arguments (bash -c "...", SCREEN, tmux, sudo) is not a launcher.
+_PY = r"^(\S*/)?python[0-9.]*(\s+-\S+)*\s+"
 DEFAULT_LAUNCHER_PATTERNS = [
-    r"vllm\.entrypoints",
-    r"(^|/)vllm serve\b",
+    _PY + r"-m\s+vllm\.entrypoints\.",
+    r"^((\S*/)?python[0-9.]*\s+)?(\S*/)?vllm\s+serve\b",
     r"^VLLM::",
-    r"(^|/)ray(::| start)|raylet|gcs_server",
-    r"(^|/)torchrun\b|torch\.distributed\.(run|launch)",
-    r"sglang\.launch_server|(^|/)sglang serve\b",
-    r"text-generation-launcher|text-generation-server",
-    r"tritonserver",
+    r"^(\S*/)?(raylet|gcs_server)\b|^ray::|^((\S*/)?python[0-9.]*\s+)?(\S*/)?ray\s+start\b",
+    r"^((\S*/)?python[0-9.]*\s+)?(\S*/)?torchrun\b|" + _PY + r"-m\s+torch\.distributed\.(run|launch)\b",
+    _PY + r"-m\s+sglang\.launch_server\b|^((\S*/)?python[0-9.]*\s+)?(\S*/)?sglang\s+serve\b",
+    r"^(\S*/)?text-generation-(launcher|server)\b",
+    r"^(\S*/)?tritonserver\b",
 ]
 
 # Never signalled, whatever the options say: the driver's helpers and GPU monitoring.
@@ -92,6 +95,8 @@ def build_spec(params: t.Mapping[str, t.Any]) -> ReclaimSpec:
         gpus = parse_gpus(params.get("gpus"))
     except SelectionError as exc:
         raise SpecError(str(exc)) from None
+    if params.get("match") is not None and not params["match"]:
+        raise SpecError("match: the list is empty; omit the option to end every holder")
     signals = [parse_signal("signals", value) for value in params.get("signals") or []]
     if not signals:
         raise SpecError("signals: the escalation ladder is empty; give at least one signal, e.g. [TERM, KILL]")

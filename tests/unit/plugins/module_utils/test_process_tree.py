@@ -84,6 +84,21 @@ def test_launcher_above_a_plain_shell_is_found_and_the_shell_is_not_taken():
     assert roles(result) == [(2001, "launcher", 0), (2010, "holder", 1), (2011, "holder", 1)]
 
 
+@pytest.mark.parametrize("wrapper", [
+    ["SCREEN", "-dmS", "llm", "python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"],
+    ["bash", "-c", "python3 -m vllm.entrypoints.openai.api_server --model m; echo done"],
+    ["tmux", "new", "-d", "vllm serve m"],
+])
+def test_wrapper_that_mentions_the_server_is_not_its_launcher(wrapper):
+    """A screen/tmux/shell wrapper names the server in its arguments; its other children (a canary) must survive."""
+    rows, workers = vllm_server(1000, range(2), parent=3000)
+    rows += [Row(3000, 1, wrapper[0], wrapper), Row(3001, 3000, "sleep", ["sleep", "600"])]
+    result = plan(fake(rows), workers)
+    taken = {tg.pid for tg in result.targets}
+    assert result.targets[0].pid == 1000 and result.targets[0].role == "launcher"
+    assert not {3000, 3001} & taken
+
+
 def test_reparented_workers_are_ended_alone():
     # the incident after the broken cleanup: the API server SIGKILLed, its workers adopted by PID 1
     rows, workers = vllm_server(1000, range(8), engine_core=False, parent=1)
