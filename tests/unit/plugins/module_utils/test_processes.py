@@ -57,6 +57,7 @@ def test_process_title_shows_whole_not_cut_to_15_characters(children):
 
 def test_plain_command_line_is_kept_as_words(children):
     child = children("import time; time.sleep(60)", "--tensor-parallel-size", "8")
+    wait_for(lambda: "8" in psutil.Process(child.pid).cmdline())  # the new image's argv, not a moment of exec
     got = describe_process(psutil, child.pid)
     assert got["cmdline"] == [sys.executable, "-c", "import time; time.sleep(60)", "--tensor-parallel-size", "8"]
 
