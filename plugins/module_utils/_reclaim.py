@@ -55,7 +55,7 @@ class Reclaim:
         if self.check_mode:
             return self._result(before, None, plan, [], [])
         outcomes = run_ladder(self.psutil, plan.targets, self.spec.signals, self.spec.grace)
-        after, problems = self._verify(indices, plan, outcomes)
+        after, problems = self._verify(before, plan, outcomes)
         return self._result(before, after, plan, outcomes, problems)
 
     def _plan(self, before: t.Mapping[int, Reading], selected: t.Set[int]) -> Plan:
@@ -79,9 +79,12 @@ class Reclaim:
         plan.warnings.extend(unread)
         return plan
 
-    def _verify(self, indices: t.Sequence[int], plan: Plan, outcomes: t.Sequence[Outcome]) -> t.Tuple[t.Dict[int, Reading], t.List[Problem]]:
+    def _verify(self, before: t.Mapping[int, Reading], plan: Plan, outcomes: t.Sequence[Outcome]) -> t.Tuple[t.Dict[int, Reading], t.List[Problem]]:
         """Poll fresh NVML readings until every selected GPU is free, only lasting problems remain, or ``timeout``."""
+        indices = sorted(before)
         signalled = {o.target.pid: _why_left(o) for o in outcomes if o.signal is not None or o.error is not None or o.ended == "zombie"}
+        sent = {o.target.pid for o in outcomes if o.signal is not None}
+        settling = {index for index in indices if any(holder.pid in sent for holder in before[index].holders)}
         deadline = self.start + self.spec.timeout
         while True:
             self._described.clear()  # a fresh reading means fresh process states too
@@ -89,7 +92,7 @@ class Reclaim:
             problems: t.List[Problem] = []
             for index in indices:
                 problems += judge(after[index], self.spec.memory_threshold_mib, signalled, plan.left_alone,
-                                  self.describe, self.excluded, self.spec.ignore_foreign)
+                                  self.describe, self.excluded, self.spec.ignore_foreign, index in settling)
             if not problems or not any(p.waitable for p in problems) or self.clock() >= deadline:
                 return after, problems
             time.sleep(VERIFY_POLL_S)

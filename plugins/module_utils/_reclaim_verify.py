@@ -44,8 +44,11 @@ def read_gpu(session: NvmlSession, index: int) -> Reading:
 
 def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tuple[str, bool]], left_alone: t.Mapping[int, str],
           describe: t.Callable[[int], t.Dict[str, t.Any]], excluded: t.Callable[[t.Dict[str, t.Any]], bool],
-          ignore_foreign: bool) -> t.List[Problem]:
-    """Every reason this GPU is not free; an empty list means verified free."""
+          ignore_foreign: bool, settling: bool = True) -> t.List[Problem]:
+    """Every reason this GPU is not free; an empty list means verified free.
+
+    ``settling``: this run signalled a holder of this GPU, so memory held by no process may still come back.
+    """
     if reading.error is not None or reading.memory is None:
         return [Problem(reading.index, reading.error or "GPU %d: no memory reading" % reading.index, False)]
     problems: t.List[Problem] = []
@@ -56,6 +59,12 @@ def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tupl
         info = describe(holder.pid)
         mib = "%s MiB" % ("N/A" if holder.used_memory_mib is None else holder.used_memory_mib)
         where = "GPU %d: pid %d" % (reading.index, holder.pid)
+        if holder.pid in signalled and not info["visible"]:
+            # ours, and gone from /proc: NVML lags behind, or the driver's teardown is stuck; never another namespace's
+            counted_holders += 1
+            problems.append(Problem(reading.index, "%s exited after a signal but NVML still lists it with %s: "
+                                    "the driver has not released its memory" % (where, mib), True))
+            continue
         if not info["visible"]:
             if ignore_foreign:
                 discounted += holder.used_memory_mib or 0
@@ -84,5 +93,6 @@ def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tupl
                 reading.index, used, threshold_mib, ", ".join(kept)), False))
         else:
             problems.append(Problem(reading.index, "GPU %d: %d MiB used with no process holding it (above memory_threshold_mib %d): "
-                                    "memory held by no process, e.g. a driver teardown that did not finish" % (reading.index, used, threshold_mib), True))
+                                    "memory held by no process, e.g. a driver teardown that did not finish" % (reading.index, used, threshold_mib),
+                                    settling))
     return problems

@@ -103,3 +103,19 @@ def test_every_problem_of_a_gpu_is_listed():
     got = problems(reading(30000, (4242, 5000), (4343, 5000), (777777, 20000)), signalled=[4242])
     assert [p.waitable for p in got] == [True, False, False]
     assert ["pid 4242" in got[0].text, "pid 4343" in got[1].text, "pid 777777" in got[2].text] == [True] * 3
+
+
+def test_signalled_process_gone_from_proc_but_still_listed_is_ours_not_foreign():
+    """Even with ignore_foreign, a PID this run signalled is never discounted as another namespace's."""
+    for ignore in (False, True):
+        got = problems(reading(50000, (777777, 50000)), signalled=[777777], ignore_foreign=ignore)
+        assert got == [Problem(2, "GPU 2: pid 777777 exited after a signal but NVML still lists it with 50000 MiB: "
+                                  "the driver has not released its memory", True)]
+
+
+def test_memory_held_by_no_process_is_waited_for_only_where_a_holder_was_signalled():
+    gpu = reading(4096)
+    settling = judge(gpu, THRESHOLD, {}, {}, PROCESSES.__getitem__, lambda info: False, False, True)
+    settled = judge(gpu, THRESHOLD, {}, {}, PROCESSES.__getitem__, lambda info: False, False, False)
+    assert [p.waitable for p in settling] == [True] and [p.waitable for p in settled] == [False]
+    assert settling[0].text == settled[0].text
