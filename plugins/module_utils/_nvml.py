@@ -16,6 +16,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import (
     FUNCTION_NOT_FOUND,
     NOT_SUPPORTED,
     NvmlError,
+    pynvml_errors,
     translate,
 )
 
@@ -59,6 +60,7 @@ class NvmlSession:
 
     def __init__(self, lib: t.Any) -> None:
         self.lib = lib
+        self._errors = pynvml_errors(lib)
         self._handles: t.Dict[int, t.Any] = {}
         self._memory_v2 = getattr(lib, "nvmlMemory_v2", None)
         self.count: int = self.call("nvmlDeviceGetCount")
@@ -70,7 +72,7 @@ class NvmlSession:
             raise NvmlError(FUNCTION_NOT_FOUND, "nvidia-ml-py has no %s" % name)
         try:
             return func(*args)
-        except (self.lib.NVMLError, self.lib.NVMLLibraryMismatchError) as exc:
+        except self._errors as exc:
             raise translate(self.lib, exc) from None
 
     def optional(self, name: str, *args: t.Any) -> t.Any:
@@ -164,7 +166,7 @@ def open_nvml(lib: t.Any) -> t.Iterator[NvmlSession]:
     """
     try:
         lib.nvmlInit()
-    except (lib.NVMLError, lib.NVMLLibraryMismatchError) as exc:
+    except pynvml_errors(lib) as exc:
         error = translate(lib, exc)
         raise NvmlError(error.code, "cannot initialise NVML: " + error.text) from None
     try:

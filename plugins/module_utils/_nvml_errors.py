@@ -96,7 +96,14 @@ def translate(lib: t.Any, exc: BaseException) -> NvmlError:
     wrappers raise NVMLLibraryMismatchError, a plain Exception, for a missing symbol
     (mapped to FUNCTION_NOT_FOUND so callers may fall back to an older call).
     """
-    if isinstance(exc, lib.NVMLLibraryMismatchError):
+    mismatch = getattr(lib, "NVMLLibraryMismatchError", None)
+    if mismatch is not None and isinstance(exc, mismatch):
         return NvmlError(FUNCTION_NOT_FOUND, str(exc))
     code = getattr(exc, "value", None)
     return NvmlError(code if isinstance(code, int) else 999, str(exc))
+
+
+def pynvml_errors(lib: t.Any) -> t.Tuple[t.Type[BaseException], ...]:
+    """What pynvml raises: NVMLError, and NVMLLibraryMismatchError where the release has it (older ones do not)."""
+    mismatch = getattr(lib, "NVMLLibraryMismatchError", None)
+    return (lib.NVMLError,) if mismatch is None else (lib.NVMLError, mismatch)

@@ -118,3 +118,12 @@ def test_fake_matches_the_real_binding():
         real_params = list(inspect.signature(getattr(real, name)).parameters.values())
         assert len(fake_params) == len(real_params), name
     assert FakeNvml.nvmlMemory_v2 == real.nvmlMemory_v2
+
+
+def test_release_without_library_mismatch_error_still_maps_nvml_errors(monkeypatch):
+    """Older nvidia-ml-py releases have no NVMLLibraryMismatchError: an NVML error must not turn into an AttributeError."""
+    monkeypatch.delattr(FakeNvml, "NVMLLibraryMismatchError")
+    with open_nvml(FakeNvml([device(0, lost=True)])) as session:
+        with pytest.raises(NvmlError) as caught:
+            session.uuid(0)
+    assert caught.value.code == 15
