@@ -101,9 +101,12 @@ class Reclaim:
                 outcomes: t.Sequence[Outcome], problems: t.Sequence[Problem]) -> t.Dict[str, t.Any]:
         gpus = [_gpu_entry(before[index], None if after is None else after[index], problems, self._before_described, self.describe)
                 for index in sorted(before)]
+        listed = set() if after is None else {holder.pid for reading in after.values() for holder in reading.holders}
+        # a zombie that NVML still lists has not let go of its memory: a survivor, not a kill
+        stuck = {o.target.pid for o in outcomes if o.ended == "zombie" and o.target.pid in listed}
         result: t.Dict[str, t.Any] = {
             "gpus": gpus,
-            "killed": [_killed_entry(o) for o in outcomes if o.ended is not None and o.signal is not None],
+            "killed": [_killed_entry(o) for o in outcomes if o.ended is not None and o.signal is not None and o.target.pid not in stuck],
             "warnings_list": plan.warnings,
             "elapsed_s": round(self.clock() - self.start, 3),
         }
@@ -111,18 +114,19 @@ class Reclaim:
             result.update(changed=bool(plan.targets), verified=None, would_kill=[_target_entry(tg) for tg in plan.targets])
             result["msg"] = "check mode: would end %d process(es) on GPU %s" % (len(plan.targets), _indices(before))
             return result
-        survivors = [o for o in outcomes if o.ended is None]
+        survivors = [o for o in outcomes if o.ended is None or o.target.pid in stuck]
         result["changed"] = any(o.signal is not None for o in outcomes)
         result["verified"] = not problems and not survivors
-        result["survivors"] = [dict(_target_entry(o.target), error=o.error, signal=o.signal) for o in survivors]
+        result["survivors"] = [dict(_target_entry(o.target), error=o.error, signal=o.signal, state=self.describe(o.target.pid)["state"])
+                               for o in survivors]
         if result["verified"]:
             freed = sum(g["freed_mib"] or 0 for g in gpus)
             result["msg"] = "GPU %s verified free by a fresh NVML reading: ended %d process(es), %d MiB came back" % (
                 _indices(before), len(result["killed"]), freed)
             return result
-        listed = {holder.pid for reading in after.values() for holder in reading.holders}  # already named by a problem
-        texts = [p.text for p in problems] + ["pid %d (%s, %s): %s" % (o.target.pid, o.target.name, o.target.role, o.error or "survived every signal")
-                                              for o in survivors if o.target.pid not in listed]
+        texts = [p.text for p in problems] + ["pid %d (%s, %s, state %s): %s" % (
+            o.target.pid, o.target.name, o.target.role, self.describe(o.target.pid)["state"], o.error or "survived every signal")
+            for o in survivors if o.target.pid not in listed]
         result["msg"] = "GPUs not freed: " + "; ".join(texts)
         result["evidence"] = {
             "survivors": [evidence.survivor(self.psutil, pid) for pid in sorted(_problem_pids(after, problems) | {o.target.pid for o in survivors})],

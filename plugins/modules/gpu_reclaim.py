@@ -192,7 +192,9 @@ would_kill:
   type: list
   elements: dict
 survivors:
-  description: Signalled processes still running after the last step of the ladder.
+  description:
+    - Signalled processes still running after the last step of the ladder, and zombies that NVML still lists
+      (they exited but their memory was not released).
   returned: when not in check mode
   type: list
   elements: dict
@@ -207,6 +209,10 @@ survivors:
       returned: always
     signal:
       description: The last signal sent to it.
+      type: str
+      returned: always
+    state:
+      description: Its state in the last reading (psutil status, for example V(zombie) or V(disk-sleep)); V(null) if it is gone.
       type: str
       returned: always
     error:

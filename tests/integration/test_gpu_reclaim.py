@@ -92,6 +92,8 @@ def test_holder_that_cannot_be_ended_fails_with_its_state(make_host, inventory, 
     assert result["failed"] is True and result["verified"] is False
     assert "GPU 2" in result["msg"] and str(stuck_pid) in result["msg"] and "zombie" in result["msg"]
     assert result["elapsed_s"] < 4 + 2
+    assert [(s["pid"], s["state"]) for s in result["survivors"]] == [(stuck_pid, "zombie")]
+    assert stuck_pid not in {k["pid"] for k in result["killed"]}
     survivors = {s["pid"]: s for s in result["evidence"]["survivors"]}
     assert survivors[stuck_pid]["state"] == "zombie"
     assert survivors[stuck_pid]["parents"], "the parent chain is part of the evidence"
