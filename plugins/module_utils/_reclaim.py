@@ -65,6 +65,16 @@ class Reclaim:
                 info = self.describe(holder.pid)
                 if info["visible"]:
                     holders.setdefault(holder.pid, dict(info, gpus=[]))["gpus"].append(reading.index)
+        # NVML gives no start time: a holder that exited between the NVML reading and psutil's look at its PID may
+        # have left that PID to an unrelated process. Only PIDs NVML still lists after they were described are targets.
+        confirmed: t.Set[int] = set()
+        for reading in before.values():
+            if reading.error is None:
+                try:
+                    confirmed.update(holder.pid for holder in self.session.holders(reading.index))
+                except NvmlError:
+                    pass  # the GPU stopped answering: the verification reports it
+        holders = {pid: info for pid, info in holders.items() if pid in confirmed}
         others: t.Dict[int, t.List[int]] = {}
         unread: t.List[str] = []
         for index in range(self.session.count):

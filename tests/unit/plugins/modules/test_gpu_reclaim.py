@@ -14,6 +14,7 @@ from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps, _process_tree
+from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import NvmlSession
 from ansible_collections.gpuops.fleet.plugins.modules import gpu_reclaim
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_psutil import (
     ME,
@@ -116,6 +117,23 @@ def test_incident_is_freed_verified_then_unchanged(monkeypatch):
 
     again = run_module(monkeypatch, host, {})
     assert again["changed"] is False and again["verified"] is True and again["killed"] == []
+
+
+def test_holder_gone_between_nvml_and_psutil_is_not_a_target(monkeypatch):
+    """NVML gives no start time: a PID NVML stops listing once psutil has looked at it may belong to someone else now."""
+    host, workers = incident()
+    real_holders = NvmlSession.holders
+    calls = {}
+
+    def holders(session, index):
+        calls[index] = calls.get(index, 0) + 1
+        return [] if (index, calls[index]) == (0, 2) else real_holders(session, index)
+
+    monkeypatch.setattr(NvmlSession, "holders", holders)
+    result = run_module(monkeypatch, host, {"kill_tree": False})
+    worker0 = min(workers)
+    assert worker0 not in {pid for pid, _number in host.psutil.signals}
+    assert {k["pid"] for k in result["killed"]} == set(workers) - {worker0}
 
 
 def test_workers_ignoring_term_are_killed_and_say_so(monkeypatch):
