@@ -123,3 +123,12 @@ def matches_any(patterns: t.Sequence[t.Pattern[str]], name: t.Optional[str], cmd
     """True when a pattern finds the process name or its command line (words joined by spaces)."""
     texts = [name or "", " ".join(cmdline or [])]
     return any(p.search(text) for p in patterns for text in texts if text)
+
+
+def budget_warning(spec: ReclaimSpec) -> t.Optional[str]:
+    """A warning when the ladder alone may outlast ``timeout``: the memory then gets a single reading."""
+    ladder = spec.grace * len(spec.signals)
+    if spec.timeout >= ladder:
+        return None
+    return ("timeout %g s is shorter than the signal ladder may take (grace %g s x %d signals = %g s): "
+            "if processes are slow to exit, the memory gets one reading only" % (spec.timeout, spec.grace, len(spec.signals), ladder))

@@ -310,7 +310,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import open_nvm
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import NvmlError
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import Reclaim
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_diff import reclaim_diff
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import DEFAULT_LAUNCHER_PATTERNS, SpecError, build_spec
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import DEFAULT_LAUNCHER_PATTERNS, SpecError, budget_warning, build_spec
 from ansible_collections.gpuops.fleet.plugins.module_utils._selection import SelectionError
 
 
@@ -334,6 +334,9 @@ def main() -> None:
         spec = build_spec(module.params)
     except SpecError as exc:
         module.fail_json(msg=str(exc))
+    warning = budget_warning(spec)
+    if warning:
+        module.warn(warning)
     _deps.require(module, _deps.PYNVML, _deps.PSUTIL)
     try:
         with open_nvml(_deps.PYNVML.module) as session:

@@ -12,6 +12,7 @@ import pytest
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import (
     DEFAULT_LAUNCHER_PATTERNS,
     SpecError,
+    budget_warning,
     build_spec,
     matches_any,
     parse_signal,
@@ -139,3 +140,14 @@ def test_matches_any_searches_name_and_joined_cmdline():
 ])
 def test_default_launcher_patterns(text, is_launcher):
     assert matches_any(spec().launcher_patterns, None, text.split()) is is_launcher
+
+
+def test_budget_warning_when_the_ladder_may_outlast_the_timeout():
+    assert budget_warning(spec()) is None  # 10 s x 2 signals within 60 s
+    text = budget_warning(spec(grace=30, timeout=20))
+    assert "timeout 20 s" in text and "grace 30 s x 2 signals = 60 s" in text
+
+
+def test_empty_match_is_refused_not_read_as_every_holder():
+    with pytest.raises(SpecError, match="^match: the list is empty"):
+        spec(match=[])
