@@ -122,6 +122,8 @@ class Reclaim:
         }
         if after is None:
             result.update(changed=bool(plan.targets), verified=None, would_kill=[_target_entry(tg) for tg in plan.targets])
+            result["would_fail"] = self._lasting_problems(before, plan)
+            result["warnings_list"] = plan.warnings + ["a real run would fail: " + text for text in result["would_fail"]]
             result["msg"] = "check mode: would end %d process(es) on GPU %s" % (len(plan.targets), _indices(before))
             return result
         survivors = [o for o in outcomes if o.ended is None or o.target.pid in stuck]
@@ -144,6 +146,17 @@ class Reclaim:
             "xid": evidence.xid_lines(),
         }
         return result
+
+
+    def _lasting_problems(self, before: t.Mapping[int, Reading], plan: Plan) -> t.List[str]:
+        """Check mode: what no signal of this run can fix (as if every target went), so a real run would fail on it."""
+        going = {tg.pid: ("would be signalled", True) for tg in plan.targets}
+        texts = []
+        for index in sorted(before):
+            settling = any(holder.pid in going for holder in before[index].holders)
+            texts += [p.text for p in judge(before[index], self.spec.memory_threshold_mib, going, plan.left_alone,
+                                            self.describe, self.excluded, self.spec.ignore_foreign, settling) if not p.waitable]
+        return texts
 
 
 def _why_left(outcome: Outcome) -> t.Tuple[str, bool]:

@@ -191,6 +191,13 @@ would_kill:
   returned: check mode
   type: list
   elements: dict
+would_fail:
+  description:
+    - Check mode only; what a real run could not fix and would fail on (a holder left alone, a PID of another PID namespace,
+      memory held by no process, a lost GPU). Each is also given as a warning.
+  returned: check mode
+  type: list
+  elements: str
 survivors:
   description:
     - Signalled processes still running after the last step of the ladder, and zombies that NVML still lists

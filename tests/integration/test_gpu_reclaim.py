@@ -197,7 +197,7 @@ def test_check_mode_signals_nothing_and_diff_shows_memory(make_host, inventory, 
     host = make_host()
     tree = host.gpusim_json("vllm", "--tp", "8", "--mib", str(MIB))
     result = reclaim(host, inventory, tmp_path, None, "--check", "--diff")
-    assert result["changed"] is True and result["verified"] is None and result["killed"] == []
+    assert result["changed"] is True and result["verified"] is None and result["killed"] == [] and result["would_fail"] == []
     would = [w["pid"] for w in result["would_kill"]]
     assert set(would) == {tree["parent"], *tree["workers"]} and would[0] == tree["parent"]
     assert all(pid_alive(p) for p in would)

@@ -237,6 +237,18 @@ def test_foreign_pid_fails_at_once_naming_gpu_and_mib(monkeypatch):
     assert result["elapsed_s"] < 0.5, "nothing can change for a foreign PID: no reason to wait for the timeout"
 
 
+def test_check_mode_says_what_a_real_run_could_not_fix(monkeypatch):
+    host, workers = incident()
+    host.hold(MISSING_PID, 2, 20000)
+    result = run_module(monkeypatch, host, {"_ansible_check_mode": True})
+    assert result["changed"] is True and not result.get("failed")
+    assert len(result["would_fail"]) == 1 and "GPU 2: pid %d holds 20000 MiB but is not visible" % MISSING_PID in result["would_fail"][0]
+    assert result["warnings"] == ["a real run would fail: " + result["would_fail"][0]]
+    assert host.psutil.signals == [] and set(workers) <= set(host.psutil.table)
+    clean = run_module(monkeypatch, incident()[0], {"_ansible_check_mode": True})
+    assert clean["would_fail"] == [] and clean["warnings"] == []
+
+
 def test_foreign_pid_ignored_on_request(monkeypatch):
     host, _workers = incident()
     host.hold(MISSING_PID, 2, 20000)
