@@ -147,7 +147,6 @@ class Reclaim:
         }
         return result
 
-
     def _lasting_problems(self, before: t.Mapping[int, Reading], plan: Plan) -> t.List[str]:
         """Check mode: what no signal of this run can fix (as if every target went), so a real run would fail on it."""
         going = {tg.pid: ("would be signalled", True) for tg in plan.targets}

@@ -61,14 +61,14 @@ options:
     type: list
     elements: str
     default:
-      - 'vllm\.entrypoints'
-      - '(^|/)vllm serve\b'
+      - '^(\S*/)?python[0-9.]*(\s+-\S+)*\s+-m\s+vllm\.entrypoints\.'
+      - '^((\S*/)?python[0-9.]*\s+)?(\S*/)?vllm\s+serve\b'
       - '^VLLM::'
-      - '(^|/)ray(::| start)|raylet|gcs_server'
-      - '(^|/)torchrun\b|torch\.distributed\.(run|launch)'
-      - 'sglang\.launch_server|(^|/)sglang serve\b'
-      - 'text-generation-launcher|text-generation-server'
-      - 'tritonserver'
+      - '^(\S*/)?(raylet|gcs_server)\b|^ray::|^((\S*/)?python[0-9.]*\s+)?(\S*/)?ray\s+start\b'
+      - '^((\S*/)?python[0-9.]*\s+)?(\S*/)?torchrun\b|^(\S*/)?python[0-9.]*(\s+-\S+)*\s+-m\s+torch\.distributed\.(run|launch)\b'
+      - '^(\S*/)?python[0-9.]*(\s+-\S+)*\s+-m\s+sglang\.launch_server\b|^((\S*/)?python[0-9.]*\s+)?(\S*/)?sglang\s+serve\b'
+      - '^(\S*/)?text-generation-(launcher|server)\b'
+      - '^(\S*/)?tritonserver\b'
 
   signals:
     description:
