@@ -98,7 +98,7 @@ class Reclaim:
         deadline = self.start + self.spec.timeout
         while True:
             self._described.clear()  # a fresh reading means fresh process states too
-            after = {index: read_gpu(self.session, index) for index in indices}
+            after = {index: read_gpu(self.session, index, before[index].uuid) for index in indices}
             problems: t.List[Problem] = []
             for index in indices:
                 problems += judge(after[index], self.spec.memory_threshold_mib, signalled, plan.left_alone,

@@ -33,10 +33,13 @@ class Problem(t.NamedTuple):
     waitable: bool
 
 
-def read_gpu(session: NvmlSession, index: int) -> Reading:
-    """A fresh reading of one GPU: memory and every holder (compute and graphics lists)."""
+def read_gpu(session: NvmlSession, index: int, uuid: t.Optional[str] = None) -> Reading:
+    """A fresh reading of one GPU: memory and every holder (compute and graphics lists).
+
+    ``uuid``: known from an earlier reading, so a polling loop does not ask NVML for it again.
+    """
     try:
-        uuid = session.uuid(index)
+        uuid = uuid or session.uuid(index)
         return Reading(index, uuid, session.memory(index), session.holders(index), None)
     except NvmlError as exc:
         return Reading(index, None, None, [], "GPU %d: %s" % (index, exc))
