@@ -1,0 +1,145 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vllm_drain
+short_description: Wait, bounded, until a vLLM server has no request running
+version_added: 0.2.0
+description:
+  - Reads the server's C(/metrics) (Prometheus text) every O(interval) seconds until C(vllm:num_requests_running) and
+    C(vllm:num_requests_waiting) are both 0, or O(timeout) runs out.
+  - Keeping new traffic away is the load balancer's job; this only waits for the requests in flight, and says how many it
+    would cut when the bound is hit (RV(cut)).
+  - A server that does not answer has nothing to drain (RV(answered=false)), which is not a failure.
+author:
+  - gpuops maintainers (@gpuops)
+attributes:
+  check_mode:
+    support: full
+    description: Reads the metrics once and does not wait.
+  diff_mode:
+    support: none
+options:
+  url:
+    description: Base URL of the server, for example V(http://127.0.0.1:8000).
+    type: str
+    required: true
+  timeout:
+    description: Seconds to wait at most.
+    type: float
+    default: 60
+  interval:
+    description: Seconds between two reads of C(/metrics).
+    type: float
+    default: 0.5
+  fail_on_timeout:
+    description: Fail, instead of reporting RV(cut), when requests are still running at the end.
+    type: bool
+    default: false
+seealso:
+  - module: gpuops.fleet.vllm_process
+"""
+
+EXAMPLES = r"""
+- name: Let the requests in flight finish (at most two minutes) before a restart
+  gpuops.fleet.vllm_drain:
+    url: http://127.0.0.1:8000
+    timeout: 120
+  register: drained
+
+- name: Say how many requests the restart cuts
+  ansible.builtin.debug:
+    msg: "{{ drained.cut }} request(s) still running after {{ drained.waited_s }} s"
+"""
+
+RETURN = r"""
+answered:
+  description: Whether the server's /metrics answered at all.
+  returned: always
+  type: bool
+running_at_start:
+  description: Requests running and waiting at the first read (null when the server did not answer).
+  returned: always
+  type: int
+cut:
+  description: Requests still running or waiting at the end (0 when drained); a restart now cuts them.
+  returned: always
+  type: int
+drained:
+  description: Whether the server reached 0 requests (or did not answer).
+  returned: always
+  type: bool
+waited_s:
+  description: Seconds waited.
+  returned: always
+  type: float
+"""
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.fleet.plugins.module_utils._server_http import http_get, metric_sum
+
+_IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+def _in_flight(url):
+    """Requests running plus waiting; None when the server does not answer or exposes neither metric."""
+    reply = http_get(url + "/metrics", timeout=5.0)
+    if reply.status != 200:
+        return None
+    values = [metric_sum(reply.body, name) for name in _IN_FLIGHT]
+    known = [value for value in values if value is not None]
+    return int(sum(known)) if known else None
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "url": {"type": "str", "required": True},
+            "timeout": {"type": "float", "default": 60},
+            "interval": {"type": "float", "default": 0.5},
+            "fail_on_timeout": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    url = params["url"].rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        module.fail_json(msg="url: expected an http:// or https:// URL, got %r" % params["url"])
+    if not 0 <= params["timeout"] <= 86400:
+        module.fail_json(msg="timeout: expected 0 to 86400 seconds, got %r" % params["timeout"])
+    if not 0.01 <= params["interval"] <= 60:
+        module.fail_json(msg="interval: expected 0.01 to 60 seconds, got %r" % params["interval"])
+    start = time.monotonic()
+    first = _in_flight(url)
+    result = {"changed": False, "answered": first is not None, "running_at_start": first}
+    if first is None:
+        module.exit_json(cut=0, drained=True, waited_s=0.0, msg="%s/metrics did not answer: nothing to drain" % url, **result)
+    current = first
+    while current and not module.check_mode and time.monotonic() - start < params["timeout"]:
+        time.sleep(params["interval"])
+        reading = _in_flight(url)
+        if reading is None:  # the server went away while we waited: its requests are gone with it
+            break
+        current = reading
+    waited = round(time.monotonic() - start, 2)
+    result.update(cut=current or 0, drained=not current, waited_s=waited)
+    if not current:
+        module.exit_json(msg="no request in flight (waited %.1f s, %d at start)" % (waited, first), **result)
+    message = "%d request(s) still in flight after %.1f s" % (current, waited)
+    if module.check_mode:
+        module.exit_json(msg="check mode: %s now; a real run waits up to %g s" % (message.split(" after")[0], params["timeout"]), **result)
+    if params["fail_on_timeout"]:
+        module.fail_json(msg=message, **result)
+    module.warn(message + ": a restart now cuts them")
+    module.exit_json(msg=message, **result)
+
+
+if __name__ == "__main__":
+    main()

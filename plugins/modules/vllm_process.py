@@ -1,0 +1,264 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vllm_process
+short_description: Run an inference server as a detached process, with a record that makes later stops exact
+version_added: 0.2.0
+description:
+  - Starts a server (for example C(vllm serve MODEL ...)) as a detached process in a session and process group of its own,
+    its environment as given, its output appended to a log file, and writes a record (a JSON state file) holding its PID,
+    its start time and a hash of its configuration.
+  - Later runs trust the record only when the PID still names the process started at the recorded time, so a reused PID is
+    never taken for the server, and never signalled.
+  - This is the C(process) launch mode of the role M(gpuops.fleet.vllm_server) for hosts without systemd (containers, test
+    hosts); the role's C(systemd) mode uses a unit instead.
+  - No shell is involved: O(argv) is executed as given, so no value can be turned into shell code.
+author:
+  - gpuops maintainers (@gpuops)
+attributes:
+  check_mode:
+    support: full
+    description: Starts and stops nothing; RV(changed) tells whether a real run would.
+  diff_mode:
+    support: none
+options:
+  state:
+    description:
+      - V(running) starts the server unless the recorded one runs with the same O(config_hash) (then nothing changes). A recorded
+        server that runs with another configuration makes the task fail: stop it first.
+      - V(stopped) ends the recorded server (SIGTERM, then SIGKILL for its whole tree after O(stop_timeout)) and removes the record.
+      - V(status) only reads the record and checks the process.
+    type: str
+    choices: [running, stopped, status]
+    default: status
+  state_file:
+    description: Path of the record. Each server needs its own.
+    type: path
+    required: true
+  argv:
+    description: The command, one word per element. Required with O(state=running).
+    type: list
+    elements: str
+  env:
+    description:
+      - Environment variables for the server, added to the environment this task runs with.
+    type: dict
+    default: {}
+  log_file:
+    description: File that receives the server's stdout and stderr (appended). Required with O(state=running).
+    type: path
+  chdir:
+    description: Working directory of the server.
+    type: path
+  config_hash:
+    description:
+      - An opaque string that identifies the configuration (the role passes a hash of command, model, sizes, GPUs, arguments
+        and environment). Stored in the record; with O(state=running) or O(state=status), compared with the recorded one.
+    type: str
+  metadata:
+    description: Extra facts to keep in the record (for example the port and GPUs), returned by later runs.
+    type: dict
+    default: {}
+  stop_timeout:
+    description: Seconds to wait after SIGTERM before the server's remaining tree gets SIGKILL.
+    type: float
+    default: 30
+requirements:
+  - psutil on the managed host.
+seealso:
+  - module: gpuops.fleet.vllm_ready
+  - module: gpuops.fleet.gpu_reclaim
+"""
+
+EXAMPLES = r"""
+- name: Launch vLLM on GPUs 0-3 as a detached process
+  gpuops.fleet.vllm_process:
+    state: running
+    state_file: /var/lib/gpuops-fleet/vllm/vllm-8000.json
+    log_file: /var/log/gpuops-fleet/vllm-8000.log
+    argv: [vllm, serve, meta-llama/Llama-3.1-70B-Instruct, --tensor-parallel-size, "4", --port, "8000"]
+    env:
+      CUDA_VISIBLE_DEVICES: "0,1,2,3"
+      NCCL_PROTO: LL
+  register: launched
+
+- name: Stop it (by recorded PID and start time)
+  gpuops.fleet.vllm_process:
+    state: stopped
+    state_file: /var/lib/gpuops-fleet/vllm/vllm-8000.json
+"""
+
+RETURN = r"""
+running:
+  description: Whether the recorded server runs at the end of the task (in check mode, whether it would).
+  returned: always
+  type: bool
+pid:
+  description: PID of the server (null when none runs).
+  returned: always
+  type: int
+  sample: 41234
+create_time:
+  description: Start time of the server process (seconds since the epoch, as psutil reads it).
+  returned: always
+  type: float
+config_hash:
+  description: The configuration hash of the record (null without a record).
+  returned: always
+  type: str
+config_matches:
+  description: Whether O(config_hash) equals the recorded one (null when either is missing).
+  returned: always
+  type: bool
+launched:
+  description: Whether this task started the server.
+  returned: always
+  type: bool
+log_file:
+  description: The server's log file (from the record when there is one).
+  returned: always
+  type: str
+record:
+  description: The record as found at the start of the task (null when there was none).
+  returned: always
+  type: dict
+stopped:
+  description: With O(state=stopped), each process of the server's tree that ended.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    pid:
+      description: PID.
+      type: int
+      returned: always
+    name:
+      description: Name (process title where one is set, such as C(VLLM::Worker_TP0)).
+      type: str
+      returned: always
+    signal:
+      description: The signal this task sent it before it exited, or V(null) when it exited after its server was signalled.
+      type: str
+      returned: always
+    seconds:
+      description: Seconds from the stop's first signal to its exit.
+      type: float
+      returned: always
+"""
+
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
+from ansible_collections.gpuops.fleet.plugins.module_utils._server_process import LaunchError, launch_detached, stop_tree
+from ansible_collections.gpuops.fleet.plugins.module_utils._server_record import (
+    RecordError, read_record, recorded_process, remove_record, write_record,
+)
+
+
+def _environment(extra):
+    env = dict(os.environ)
+    env.update({str(key): "" if value is None else str(value) for key, value in extra.items()})
+    return env
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "state": {"type": "str", "choices": ["running", "stopped", "status"], "default": "status"},
+            "state_file": {"type": "path", "required": True},
+            "argv": {"type": "list", "elements": "str"},
+            "env": {"type": "dict", "default": {}},
+            "log_file": {"type": "path"},
+            "chdir": {"type": "path"},
+            "config_hash": {"type": "str"},
+            "metadata": {"type": "dict", "default": {}},
+            "stop_timeout": {"type": "float", "default": 30},
+        },
+        required_if=[("state", "running", ["argv", "log_file"])],
+        supports_check_mode=True,
+    )
+    params = module.params
+    if params["state"] == "running" and not params["argv"]:
+        module.fail_json(msg="argv: the command must have at least one word, got %r" % (params["argv"],))
+    if not 0 <= params["stop_timeout"] <= 3600:
+        module.fail_json(msg="stop_timeout: expected 0 to 3600 seconds, got %r" % params["stop_timeout"])
+    _deps.require(module, _deps.PSUTIL)
+    psutil = _deps.PSUTIL.module
+    try:
+        record = read_record(params["state_file"])
+    except RecordError as exc:
+        module.fail_json(msg=str(exc))
+    proc = recorded_process(psutil, record)
+    wanted = params["config_hash"]
+    recorded_hash = record.get("config_hash") if record else None
+    result = {
+        "changed": False, "record": record, "launched": False, "stopped": [],
+        "running": proc is not None,
+        "pid": proc.pid if proc is not None else None,
+        "create_time": record.get("create_time") if proc is not None and record else None,
+        "config_hash": recorded_hash,
+        "config_matches": None if wanted is None or recorded_hash is None else wanted == recorded_hash,
+        "log_file": (record or {}).get("log_file") or params["log_file"],
+    }
+
+    if params["state"] == "status":
+        module.exit_json(**result)
+
+    if params["state"] == "stopped":
+        if proc is None:
+            if record is not None and not module.check_mode:
+                remove_record(params["state_file"])
+                result["msg"] = "the recorded server (PID %s) no longer runs; record removed" % record.get("pid")
+            module.exit_json(**result)
+        result["changed"] = True
+        if module.check_mode:
+            result["running"] = False
+            module.exit_json(msg="would stop PID %d" % proc.pid, **result)
+        stopped = stop_tree(psutil, proc, params["stop_timeout"])
+        result["stopped"] = [s._asdict() for s in stopped]
+        still = recorded_process(psutil, record)
+        if still is not None:
+            module.fail_json(msg="PID %d survived SIGTERM and SIGKILL (state %s)" % (still.pid, still.status()), **result)
+        remove_record(params["state_file"])
+        result.update(running=False, pid=None, create_time=None)
+        module.exit_json(msg="stopped PID %d and %d process(es) of its tree" % (proc.pid, max(0, len(stopped) - 1)), **result)
+
+    # state == running
+    if proc is not None:
+        if wanted is not None and recorded_hash != wanted:
+            module.fail_json(msg="PID %d already runs from %s with another configuration (hash %s, wanted %s): stop it first"
+                             % (proc.pid, params["state_file"], recorded_hash, wanted), **result)
+        module.exit_json(msg="PID %d already runs with this configuration" % proc.pid, **result)
+    result["changed"] = True
+    if module.check_mode:
+        result["running"] = True
+        module.exit_json(msg="would launch %s" % " ".join(params["argv"]), **result)
+    try:
+        pid = launch_detached(params["argv"], _environment(params["env"]), params["log_file"], params["chdir"])
+    except LaunchError as exc:
+        module.fail_json(msg="argv: %s" % exc, **result)
+    try:
+        create_time = psutil.Process(pid).create_time()
+    except psutil.Error:
+        module.fail_json(msg="the server (PID %d) exited at once; see %s" % (pid, params["log_file"]), **result)
+    new_record = {
+        "pid": pid, "create_time": create_time, "config_hash": wanted, "argv": params["argv"],
+        "env_keys": sorted(params["env"]), "log_file": params["log_file"], "launched_at": time.time(),
+        "metadata": params["metadata"],
+    }
+    write_record(params["state_file"], new_record)
+    result.update(running=True, pid=pid, create_time=create_time, config_hash=wanted, config_matches=True if wanted else None,
+                  launched=True, log_file=params["log_file"])
+    module.exit_json(msg="launched PID %d" % pid, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vllm_ready
+short_description: Wait until a vLLM server answers /health, and fail within seconds when it dies instead
+version_added: 0.2.0
+description:
+  - Polls C(GET /health) of the server every O(interval) seconds until it answers HTTP 200, then, with O(model), until
+    C(/v1/models) lists that model.
+  - Watches the server while it waits (the process O(pid) started at O(create_time), or the systemd O(unit)): when it dies the task
+    fails at once, not at the timeout, with the last lines of its log (O(log_file), or the unit's journal).
+  - Fails after O(timeout) seconds counted from O(since), with the log's last lines and the last answer of C(/health).
+  - The action plugin of the same name calls this module in steps of at most O(poll_for) seconds and prints, between steps,
+    what it waits for and for how long, so a start-up that takes minutes is not one silent task.
+author:
+  - gpuops maintainers (@gpuops)
+attributes:
+  check_mode:
+    support: full
+    description: Waits for nothing in check mode and says so (a server a check run did not start cannot become ready).
+  diff_mode:
+    support: none
+  action:
+    support: full
+    description: The action plugin repeats the module and reports progress on the controller.
+options:
+  url:
+    description: Base URL of the server, for example V(http://127.0.0.1:8000).
+    type: str
+    required: true
+  model:
+    description: When set, also wait until C(/v1/models) lists this model id.
+    type: str
+  pid:
+    description: PID of the server process to watch (the process-mode server, or a systemd unit's main PID).
+    type: int
+  create_time:
+    description: Start time of O(pid) (seconds since the epoch, as psutil reads it), so a reused PID is not taken for the server.
+    type: float
+  unit:
+    description: A systemd unit to watch instead of a PID; the task fails as soon as it is no longer active or activating.
+    type: str
+  log_file:
+    description: The server's log file, whose last lines are shown on failure.
+    type: path
+  log_lines:
+    description: How many log lines to show on failure.
+    type: int
+    default: 30
+  timeout:
+    description: Seconds, counted from O(since), before the task fails. Real TP=8 start-ups take minutes.
+    type: float
+    default: 900
+  since:
+    description: When the wait started (seconds since the epoch on the managed host); default the start of this task.
+    type: float
+  poll_for:
+    description: At most this many seconds in this call; V(0) waits until ready or O(timeout).
+    type: float
+    default: 0
+  interval:
+    description: Seconds between two polls of C(/health).
+    type: float
+    default: 0.1
+requirements:
+  - psutil on the managed host, to watch O(pid).
+seealso:
+  - module: gpuops.fleet.vllm_process
+"""
+
+EXAMPLES = r"""
+- name: Wait for the server launched by vllm_process, failing early if it dies
+  gpuops.fleet.vllm_ready:
+    url: http://127.0.0.1:8000
+    model: meta-llama/Llama-3.1-70B-Instruct
+    pid: "{{ launched.pid }}"
+    create_time: "{{ launched.create_time }}"
+    log_file: "{{ launched.log_file }}"
+    timeout: 1200
+"""
+
+RETURN = r"""
+ready:
+  description: Whether the server answered /health with 200 (and listed O(model)).
+  returned: always
+  type: bool
+status:
+  description: The last answer of /health, such as V(HTTP 503) or V(connection refused).
+  returned: always
+  type: str
+elapsed_s:
+  description: Seconds since O(since).
+  returned: always
+  type: float
+since:
+  description: The start of the wait (seconds since the epoch on the managed host); pass it to the next call.
+  returned: always
+  type: float
+alive:
+  description: Whether the watched server still ran at the last poll (null when nothing is watched).
+  returned: always
+  type: bool
+log_tail:
+  description: The last lines of the server's log, on failure.
+  returned: failure
+  type: list
+  elements: str
+"""
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
+from ansible_collections.gpuops.fleet.plugins.module_utils._log_tail import file_tail, journal_tail
+from ansible_collections.gpuops.fleet.plugins.module_utils._server_http import http_get, listed_models
+from ansible_collections.gpuops.fleet.plugins.module_utils._server_record import same_process
+
+_UNIT_ALIVE = ("active", "activating", "reloading")
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "url": {"type": "str", "required": True},
+            "model": {"type": "str"},
+            "pid": {"type": "int"},
+            "create_time": {"type": "float"},
+            "unit": {"type": "str"},
+            "log_file": {"type": "path"},
+            "log_lines": {"type": "int", "default": 30},
+            "timeout": {"type": "float", "default": 900},
+            "since": {"type": "float"},
+            "poll_for": {"type": "float", "default": 0},
+            "interval": {"type": "float", "default": 0.1},
+        },
+        mutually_exclusive=[("pid", "unit")],
+        required_by={"create_time": "pid"},
+        supports_check_mode=True,
+    )
+    params = module.params
+    url = params["url"].rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        module.fail_json(msg="url: expected an http:// or https:// URL, got %r" % params["url"])
+    for option, low, high in (("timeout", 0, 86400), ("poll_for", 0, 86400), ("interval", 0.01, 60), ("log_lines", 0, 10000)):
+        if not low <= params[option] <= high:
+            module.fail_json(msg="%s: expected %g to %g, got %r" % (option, low, high, params[option]))
+    now = time.time()
+    since = params["since"] if params["since"] is not None else now
+    if module.check_mode:
+        module.exit_json(changed=False, ready=False, status="not polled in check mode", elapsed_s=0.0, since=since, alive=None,
+                         msg="check mode: not waiting for %s" % url)
+    watcher = _watcher(module, params)
+
+    def log_tail():
+        if params["unit"]:
+            return journal_tail(module.run_command, params["unit"], params["log_lines"])
+        return file_tail(params["log_file"], params["log_lines"]) if params["log_file"] else []
+
+    deadline = since + params["timeout"]
+    call_end = time.time() + params["poll_for"] if params["poll_for"] > 0 else deadline
+    status = "not polled yet"
+    alive = None
+    while True:
+        reply = http_get(url + "/health", timeout=2.0)
+        status = reply.describe()
+        ready = reply.status == 200
+        if ready and params["model"]:
+            models = http_get(url + "/v1/models", timeout=5.0)
+            listed = listed_models(models.body) if models.status == 200 else []
+            if params["model"] not in listed:
+                ready = False
+                status = "HTTP 200 on /health, but /v1/models lists %s, not %s" % (", ".join(listed) or "nothing", params["model"])
+        current = time.time()
+        result = {"changed": False, "status": status, "since": since, "elapsed_s": round(current - since, 2)}
+        if ready:
+            module.exit_json(ready=True, alive=True if watcher else None,
+                             msg="%s answered /health after %.1f s" % (url, current - since), **result)
+        if watcher is not None:
+            alive, why = watcher()
+            if not alive:
+                module.fail_json(ready=False, alive=False, log_tail=log_tail(),
+                                 msg="the server %s while starting, after %.1f s (last /health: %s); see log_tail"
+                                 % (why, current - since, status), **result)
+        if current >= deadline:
+            module.fail_json(ready=False, alive=alive, log_tail=log_tail(),
+                             msg="%s was not ready after %g s (last /health: %s); see log_tail" % (url, params["timeout"], status),
+                             **result)
+        if current >= call_end:
+            module.exit_json(ready=False, alive=alive, msg="still waiting for %s (%s)" % (url, status), **result)
+        time.sleep(min(params["interval"], max(0.0, min(deadline, call_end) - current)))
+
+
+def _watcher(module, params):
+    """A function returning (alive, why_not) for the watched server, or None when nothing is watched."""
+    if params["pid"] is not None:
+        _deps.require(module, _deps.PSUTIL)
+        psutil = _deps.PSUTIL.module
+        pid = params["pid"]
+        created = params["create_time"]
+        if created is None:
+            try:
+                created = psutil.Process(pid).create_time()
+            except psutil.Error:
+                module.fail_json(msg="pid: no process %d runs (the server exited before the wait began)" % pid, ready=False,
+                                 log_tail=file_tail(params["log_file"], params["log_lines"]) if params["log_file"] else [])
+
+        def by_pid():
+            proc = same_process(psutil, pid, created)
+            return (True, "") if proc is not None else (False, "process %d exited" % pid)
+        return by_pid
+    if params["unit"]:
+        systemctl = module.get_bin_path("systemctl", required=True)
+
+        def by_unit():
+            rc, out, _err = module.run_command([systemctl, "show", "--property=ActiveState", "--value", params["unit"]])
+            state = out.strip() if rc == 0 else "unknown"
+            return (state in _UNIT_ALIVE, "unit %s is %s" % (params["unit"], state))
+        return by_unit
+    return None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vllm_server_check
+short_description: Prove that a freshly launched inference server is the one holding its GPUs
+version_added: 0.2.0
+description:
+  - A check independent of the launch and of C(/health), from a fresh NVML reading joined with the server's process tree.
+  - Every GPU in O(gpus) must be held by a process of the server's own tree (the process O(pid) and its descendants), not
+    by a leftover of an earlier server; no other process may hold them; the tree may hold no other GPU.
+  - The number of GPU-holding processes in the tree must equal O(tensor_parallel_size) (one worker per rank).
+  - The server process must run with O(env) (read from C(/proc/PID/environ)).
+  - Fails naming each check that did not hold.
+author:
+  - gpuops maintainers (@gpuops)
+attributes:
+  check_mode:
+    support: full
+    description: Reads only; the same checks run in check mode.
+  diff_mode:
+    support: none
+options:
+  pid:
+    description: The server's main process (the API server, or a systemd unit's main PID).
+    type: int
+    required: true
+  create_time:
+    description: Start time of O(pid) (seconds since the epoch, as psutil reads it); a different process under that PID fails the check.
+    type: float
+  gpus:
+    description:
+      - Indices of the GPUs the server was given (as in C(CUDA_VISIBLE_DEVICES)).
+    type: list
+    elements: int
+    required: true
+  tensor_parallel_size:
+    description: How many GPU-holding workers the server must have.
+    type: int
+    required: true
+  env:
+    description: Environment variables the server process must have, with these values.
+    type: dict
+    default: {}
+requirements:
+  - nvidia-ml-py (C(import pynvml)) and the NVIDIA driver's C(libnvidia-ml.so.1) on the managed host.
+  - psutil on the managed host.
+seealso:
+  - module: gpuops.fleet.gpu_facts
+  - module: gpuops.fleet.vllm_ready
+"""
+
+EXAMPLES = r"""
+- name: Check that the new server's own workers hold GPUs 0-7
+  gpuops.fleet.vllm_server_check:
+    pid: "{{ launched.pid }}"
+    create_time: "{{ launched.create_time }}"
+    gpus: [0, 1, 2, 3, 4, 5, 6, 7]
+    tensor_parallel_size: 8
+    env:
+      NCCL_PROTO: LL
+"""
+
+RETURN = r"""
+ok:
+  description: Whether every check held.
+  returned: always
+  type: bool
+checks:
+  description: Each check, in order.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: V(server_running), V(gpus_readable), V(gpus_held_by_server), V(no_other_holders), V(stays_on_its_gpus),
+        V(worker_count) or V(environment).
+      type: str
+      returned: always
+    ok:
+      description: Whether it held.
+      type: bool
+      returned: always
+    detail:
+      description: What was seen.
+      type: str
+      returned: always
+workers:
+  description: The server's GPU-holding processes.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    pid:
+      description: PID.
+      type: int
+      returned: always
+    name:
+      description: Name (process title, such as C(VLLM::Worker_TP0)).
+      type: str
+      returned: always
+    gpus:
+      description: GPU indices it holds.
+      type: list
+      elements: int
+      returned: always
+    used_memory_mib:
+      description: MiB it holds on them (0 where NVML does not say).
+      type: int
+      returned: always
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
+from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import open_nvml
+from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import NvmlError
+from ansible_collections.gpuops.fleet.plugins.module_utils._server_check import check_launch
+from ansible_collections.gpuops.fleet.plugins.module_utils._server_record import same_process
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "pid": {"type": "int", "required": True},
+            "create_time": {"type": "float"},
+            "gpus": {"type": "list", "elements": "int", "required": True},
+            "tensor_parallel_size": {"type": "int", "required": True},
+            "env": {"type": "dict", "default": {}},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    if not params["gpus"] or any(index < 0 for index in params["gpus"]) or len(set(params["gpus"])) != len(params["gpus"]):
+        module.fail_json(msg="gpus: expected distinct GPU indices (0 or more), got %r" % (params["gpus"],))
+    if params["tensor_parallel_size"] < 1:
+        module.fail_json(msg="tensor_parallel_size: expected at least 1, got %r" % params["tensor_parallel_size"])
+    if params["pid"] < 1:
+        module.fail_json(msg="pid: expected a PID, got %r" % params["pid"])
+    _deps.require(module, _deps.PYNVML, _deps.PSUTIL)
+    psutil = _deps.PSUTIL.module
+    created = params["create_time"]
+    try:
+        proc = psutil.Process(params["pid"]) if created is None else same_process(psutil, params["pid"], created)
+    except psutil.Error:
+        proc = None
+    if proc is None:
+        check = {"name": "server_running", "ok": False, "detail": "the server process %d is not running" % params["pid"]}
+        module.fail_json(msg=check["detail"], ok=False, checks=[check], workers=[], changed=False)
+    env = {str(key): "" if value is None else str(value) for key, value in params["env"].items()}
+    try:
+        with open_nvml(_deps.PYNVML.module) as session:
+            checks, workers = check_launch(session, psutil, proc, params["gpus"], params["tensor_parallel_size"], env)
+    except NvmlError as exc:
+        module.fail_json(msg=str(exc), ok=False, checks=[], workers=[], changed=False)
+    entries = [{"name": "server_running", "ok": True, "detail": "PID %d runs" % proc.pid}] + [c._asdict() for c in checks]
+    failed = [entry for entry in entries if not entry["ok"]]
+    result = {"changed": False, "ok": not failed, "checks": entries, "workers": workers}
+    if failed:
+        module.fail_json(msg="the new server is not the one it should be: " + "; ".join(e["detail"] for e in failed), **result)
+    module.exit_json(msg="PID %d: %d worker(s) of its own hold GPU %s" % (proc.pid, len(workers), ", ".join(map(str, params["gpus"]))),
+                     **result)
+
+
+if __name__ == "__main__":
+    main()
