@@ -8,14 +8,18 @@ import argparse
 from dataclasses import dataclass
 from typing import List, Optional
 
+DEFAULT_MAX_MODEL_LEN = 32768
+
 
 @dataclass(frozen=True)
-class ServerArgs:
+class ServerArgs:  # pylint: disable=too-many-instance-attributes
     model: str
     tensor_parallel_size: int
     gpu_memory_utilization: float
     host: str
     port: Optional[int]
+    served_model_names: List[str]
+    max_model_len: int
 
 
 def _parser(prog: str, positional_model: bool) -> argparse.ArgumentParser:
@@ -28,6 +32,8 @@ def _parser(prog: str, positional_model: bool) -> argparse.ArgumentParser:
     # Loopback by default: the simulator never listens beyond this machine unless told to.
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--served-model-name", nargs="+", default=None)
+    parser.add_argument("--max-model-len", type=int, default=DEFAULT_MAX_MODEL_LEN)
     return parser
 
 
@@ -37,4 +43,8 @@ def parse_server_args(argv: List[str], prog: str, positional_model: bool) -> Ser
     model = getattr(known, "model_tag", None) or known.model or "facebook/opt-125m"
     if known.tensor_parallel_size < 1:
         parser.error("--tensor-parallel-size must be at least 1")
-    return ServerArgs(model, known.tensor_parallel_size, known.gpu_memory_utilization, known.host, known.port)
+    if known.max_model_len < 2:
+        parser.error("--max-model-len must be at least 2")
+    names = known.served_model_name or [model]
+    return ServerArgs(model, known.tensor_parallel_size, known.gpu_memory_utilization, known.host, known.port,
+                      names, known.max_model_len)

@@ -1,22 +1,28 @@
 # Copyright (c) gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Children of a fake vLLM process and vLLM's shutdown: SIGTERM, a grace, then SIGKILL the tree."""
+"""Children of a fake vLLM process and vLLM's shutdown: SIGTERM, a grace, then SIGKILL the tree.
+
+The Supervisor sleeps on a self-pipe that signal.set_wakeup_fd fills: SIGTERM/SIGINT and a child's
+SIGCHLD wake it at once, as real vLLM's signal handlers do, instead of a poll that hides races.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
+import select
 import signal
 import subprocess
 import sys
 import time
 from types import FrameType
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, TextIO, Tuple
 
 from vllm import _simhost
 
 from gpusim import procfs
 
-POLL_S = 0.05
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def start_child(module: str, args: List[str]) -> "subprocess.Popen[bytes]":
@@ -27,20 +33,40 @@ def start_child(module: str, args: List[str]) -> "subprocess.Popen[bytes]":
 
 
 class Supervisor:
-    """Watches this process's children until a stop signal or a child's death, then ends the tree."""
+    """Watches this process's children until a stop signal, a child's death or a deadline, then ends the tree.
 
-    def __init__(self, name: str, children: List["subprocess.Popen[bytes]"]) -> None:
+    Create it before starting children, so a SIGTERM that comes during start-up is handled too.
+    """
+
+    def __init__(self, name: str, children: Optional[List["subprocess.Popen[bytes]"]] = None) -> None:
         self.name = name
-        self.children = children
+        self.children: List["subprocess.Popen[bytes]"] = list(children or [])
         self.stop_signal: Optional[int] = None
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
+        self._on_stop: List[Callable[[], None]] = []
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, self._on_signal)
+        signal.signal(signal.SIGCHLD, self._on_child)  # a Python handler, so SIGCHLD also writes the pipe
 
     def _on_signal(self, signum: int, _frame: Optional[FrameType]) -> None:
-        self.stop_signal = signum
+        if self.stop_signal is None:
+            self.stop_signal = signum
 
-    def run(self) -> int:
-        """0 after a requested shutdown, 1 when a child died on its own (vLLM then fails too)."""
+    def _on_child(self, _signum: int, _frame: Optional[FrameType]) -> None:
+        """Nothing to do here: the byte in the wake-up pipe makes run() look at the children."""
+
+    def adopt(self, children: List["subprocess.Popen[bytes]"]) -> None:
+        self.children.extend(children)
+
+    def on_stop(self, action: Callable[[], None]) -> None:
+        """Run `action` first thing when the tree goes down (the API server cuts its HTTP streams)."""
+        self._on_stop.append(action)
+
+    def run(self, fail_at: Optional[float] = None, on_fail: Optional[Callable[[], None]] = None) -> int:
+        """0 after a requested shutdown; 1 when a child died on its own or `fail_at` (monotonic) came."""
         while True:
             if self.stop_signal is not None:
                 log(f"{self.name}: received {signal.Signals(self.stop_signal).name}, shutting down")
@@ -52,17 +78,51 @@ class Supervisor:
                     " shutting down")
                 self.shutdown()
                 return 1
-            time.sleep(POLL_S)
+            timeout: Optional[float] = None  # no poll: only a signal or the deadline wakes us
+            if fail_at is not None:
+                timeout = fail_at - time.monotonic()
+                if timeout <= 0:
+                    if on_fail is not None:
+                        on_fail()
+                    self.shutdown()
+                    return 1
+            self._sleep(timeout)
+
+    def _sleep(self, timeout: Optional[float]) -> None:
+        """Until a signal arrives (its number lands in the wake-up pipe) or `timeout` seconds pass."""
+        try:
+            readable, _, _ = select.select([self._wake_r], [], [], timeout)
+        except InterruptedError:  # pragma: no cover  (Python retries select itself, PEP 475)
+            return
+        if not readable:
+            return
+        while True:
+            try:
+                data = os.read(self._wake_r, 512)
+            except OSError as error:
+                if error.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+                    return
+                raise
+            if not data:
+                return
+            for signum in data:  # the handler may not have run yet: read the signal from the pipe too
+                if signum in STOP_SIGNALS and self.stop_signal is None:
+                    self.stop_signal = signum
 
     def shutdown(self) -> None:
+        for action in self._on_stop:
+            action()
         grace = _simhost.shutdown_grace_s()
         tree = _snapshot_tree()
         for child in self.children:
             if child.poll() is None:
                 child.terminate()
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(child.poll() is None for child in self.children):
-            time.sleep(POLL_S / 5)
+        while any(child.poll() is None for child in self.children):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._sleep(remaining)  # each child's exit wakes us (SIGCHLD)
         survivors = [(pid, start) for pid, start in tree if procfs.is_running(pid, start)]
         if survivors:
             log(f"{self.name}: {len(survivors)} process(es) still alive after {grace:g} s, sending SIGKILL")
@@ -86,5 +146,5 @@ def signal_quietly(pid: int, signum: int) -> None:
         pass
 
 
-def log(message: str) -> None:
-    print(f"INFO {time.strftime('%m-%d %H:%M:%S')} {message}", flush=True)
+def log(message: str, level: str = "INFO", stream: Optional[TextIO] = None) -> None:
+    print(f"{level} {time.strftime('%m-%d %H:%M:%S')} {message}", file=stream or sys.stdout, flush=True)

@@ -1,14 +1,22 @@
 # Copyright (c) gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The API server process: what `vllm serve` and `python -m vllm.entrypoints.openai.api_server` run."""
+"""The API server process: what `vllm serve` and `python -m vllm.entrypoints.openai.api_server` run.
+
+Order as in vLLM: bind the port, start the engine (EngineCore and/or workers), answer /health with 200
+once every worker holds its GPU and the simulated start-up delay has passed.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
+import time
+from typing import Optional
 
 from vllm import __version__, _simhost
 from vllm._args import ServerArgs
-from vllm._health import serve_health
+from vllm._http import Serving, start_http, stop_http
+from vllm._knobs import KnobError, Knobs, read_knobs
 from vllm._proctree import Supervisor, log, start_child
 from vllm.v1.engine.core import engine_core_args
 from vllm.v1.executor.multiproc_executor import start_workers
@@ -16,29 +24,92 @@ from vllm.v1.executor.multiproc_executor import start_workers
 from gpusim import procfs
 from gpusim.allocs import live_allocs
 from gpusim.procs import ROLE_API_SERVER, record_self
+from gpusim.statedir import StateDir
+
+
+class Readiness:
+    """Ready = every worker of this tree holds its GPU, the start-up delay is over, no start-up fault."""
+
+    def __init__(self, state: StateDir, args: ServerArgs, knobs: Knobs, started: float) -> None:
+        self.state = state
+        self.workers = args.tensor_parallel_size
+        self.ready_at = started + knobs.startup_delay_s
+        self.never = knobs.fail_at_start is not None
+        self._held = False
+
+    def __call__(self) -> bool:
+        if self.never or time.monotonic() < self.ready_at:
+            return False
+        if not self._held:
+            self._held = self._workers_hold()
+        return self._held
+
+    def _workers_hold(self) -> bool:
+        """Count live allocations whose holder descends from this process (a short climb per holder)."""
+        me = os.getpid()
+        holding = 0
+        for alloc in live_allocs(self.state):
+            pid = alloc.pid
+            for _level in range(4):  # worker -> (EngineCore ->) API server
+                stat = procfs.read_stat(pid)
+                if stat is None or stat.ppid <= 1:
+                    break
+                if stat.ppid == me:
+                    holding += 1
+                    break
+                pid = stat.ppid
+        return holding >= self.workers
+
+
+def crash_report(knobs: Knobs) -> None:
+    """What vLLM prints when its engine fails to start: the root cause, then the API server's RuntimeError."""
+    log("EngineCore failed to start.", level="ERROR")
+    print("Traceback (most recent call last):\n"
+          '  File "vllm/v1/engine/core.py", in run_engine_core\n'
+          "    engine_core = EngineCoreProc(*args, **kwargs)\n"
+          f"RuntimeError: {knobs.fail_message}\n"
+          "\nThe above exception was the direct cause of the following exception:\n\n"
+          "Traceback (most recent call last):\n"
+          '  File "vllm/entrypoints/openai/api_server.py", in run_server\n'
+          "    async with build_async_engine_client(args) as engine_client:\n"
+          "RuntimeError: Engine core initialization failed. See root cause above."
+          " Failed core proc(s): {'EngineCore_DP0': 1}", file=sys.stderr, flush=True)
+    log("Engine core initialization failed. See root cause above.", level="ERROR")
 
 
 def run_server(args: ServerArgs) -> int:
+    started = time.monotonic()
     try:
+        knobs = read_knobs()
         state = _simhost.state_dir()
+    except KnobError as error:
+        log(f"APIServer: ValueError: {error}", level="ERROR")
+        return 1
     except _simhost.StartupError as error:
-        log(f"APIServer: {error}")
+        log(f"APIServer: {error}", level="ERROR")
         return 1
     record_self(state, ROLE_API_SERVER)
     log(f"vLLM API server version {__version__} (simulated), model {args.model},"
         f" tensor_parallel_size={args.tensor_parallel_size}")
+    supervisor = Supervisor("APIServer")
+    if args.port is not None:
+        serving = Serving(args, knobs, Readiness(state, args, knobs, started))
+        try:
+            server = start_http(serving, args.host, args.port)
+        except OSError as error:
+            log(f"APIServer: OSError: [Errno {error.errno}] error while attempting to bind on address"
+                f" ({args.host!r}, {args.port}): {error.strerror}", level="ERROR")
+            return 1
+        supervisor.on_stop(lambda: stop_http(server))
+        log(f"APIServer: listening on http://{args.host}:{args.port} (ready once the engine is up)")
     if _simhost.engine_core_enabled():
         core_args = engine_core_args(args.tensor_parallel_size, args.gpu_memory_utilization)
-        children = [start_child("vllm.v1.engine.core", core_args)]
+        supervisor.adopt([start_child("vllm.v1.engine.core", core_args)])
     else:
-        children = start_workers(args.tensor_parallel_size, args.gpu_memory_utilization)
-    supervisor = Supervisor("APIServer", children)
-
-    def is_ready() -> bool:
-        tree = procfs.descendants(os.getpid())
-        return sum(1 for alloc in live_allocs(state) if alloc.pid in tree) >= args.tensor_parallel_size
-
-    if args.port is not None:
-        serve_health(args, args.port, is_ready)
-        log(f"APIServer: listening on http://{args.host}:{args.port}")
-    return supervisor.run()
+        supervisor.adopt(start_workers(args.tensor_parallel_size, args.gpu_memory_utilization))
+    fail_at: Optional[float] = None
+    if knobs.fail_at_start == "crash":
+        fail_at = started + knobs.fail_after_s
+    elif knobs.fail_at_start == "hang":
+        log("APIServer: waiting for the engine to become ready ...")
+    return supervisor.run(fail_at=fail_at, on_fail=lambda: crash_report(knobs))

@@ -1,0 +1,248 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The API server's HTTP side: /health, /v1/*, /metrics, /version and the simulator's /sim/* endpoints.
+
+A threading HTTP/1.1 server (a thread per connection, keep-alive, TCP_NODELAY so a small SSE event is
+not held back by Nagle's algorithm). The port is bound when the API server starts, before any worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Dict, List, Tuple
+from urllib.parse import parse_qs
+
+from vllm import __version__
+from vllm._args import ServerArgs
+from vllm._faults import HTTP_500, FaultError, FaultQueue, parse_faults
+from vllm._generation import FAULT_MESSAGE, Generation
+from vllm._knobs import Knobs
+from vllm._metrics import CONTENT_TYPE, Metrics
+from vllm._openai import ApiError, bad_request, dumps, parse_generation
+from vllm._pace import PaceModel
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+GENERATION_PATHS = {"/v1/completions": False, "/v1/chat/completions": True}
+
+
+@dataclass
+class Serving:  # pylint: disable=too-many-instance-attributes
+    """What every request handler shares."""
+
+    args: ServerArgs
+    knobs: Knobs
+    is_ready: Callable[[], bool]
+    metrics: Metrics = field(init=False)
+    faults: FaultQueue = field(default_factory=FaultQueue)
+    pace: PaceModel = field(init=False)
+    stopping: threading.Event = field(default_factory=threading.Event)
+    stop_fd: int = field(init=False)
+    _stop_w: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.metrics = Metrics(self.args.served_model_names[0])
+        self.pace = PaceModel(self.knobs.tokens_per_s, self.knobs.concurrency_slowdown, self.knobs.jitter)
+        self.stop_fd, self._stop_w = os.pipe()
+
+    def stop(self) -> None:
+        """Cut every in-flight request at once (each waits on stop_fd too) and refuse new ones."""
+        self.stopping.set()
+        os.write(self._stop_w, b"x")  # never read: stop_fd stays readable from now on
+
+    def pace_report(self, query: Dict[str, List[str]]) -> Dict[str, Any]:
+        knobs = self.knobs
+        report: Dict[str, Any] = {
+            "tokens_per_s": knobs.tokens_per_s, "source": knobs.pace_source, "nccl_proto": knobs.nccl_proto,
+            "ttft_ms": knobs.ttft_ms, "tokens_per_chunk": knobs.tokens_per_chunk,
+            "concurrency_slowdown": knobs.concurrency_slowdown, "jitter": knobs.jitter,
+            "natural_len": knobs.natural_len, "fault_after_tokens": knobs.fault_after_tokens,
+            "running_requests": self.metrics.running_now(),
+        }
+        if "concurrency" in query:
+            raw = query["concurrency"][-1]
+            if not raw.isdigit() or int(raw) < 1:
+                raise bad_request(f"concurrency must be a whole number of at least 1, not {raw!r}", "concurrency")
+            report["concurrency"] = int(raw)
+            report["tokens_per_s_at"] = self.pace.at(int(raw))
+        return report
+
+
+class ApiHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 1024  # 64+ clients connecting at once must not overflow the listen backlog
+
+    def __init__(self, address: Tuple[str, int], serving: Serving) -> None:
+        self.serving = serving
+        super().__init__(address, Handler)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "fakevllm/" + __version__
+    sys_version = ""
+    server: ApiHTTPServer
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    # -- routing -------------------------------------------------------------------------------------------
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's names)
+        path, _sep, query = self.path.partition("?")
+        serving = self.server.serving
+        try:
+            if path == "/health":
+                ok = serving.is_ready() and not serving.stopping.is_set()
+                self.reply_json(200 if ok else 503, b"")
+            elif path == "/metrics":
+                self.reply(200, serving.metrics.render().encode(), CONTENT_TYPE)
+            elif path == "/version":
+                self.reply_json(200, dumps({"version": __version__}))
+            elif path == "/sim/pace":
+                self.reply_json(200, dumps(serving.pace_report(parse_qs(query))))
+            elif path == "/sim/faults":
+                self.reply_json(200, dumps({"queued": serving.faults.snapshot()}))
+            elif path == "/v1/models":
+                self._require_ready()
+                self.reply_json(200, dumps(self._models()))
+            elif path in GENERATION_PATHS:
+                self.reply_json(405, b'{"detail":"Method Not Allowed"}')
+            else:
+                self.reply_json(404, b'{"detail":"Not Found"}')
+        except ApiError as error:
+            self.reply_json(error.status, error.body())
+
+    def do_POST(self) -> None:  # noqa: N802
+        path = self.path.partition("?")[0]
+        try:
+            raw = self._read_body()
+            if path in GENERATION_PATHS:
+                self._generate(raw, GENERATION_PATHS[path])
+            elif path == "/sim/faults":
+                self._queue_faults(raw)
+            elif path in ("/health", "/metrics", "/v1/models", "/sim/pace"):
+                self.reply_json(405, b'{"detail":"Method Not Allowed"}')
+            else:
+                self.reply_json(404, b'{"detail":"Not Found"}')
+        except ApiError as error:
+            self.reply_json(error.status, error.body())
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        if self.path.partition("?")[0] == "/sim/faults":
+            cleared = self.server.serving.faults.clear()
+            self.reply_json(200, dumps({"cleared": cleared, "queued": []}))
+        else:
+            self.reply_json(404, b'{"detail":"Not Found"}')
+
+    # -- endpoints -----------------------------------------------------------------------------------------
+
+    def _generate(self, raw: bytes, chat: bool) -> None:
+        arrival = time.monotonic()
+        serving = self.server.serving
+        self._require_ready()
+        request = parse_generation(raw, chat, serving.args.served_model_names, serving.args.max_model_len,
+                                   serving.knobs.natural_len)
+        fault = serving.faults.take()
+        if fault == HTTP_500:
+            raise ApiError(500, FAULT_MESSAGE, "InternalServerError")
+        Generation(self, request, fault, arrival).run()
+
+    def _queue_faults(self, raw: bytes) -> None:
+        faults = self.server.serving.faults
+        try:
+            faults.extend(parse_faults(json.loads(raw)))
+        except (ValueError, FaultError) as error:
+            raise bad_request(f"/sim/faults: {error}") from error
+        self.reply_json(200, dumps({"queued": faults.snapshot()}))
+
+    def _models(self) -> Dict[str, Any]:
+        args = self.server.serving.args
+        created = int(time.time())
+        return {"object": "list", "data": [
+            {"id": name, "object": "model", "created": created, "owned_by": "vllm", "root": args.model,
+             "parent": None, "max_model_len": args.max_model_len}
+            for name in args.served_model_names]}
+
+    def _require_ready(self) -> None:
+        serving = self.server.serving
+        if serving.stopping.is_set():
+            raise ApiError(503, "The server is shutting down.", "ServiceUnavailableError")
+        if not serving.is_ready():
+            raise ApiError(503, "The server is still starting up.", "ServiceUnavailableError")
+
+    # -- plumbing ------------------------------------------------------------------------------------------
+
+    def _read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            return self._read_chunked()
+        try:
+            length = int(self.headers.get("Content-Length", "0"))
+        except ValueError as error:
+            self.close_connection = True
+            raise bad_request("invalid Content-Length") from error
+        if length < 0 or length > MAX_BODY_BYTES:
+            self.close_connection = True
+            raise bad_request(f"the request body must be 0 to {MAX_BODY_BYTES} bytes")
+        return self.rfile.read(length)
+
+    def _read_chunked(self) -> bytes:
+        parts: List[bytes] = []
+        size_total = 0
+        while True:
+            line = self.rfile.readline(1024)
+            try:
+                size = int(line.split(b";")[0].strip(), 16)
+            except ValueError as error:
+                self.close_connection = True
+                raise bad_request("malformed chunked request body") from error
+            size_total += size
+            if size_total > MAX_BODY_BYTES:
+                self.close_connection = True
+                raise bad_request(f"the request body must be at most {MAX_BODY_BYTES} bytes")
+            if size == 0:
+                while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return b"".join(parts)
+            parts.append(self.rfile.read(size))
+            self.rfile.readline(1024)
+
+    def reply_json(self, status: int, body: bytes) -> None:
+        self.reply(status, body, "application/json")
+
+    def reply(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *values: object) -> None:  # pylint: disable=redefined-builtin
+        print(f"INFO {self.address_string()} pid {os.getpid()} " + format % values, flush=True)
+
+
+def start_http(serving: Serving, host: str, port: int) -> ApiHTTPServer:
+    """Bind host:port now (OSError if taken) and serve from a daemon thread."""
+    server = ApiHTTPServer((host, port), serving)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.25}, daemon=True,
+                     name="http").start()
+    return server
+
+
+def stop_http(server: ApiHTTPServer) -> None:
+    """Cut in-flight requests at once; close the listening socket from a helper thread (never blocks)."""
+    server.serving.stop()
+
+    def close() -> None:
+        server.shutdown()
+        server.server_close()
+
+    threading.Thread(target=close, daemon=True, name="http-stop").start()
+

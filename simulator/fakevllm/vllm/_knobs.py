@@ -1,0 +1,98 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The API server's serving knobs: start-up, token pace, chunking, faults (GPUOPS_SIM_* environment).
+
+Read once when the API server starts; a malformed value stops the start-up with an error, as a bad
+engine argument stops real vLLM. docs/simulator.md lists every knob.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable, Mapping, Optional, TypeVar
+
+from vllm._pace import base_pace
+
+STARTUP_DELAY_ENV = "GPUOPS_SIM_STARTUP_DELAY_S"
+FAIL_AT_START_ENV = "GPUOPS_SIM_FAIL_AT_START"
+FAIL_AFTER_ENV = "GPUOPS_SIM_FAIL_AFTER_S"
+FAIL_MESSAGE_ENV = "GPUOPS_SIM_FAIL_MESSAGE"
+TOKENS_PER_S_ENV = "GPUOPS_SIM_TOKENS_PER_S"
+JITTER_ENV = "GPUOPS_SIM_JITTER"
+SLOWDOWN_ENV = "GPUOPS_SIM_CONCURRENCY_SLOWDOWN"
+TTFT_ENV = "GPUOPS_SIM_TTFT_MS"
+CHUNK_ENV = "GPUOPS_SIM_TOKENS_PER_CHUNK"
+NATURAL_LEN_ENV = "GPUOPS_SIM_NATURAL_LEN"
+FAULT_AFTER_ENV = "GPUOPS_SIM_FAULT_AFTER_TOKENS"
+NCCL_PROTO_ENV = "NCCL_PROTO"
+
+FAIL_MODES = ("crash", "hang")
+DEFAULT_FAIL_MESSAGE = "CUDA error: an illegal memory access was encountered"
+
+T = TypeVar("T", int, float)
+
+
+class KnobError(ValueError):
+    """A GPUOPS_SIM_* value the server cannot use."""
+
+
+@dataclass(frozen=True)
+class Knobs:  # pylint: disable=too-many-instance-attributes  # one field per documented knob
+    startup_delay_s: float
+    fail_at_start: Optional[str]
+    fail_after_s: float
+    fail_message: str
+    tokens_per_s: float
+    pace_source: str
+    nccl_proto: Optional[str]
+    jitter: float
+    concurrency_slowdown: float
+    ttft_ms: float
+    tokens_per_chunk: int
+    natural_len: int
+    fault_after_tokens: int
+
+
+def _number(env: Mapping[str, str], name: str, default: T, kind: Callable[[str], T], minimum: T,
+            above: bool = False) -> T:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = None
+    if value is None or value != value or value < minimum or (above and value == minimum):  # NaN fails too
+        bound = f"above {minimum}" if above else f"at least {minimum}"
+        raise KnobError(f"{name} must be a {'whole ' if kind is int else ''}number {bound}, not {raw!r}")
+    return value
+
+
+def read_knobs(env: Optional[Mapping[str, str]] = None) -> Knobs:
+    env = os.environ if env is None else env
+    fail = env.get(FAIL_AT_START_ENV, "").strip().lower() or None
+    if fail is not None and fail not in FAIL_MODES:
+        raise KnobError(f"{FAIL_AT_START_ENV} must be one of {', '.join(FAIL_MODES)} (or empty), not {fail!r}")
+    nccl_proto = env.get(NCCL_PROTO_ENV)
+    if env.get(TOKENS_PER_S_ENV, "").strip():
+        pace = _number(env, TOKENS_PER_S_ENV, 0.0, float, 0.0, above=True)
+        source = TOKENS_PER_S_ENV
+    else:
+        pace = base_pace(nccl_proto)
+        source = NCCL_PROTO_ENV
+    return Knobs(
+        startup_delay_s=_number(env, STARTUP_DELAY_ENV, 0.0, float, 0.0),
+        fail_at_start=fail,
+        fail_after_s=_number(env, FAIL_AFTER_ENV, 1.0, float, 0.0),
+        fail_message=env.get(FAIL_MESSAGE_ENV, "").strip() or DEFAULT_FAIL_MESSAGE,
+        tokens_per_s=pace,
+        pace_source=source,
+        nccl_proto=nccl_proto,
+        jitter=_number(env, JITTER_ENV, 0.02, float, 0.0),
+        concurrency_slowdown=_number(env, SLOWDOWN_ENV, 0.001, float, 0.0),
+        ttft_ms=_number(env, TTFT_ENV, 25.0, float, 0.0),
+        tokens_per_chunk=_number(env, CHUNK_ENV, 1, int, 1),
+        natural_len=_number(env, NATURAL_LEN_ENV, 128, int, 1),
+        fault_after_tokens=_number(env, FAULT_AFTER_ENV, 3, int, 0),
+    )
