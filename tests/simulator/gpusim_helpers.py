@@ -166,7 +166,7 @@ class StreamResult:
     headers: Dict[str, str]
     events: List[Any] = field(default_factory=list)
     times: List[float] = field(default_factory=list)
-    cut: Optional[str] = None  # why the body ended early (IncompleteRead, timeout, ...), None when complete
+    cut: Optional[str] = None  # why the body ended early ("closed", "TimeoutError", ...), None when complete
     started: float = 0.0
     body: bytes = b""
 
@@ -201,7 +201,10 @@ class FakeServer:
         self.port = port or free_port()
         self.log = log
         self.model = model
-        self.env = dict(host.env, CUDA_VISIBLE_DEVICES=gpus, GPUOPS_SIM_WORKER_MIB="4096",
+        kept = ("GPUOPS_SIM_STATE", "GPUOPS_SIM_SHUTDOWN_GRACE_S")  # no knob leaks in from the caller's shell
+        self.env = {key: value for key, value in host.env.items()
+                    if key != "NCCL_PROTO" and (key in kept or not key.startswith("GPUOPS_SIM_"))}
+        self.env.update(CUDA_VISIBLE_DEVICES=gpus, GPUOPS_SIM_WORKER_MIB="4096",
                         GPUOPS_SIM_ENGINE_CORE="1" if engine_core else "0", **(env or {}))
         self.argv = [sys.executable, str(FAKE_VLLM), "serve", model,
                      "--tensor-parallel-size", str(len(gpus.split(","))), "--port", str(self.port), *args]
@@ -300,6 +303,8 @@ class FakeServer:
                         result.times.append(time.monotonic())
             except (http.client.IncompleteRead, socket.timeout, ConnectionError) as error:
                 result.cut = type(error).__name__
+            if result.cut is None and "[DONE]" not in result.events:
+                result.cut = "closed"  # line iteration hides an unfinished chunked body: no [DONE] is the sign
             return result
         finally:
             if own:
