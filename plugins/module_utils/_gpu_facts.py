@@ -20,6 +20,16 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._selection import Gpu
 from ansible_collections.gpuops.fleet.plugins.module_utils._topology import read_topology
 
 
+# gpu_facts' options with their types and defaults, written once (the module's argument_spec; a unit test
+# compares it with the module's DOCUMENTATION).
+ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
+    "gpus": {"type": "list", "elements": "str"},
+    "processes": {"type": "bool", "default": True},
+    "topology": {"type": "bool", "default": False},
+    "health": {"type": "bool", "default": True},
+}
+
+
 class Options(t.NamedTuple):
     gpus: t.Optional[t.List[GpuRef]]
     processes: bool
@@ -27,16 +37,30 @@ class Options(t.NamedTuple):
     health: bool
 
 
-def _attach_processes(psutil: t.Any, devices: t.List[t.Dict[str, t.Any]], holders: t.Mapping[int, t.List[Holder]]) -> None:
-    """Set each device's ``processes``; a PID on several GPUs is described once."""
+def _attach_processes(psutil: t.Any, devices: t.List[t.Dict[str, t.Any]], holders: t.Mapping[int, t.List[Holder]],
+                      reread: t.Optional[t.Callable[[int], t.List[Holder]]] = None) -> None:
+    """Set each device's ``processes``; a PID on several GPUs is described once.
+
+    ``reread(index)``: a second NVML reading of a GPU, asked for when a listed PID is not in this namespace; a PID
+    that it no longer lists exited during the reading and is left out (it is not another namespace's process).
+    """
     infos = describe_processes(psutil, (holder.pid for found in holders.values() for holder in found))
+    holders = dict(holders)
+    for index, found in list(holders.items()):
+        if reread is not None and any(not infos[holder.pid]["visible"] for holder in found):
+            try:
+                listed = {holder.pid for holder in reread(index)}
+            except NvmlError:
+                continue
+            holders[index] = [holder for holder in found if infos[holder.pid]["visible"] or holder.pid in listed]
     for device in devices:
         found = holders.get(device["index"])
         device["processes"] = None if found is None else [process_fact(holder, infos[holder.pid]) for holder in found]
 
 
 def from_nvml(session: NvmlSession, options: Options, psutil: t.Any) -> t.Dict[str, t.Any]:
-    """ansible_facts read through NVML. Raises SelectionError (bad ``gpus``) or NvmlError (NVML as a whole fails)."""
+    """ansible_facts read through NVML. Raises SelectionError (bad ``gpus``) or NvmlError (NVML as a whole fails).
+    Values NVML refused with NVML_ERROR_NO_PERMISSION are null and named in ``session.denied``."""
     indices = resolve_gpus(options.gpus, session.count, session.inventory)
     driver = session.driver()
     driver["source"] = "nvml"
@@ -52,7 +76,7 @@ def from_nvml(session: NvmlSession, options: Options, psutil: t.Any) -> t.Dict[s
         devices.append(device)
     facts: t.Dict[str, t.Any] = {"gpus": devices, "gpu_driver": driver}
     if options.processes:
-        _attach_processes(psutil, devices, holders)
+        _attach_processes(psutil, devices, holders, session.holders)
     if options.topology:
         facts["gpu_topology"] = read_topology(session, {device["index"]: device["pci_bus_id"] for device in devices})
     return facts

@@ -14,6 +14,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import (
     FUNCTION_NOT_FOUND,
+    NO_PERMISSION,
     NOT_SUPPORTED,
     NvmlError,
     pynvml_errors,
@@ -26,6 +27,7 @@ MIB = 1024 * 1024
 _PROCESS_LISTS = (
     ("compute", "nvmlDeviceGetComputeRunningProcesses"),
     ("graphics", "nvmlDeviceGetGraphicsRunningProcesses"),
+    ("mps", "nvmlDeviceGetMPSComputeRunningProcesses"),  # clients of an MPS server: in no other list
 )
 
 
@@ -39,7 +41,7 @@ class Memory(t.NamedTuple):
 
 
 class Holder(t.NamedTuple):
-    """A PID that NVML lists on one GPU. ``type``: compute, graphics, or compute+graphics."""
+    """A PID that NVML lists on one GPU. ``type``: compute, graphics or mps (an MPS client), joined by + when in several lists."""
 
     pid: int
     used_memory_mib: t.Optional[int]
@@ -63,6 +65,8 @@ class NvmlSession:
         self._errors = pynvml_errors(lib)
         self._handles: t.Dict[int, t.Any] = {}
         self._memory_v2 = getattr(lib, "nvmlMemory_v2", None)
+        # reads refused with NVML_ERROR_NO_PERMISSION (the value is null): "call on GPU i", for the operator
+        self.denied: t.List[str] = []
         self.count: int = self.call("nvmlDeviceGetCount")
 
     def call(self, name: str, *args: t.Any) -> t.Any:
@@ -80,6 +84,9 @@ class NvmlSession:
         try:
             return self.call(name, *args)
         except NvmlError as exc:
+            if exc.code == NO_PERMISSION:
+                where = [index for index, handle in self._handles.items() if args and handle is args[0]]
+                self.denied.append("%s%s" % (name, " on GPU %d" % where[0] if where else ""))
             if exc.unavailable:
                 return None
             raise
@@ -130,7 +137,7 @@ class NvmlSession:
         return Memory(_mib(info.total), _mib(info.used), None, _mib(info.free))
 
     def holders(self, index: int) -> t.List[Holder]:
-        """Every PID in the compute and graphics lists of one GPU, sorted by PID (a PID in both lists appears once)."""
+        """Every PID in the compute, graphics and MPS lists of one GPU, sorted by PID (a PID in several lists appears once)."""
         handle = self.handle(index)
         merged: t.Dict[int, Holder] = {}
         for kind, name in _PROCESS_LISTS:
@@ -146,6 +153,8 @@ class NvmlSession:
         return [merged[pid] for pid in sorted(merged)]
 
     def _process_list(self, name: str, handle: t.Any) -> t.List[t.Any]:
+        if name.startswith("nvmlDeviceGetMPS") and getattr(self.lib, name, None) is None:
+            return []  # an nvidia-ml-py release without MPS lists: nothing to read
         try:
             return self.call(name, handle)
         except NvmlError as exc:

@@ -4,6 +4,11 @@
 
 """Which processes gpu_reclaim may end: the holders, and their launchers' trees.
 
+The launcher rule: climbing from a holder's parent upward, each process must look like an inference launcher
+(``launcher_patterns``); the highest of that unbroken chain is the launcher. An ordinary process (a shell, a
+job script), a cluster daemon (``cluster_daemons``: raylet, gcs_server, ``ray start``, ...), an excluded or a
+protected process stops the climb. Without a launcher, the holder itself is the root of what is taken.
+
 Private to this collection: the API may change without notice.
 """
 
@@ -13,11 +18,13 @@ import os
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._processes import trim_cmdline
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import ReclaimSpec, matches_any
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import ReclaimSpec, always_excluded, is_excluded, matches_any
+
+_ATTRS = ["name", "cmdline", "username", "create_time", "ppid", "status"]
 
 
 class Target(t.NamedTuple):
-    """A process to end. ``role``: launcher, holder or descendant; ``depth`` below its launcher (launchers are 0)."""
+    """A process to end. ``role``: launcher, holder, descendant or respawned; ``depth`` below its root (roots are 0)."""
 
     pid: int
     create_time: float
@@ -35,53 +42,98 @@ class Plan(t.NamedTuple):
     warnings: t.List[str]
 
 
+class ProcessTable:
+    """One pass over the process table (one scan of /proc): pid -> name, cmdline, username, create_time, ppid,
+    status (and pgid where readable), and the children of each PID. Every walk of a plan uses it."""
+
+    def __init__(self, psutil: t.Any) -> None:
+        self.info: t.Dict[int, t.Dict[str, t.Any]] = {}
+        self.children: t.Dict[int, t.List[int]] = {}
+        for proc in psutil.process_iter(_ATTRS):
+            info = dict(proc.info)
+            trim_cmdline(info.get("cmdline"))
+            self.info[proc.pid] = info
+        for pid in sorted(self.info):
+            self.children.setdefault(self.info[pid]["ppid"], []).append(pid)
+
+    def ancestors(self, pid: int) -> t.List[int]:
+        """The parent chain of ``pid``, nearest first (stops at a PID the table does not have, or a loop)."""
+        chain: t.List[int] = []
+        seen = {pid}
+        parent = (self.info.get(pid) or {}).get("ppid")
+        while parent is not None and parent in self.info and parent not in seen:
+            chain.append(parent)
+            seen.add(parent)
+            parent = self.info[parent]["ppid"]
+        return chain
+
+    def descendants(self, pid: int) -> t.List[t.Tuple[int, int, int]]:
+        """(pid, depth, parent) of every descendant, breadth first."""
+        found: t.List[t.Tuple[int, int, int]] = []
+        level = [pid]
+        seen = {pid}
+        depth = 0
+        while level:
+            depth += 1
+            next_level = []
+            for parent in level:
+                for child in self.children.get(parent, []):
+                    if child not in seen:
+                        seen.add(child)
+                        found.append((child, depth, parent))
+                        next_level.append(child)
+            level = next_level
+        return found
+
+
 def protected_pids(psutil: t.Any) -> t.Set[int]:
     """PID 0 and 1, this process and its ancestors (the Ansible connection): never signalled."""
     me = psutil.Process(os.getpid())
     return {0, 1, me.pid} | {p.pid for p in me.parents()}
 
 
-def _info(psutil: t.Any, proc: t.Any) -> t.Optional[t.Dict[str, t.Any]]:
-    try:
-        info = proc.as_dict(attrs=["name", "cmdline", "username", "create_time", "ppid"], ad_value=None)
-    except psutil.NoSuchProcess:
-        return None
-    trim_cmdline(info["cmdline"])
-    return info
+def is_cluster_daemon(spec: ReclaimSpec, info: t.Mapping[str, t.Any]) -> bool:
+    return matches_any(spec.cluster_daemons, info["name"], info["cmdline"])
 
 
-def _launcher(psutil: t.Any, holder: t.Any, spec: ReclaimSpec, protected: t.Set[int]) -> t.Any:
-    """The inference launcher of a holder, or None: climbing from the holder, the first process that matches
-    ``launcher_patterns``, then its ancestors for as long as they match too (API server above EngineCore above
-    workers). The climb stops at the first non-matching process above a match, at a protected or excluded one."""
+def find_launcher(table: ProcessTable, pid: int, spec: ReclaimSpec, protected: t.Set[int]) -> t.Optional[int]:
+    """The launcher of holder ``pid``: the highest process of the unbroken chain of launcher-shaped ancestors
+    that starts at its parent; None when its parent is not one."""
     found = None
-    chain = [holder]
-    try:
-        chain += holder.parents()
-    except psutil.NoSuchProcess:
-        return None
-    for proc in chain:
-        if proc.pid in protected:
+    for parent in table.ancestors(pid):
+        info = table.info[parent]
+        if parent in protected or is_excluded(spec, info["name"], info["cmdline"]) or is_cluster_daemon(spec, info):
             break
-        info = _info(psutil, proc)
-        if info is None:
+        if not matches_any(spec.launcher_patterns, info["name"], info["cmdline"]):
             break
-        if matches_any(spec.exclude, info["name"], info["cmdline"]):
-            break
-        if matches_any(spec.launcher_patterns, info["name"], info["cmdline"]):
-            found = proc
-        elif found is not None:
-            break
+        found = parent
     return found
 
 
+def _tree(table: ProcessTable, root: int, root_role: str, spec: ReclaimSpec,
+          protected: t.Set[int]) -> t.Dict[int, t.Tuple[str, int, t.Dict[str, t.Any]]]:
+    """pid -> (role, depth, info) for ``root`` and every descendant. An excluded or protected process is
+    "kept" (never signalled, its own subtree not walked)."""
+    tree = {root: (root_role, 0, table.info[root])}
+    kept: t.Set[int] = set()
+    for pid, depth, parent in table.descendants(root):
+        info = table.info[pid]
+        if parent in kept or pid in protected or is_excluded(spec, info["name"], info["cmdline"]):
+            kept.add(pid)
+            tree[pid] = ("kept", depth, info)
+        else:
+            tree[pid] = ("descendant", depth, info)
+    return tree
+
+
 def plan_targets(psutil: t.Any, spec: ReclaimSpec, holders: t.Mapping[int, t.Dict[str, t.Any]],
-                 selected_gpus: t.Set[int], other_holders: t.Mapping[int, t.List[int]]) -> Plan:
+                 selected_gpus: t.Set[int], other_holders: t.Mapping[int, t.List[int]],
+                 table: t.Optional[ProcessTable] = None) -> Plan:
     """Decide what to signal.
 
     ``holders``: visible holder pid -> its description (name, cmdline, username, create_time, gpus);
-    ``other_holders``: pid -> GPUs it holds outside the selection. A launcher's tree is taken only
-    when every GPU holder inside it is itself a target; otherwise only the holder is ended.
+    ``other_holders``: pid -> GPUs it holds outside the selection. A tree (a launcher's, or a holder's own
+    descendants) is taken only when every GPU holder inside it is itself a target; otherwise only the holder.
     """
     protected = protected_pids(psutil)
     left_alone: t.Dict[int, str] = {}
@@ -91,6 +143,8 @@ def plan_targets(psutil: t.Any, spec: ReclaimSpec, holders: t.Mapping[int, t.Dic
             left_alone[pid] = "protected: PID 1, this module or its ancestors (the Ansible connection)"
         elif pid in other_holders:
             left_alone[pid] = "also holds GPU %s, outside `gpus`" % ", ".join(str(g) for g in other_holders[pid])
+        elif always_excluded(info["name"], info["cmdline"]):
+            left_alone[pid] = "a driver helper or GPU monitor (always excluded)"
         elif matches_any(spec.exclude, info["name"], info["cmdline"]):
             left_alone[pid] = "matches `exclude`"
         elif spec.match and not matches_any(spec.match, info["name"], info["cmdline"]):
@@ -98,20 +152,29 @@ def plan_targets(psutil: t.Any, spec: ReclaimSpec, holders: t.Mapping[int, t.Dic
         else:
             chosen[pid] = info
 
+    if not spec.kill_tree:
+        table = None
+    elif table is None and chosen:
+        table = ProcessTable(psutil)
     targets: t.Dict[int, Target] = {}
     warnings: t.List[str] = []
-    children_of: t.Dict[int, t.List[int]] = {}
     for pid, info in sorted(chosen.items()):
         if pid in targets:
             continue
-        tree = _tree(psutil, pid, spec, protected, children_of) if spec.kill_tree else None
-        if tree is not None:
-            foreign_holders = sorted(p for p in tree if (p in holders or p in other_holders) and p not in chosen)
-            if foreign_holders:
-                warnings.append(
-                    "pid %d (%s): its launcher's tree also holds GPUs through pid %s, which this run may not end; "
-                    "ended the holder only" % (pid, info["name"], ", ".join(str(p) for p in foreign_holders)))
-                tree = None
+        tree = None
+        if table is not None and pid in table.info:
+            launcher = find_launcher(table, pid, spec, protected)
+            if launcher is not None:
+                tree = _tree(table, launcher, "launcher", spec, protected)
+            elif not is_cluster_daemon(spec, table.info[pid]):
+                tree = _tree(table, pid, "holder", spec, protected)
+            if tree is not None:
+                foreign_holders = sorted(p for p in tree if (p in holders or p in other_holders) and p not in chosen)
+                if foreign_holders:
+                    warnings.append(
+                        "pid %d (%s): its tree also holds GPUs through pid %s, which this run may not end; "
+                        "ended the holder only" % (pid, info["name"], ", ".join(str(p) for p in foreign_holders)))
+                    tree = None
         if tree is None:
             tree = {pid: ("holder", 0, info)}
         for tpid, (role, depth, tinfo) in tree.items():
@@ -123,48 +186,3 @@ def plan_targets(psutil: t.Any, spec: ReclaimSpec, holders: t.Mapping[int, t.Dic
                                    role, depth, sorted(chosen.get(tpid, {}).get("gpus", [])))
     ordered = sorted(targets.values(), key=lambda tg: (tg.role != "launcher", tg.depth, tg.pid))
     return Plan(ordered, left_alone, warnings)
-
-
-def _children_map(psutil: t.Any, children_of: t.Dict[int, t.List[int]]) -> t.Dict[int, t.List[int]]:
-    """parent pid -> child pids, from one pass over the process table (filled on first use, then shared)."""
-    if not children_of:
-        for proc in psutil.process_iter(["ppid"]):
-            children_of.setdefault(proc.info["ppid"], []).append(proc.pid)
-    return children_of
-
-
-def _tree(psutil: t.Any, pid: int, spec: ReclaimSpec, protected: t.Set[int],
-          children_of: t.Dict[int, t.List[int]]) -> t.Optional[t.Dict[int, t.Tuple[str, int, t.Dict[str, t.Any]]]]:
-    """pid -> (role, depth, info) for the holder's launcher and every descendant; None without a launcher."""
-    try:
-        holder = psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        return None
-    launcher = _launcher(psutil, holder, spec, protected)
-    if launcher is None:
-        return None
-    root = _info(psutil, launcher)
-    if root is None:
-        return None
-    tree = {launcher.pid: ("launcher", 0, root)}
-    level = [launcher]
-    depth = 0
-    while level:
-        depth += 1
-        next_level = []
-        for proc in level:
-            for child_pid in _children_map(psutil, children_of).get(proc.pid, []):
-                try:
-                    child = psutil.Process(child_pid)
-                except psutil.NoSuchProcess:
-                    continue
-                info = _info(psutil, child)
-                if info is None or info["ppid"] != proc.pid:  # gone, or the PID was reused since the map was made
-                    continue
-                if child.pid in protected or matches_any(spec.exclude, info["name"], info["cmdline"]):
-                    tree[child.pid] = ("kept", depth, info)  # never signalled, but its GPUs count when deciding on the tree
-                    continue
-                tree[child.pid] = ("descendant", depth, info)
-                next_level.append(child)
-        level = next_level
-    return tree

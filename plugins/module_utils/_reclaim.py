@@ -9,35 +9,47 @@ Private to this collection: the API may change without notice.
 
 from __future__ import annotations
 
+import os
 import time
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _reclaim_evidence as evidence
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import NvmlSession
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import NvmlError
-from ansible_collections.gpuops.fleet.plugins.module_utils._process_tree import Plan, plan_targets
-from ansible_collections.gpuops.fleet.plugins.module_utils._processes import describe_process
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import ReclaimSpec, matches_any
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_verify import Problem, Reading, judge, read_gpu
+from ansible_collections.gpuops.fleet.plugins.module_utils._process_tree import Plan, ProcessTable, Target, plan_targets, protected_pids
+from ansible_collections.gpuops.fleet.plugins.module_utils._processes import describe_process, trim_cmdline
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import ReclaimSpec, is_excluded
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_verify import Prediction, Problem, Reading, judge, predict, read_gpu
 from ansible_collections.gpuops.fleet.plugins.module_utils._selection import resolve_gpus
 from ansible_collections.gpuops.fleet.plugins.module_utils._signal_ladder import Outcome, run_ladder
 
 VERIFY_POLL_S = 0.02
 
 
+def _getpgid(pid: int) -> t.Optional[int]:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
 class Reclaim:
-    """One reclaim run. ``run()`` returns the module result (without ``changed``'s check-mode twist applied twice)."""
+    """One reclaim run. ``run()`` returns the module result, with the warnings as ``warnings_list``."""
 
     def __init__(self, session: NvmlSession, psutil: t.Any, spec: ReclaimSpec, check_mode: bool,
-                 clock: t.Callable[[], float] = time.monotonic) -> None:
+                 clock: t.Callable[[], float] = time.monotonic, getpgid: t.Optional[t.Callable[[int], t.Optional[int]]] = None) -> None:
         self.session = session
         self.psutil = psutil
         self.spec = spec
         self.check_mode = check_mode
         self.clock = clock
+        self.getpgid = getpgid or _getpgid
         self.start = clock()
         self._described: t.Dict[int, t.Dict[str, t.Any]] = {}
         self._before_described: t.Dict[int, t.Dict[str, t.Any]] = {}
+        self._table: t.Optional[ProcessTable] = None
+        self._protected: t.Set[int] = set()
+        self._pgids: t.Set[int] = set()
 
     def describe(self, pid: int) -> t.Dict[str, t.Any]:
         if pid not in self._described:
@@ -45,16 +57,20 @@ class Reclaim:
         return self._described[pid]
 
     def excluded(self, info: t.Dict[str, t.Any]) -> bool:
-        return matches_any(self.spec.exclude, info["name"], info["cmdline"])
+        return is_excluded(self.spec, info["name"], info["cmdline"])
+
+    def read(self, index: int, uuid: t.Optional[str] = None) -> Reading:
+        return read_gpu(self.session, index, uuid, self.describe)
 
     def run(self) -> t.Dict[str, t.Any]:
         indices = resolve_gpus(self.spec.gpus, self.session.count, self.session.inventory)
-        before = {index: read_gpu(self.session, index) for index in indices}
+        before = {index: self.read(index) for index in indices}
         plan = self._plan(before, set(indices))
         self._before_described = dict(self._described)
         if self.check_mode:
-            return self._result(before, None, plan, [], [])
-        outcomes = run_ladder(self.psutil, plan.targets, self.spec.signals, self.spec.grace)
+            return self._check_result(before, plan)
+        outcomes = run_ladder(self.psutil, plan.targets, self.spec.signals, self.spec.grace, clock=self.clock,
+                              deadline=self.start + self.spec.timeout, discover=self._discover)
         after, problems = self._verify(before, plan, outcomes)
         return self._result(before, after, plan, outcomes, problems)
 
@@ -85,61 +101,122 @@ class Reclaim:
                     others.setdefault(holder.pid, []).append(index)
             except NvmlError as exc:
                 unread.append("GPU %d (outside `gpus`) could not be read, so a launcher tree ended here may also hold it: %s" % (index, exc))
-        plan = plan_targets(self.psutil, self.spec, holders, selected, others)
+        self._protected = protected_pids(self.psutil)
+        self._table = ProcessTable(self.psutil) if holders else None
+        plan = plan_targets(self.psutil, self.spec, holders, selected, others, self._table)
         plan.warnings.extend(unread)
+        # a process the targets fork during the ladder shares their process group (unless it is one of ours)
+        ours = {self.getpgid(pid) for pid in self._protected if pid > 1}
+        self._pgids = {pgid for pgid in (self.getpgid(tg.pid) for tg in plan.targets) if pgid not in ours and pgid not in (None, 0, 1)}
         return plan
 
+    def _discover(self, known: t.Set[int]) -> t.List[Target]:
+        """Processes started since the plan's process table whose parent is a target or that share a target's
+        process group: what a target forked during the ladder (a respawn)."""
+        if self._table is None or not self.spec.kill_tree:
+            return []
+        found: t.List[Target] = []
+        for pid in self.psutil.pids():
+            if pid in known or pid in self._protected or pid in self._table.info:
+                continue
+            try:
+                proc = self.psutil.Process(pid)
+                info = proc.as_dict(attrs=["name", "cmdline", "username", "create_time", "ppid"], ad_value=None)
+            except self.psutil.NoSuchProcess:
+                continue
+            if info["ppid"] not in known and self.getpgid(pid) not in self._pgids:
+                continue
+            trim_cmdline(info["cmdline"])
+            if is_excluded(self.spec, info["name"], info["cmdline"]):
+                continue
+            found.append(Target(pid, info["create_time"], info["name"], info["cmdline"], info["username"], "respawned", 1, []))
+        return found
+
     def _verify(self, before: t.Mapping[int, Reading], plan: Plan, outcomes: t.Sequence[Outcome]) -> t.Tuple[t.Dict[int, Reading], t.List[Problem]]:
-        """Poll fresh NVML readings until every selected GPU is free, only lasting problems remain, or ``timeout``."""
+        """Poll fresh NVML readings until every selected GPU is free in two readings ``settle`` seconds apart, only
+        lasting problems remain, or ``timeout`` (the settle reading may come up to ``settle`` after it)."""
         indices = sorted(before)
-        signalled = {o.target.pid: _why_left(o) for o in outcomes if o.signal is not None or o.error is not None or o.ended == "zombie"}
-        sent = {o.target.pid for o in outcomes if o.signal is not None}
-        settling = {index for index in indices if any(holder.pid in sent for holder in before[index].holders)}
+        # every target is ours: one NVML still lists after it exited (signalled or not) is the driver lagging behind
+        signalled = {o.target.pid: _why_left(o) for o in outcomes}
+        settling = {index for index in indices if any(holder.pid in signalled for holder in before[index].holders)}
         deadline = self.start + self.spec.timeout
+        free_since: t.Optional[float] = None
         while True:
             self._described.clear()  # a fresh reading means fresh process states too
-            after = {index: read_gpu(self.session, index, before[index].uuid) for index in indices}
+            after = {index: self.read(index, before[index].uuid) for index in indices}
             problems: t.List[Problem] = []
             for index in indices:
                 problems += judge(after[index], self.spec.memory_threshold_mib, signalled, plan.left_alone,
                                   self.describe, self.excluded, self.spec.ignore_foreign, index in settling)
-            if not problems or not any(p.waitable for p in problems) or self.clock() >= deadline:
+            now = self.clock()
+            if not problems:
+                if free_since is None:
+                    free_since = now
+                if now - free_since >= self.spec.settle:
+                    return after, problems
+                time.sleep(min(VERIFY_POLL_S * 5, max(0.0, self.spec.settle - (now - free_since))))
+                continue
+            free_since = None
+            if not any(p.waitable for p in problems) or now >= deadline:
                 return after, problems
             time.sleep(VERIFY_POLL_S)
 
-    def _result(self, before: t.Mapping[int, Reading], after: t.Optional[t.Mapping[int, Reading]], plan: Plan,
+    def _check_result(self, before: t.Mapping[int, Reading], plan: Plan) -> t.Dict[str, t.Any]:
+        """Check mode: what a real run would signal, what it would leave and why it would fail."""
+        states = {tg.pid: self._state(tg.pid) for tg in plan.targets}
+        would = [tg for tg in plan.targets if states[tg.pid] != "zombie"]
+        predictions = {index: predict(before[index], self.spec.memory_threshold_mib, states, plan.left_alone,
+                                      self.describe, self.excluded, self.spec.ignore_foreign) for index in sorted(before)}
+        gpus = []
+        for index in sorted(before):
+            entry = _gpu_entry(before[index], None, [], self._before_described, self.describe)
+            entry["predicted_memory_used_mib_after"] = predictions[index].used_mib
+            entry["processes_would_remain"] = [{"pid": h.pid, "name": self._before_described.get(h.pid, self.describe(h.pid))["name"],
+                                                "used_memory_mib": h.used_memory_mib} for h in predictions[index].remaining]
+            gpus.append(entry)
+        would_fail = [text for index in sorted(before) for text in predictions[index].failures]
+        warnings = plan.warnings + ["a real run would fail: " + text for text in would_fail]
+        return {
+            "gpus": gpus, "killed": [], "warnings_list": warnings, "elapsed_s": round(self.clock() - self.start, 3),
+            "changed": bool(would), "verified": None, "would_kill": [_target_entry(tg) for tg in would], "would_fail": would_fail,
+            "msg": "check mode: would end %d process(es) on GPU %s%s" % (
+                len(would), _indices(before), "; a real run would fail: " + "; ".join(would_fail) if would_fail else ""),
+        }
+
+    def _state(self, pid: int) -> t.Optional[str]:
+        if self._table is not None and pid in self._table.info:
+            return self._table.info[pid].get("status")
+        return self.describe(pid)["state"]
+
+    def _result(self, before: t.Mapping[int, Reading], after: t.Mapping[int, Reading], plan: Plan,
                 outcomes: t.Sequence[Outcome], problems: t.Sequence[Problem]) -> t.Dict[str, t.Any]:
-        gpus = [_gpu_entry(before[index], None if after is None else after[index], problems, self._before_described, self.describe)
-                for index in sorted(before)]
-        listed = set() if after is None else {holder.pid for reading in after.values() for holder in reading.holders}
+        gpus = [_gpu_entry(before[index], after[index], problems, self._before_described, self.describe) for index in sorted(before)]
+        listed = {holder.pid for reading in after.values() for holder in reading.holders}
         # a zombie that NVML still lists has not let go of its memory: a survivor, not a kill
         stuck = {o.target.pid for o in outcomes if o.ended == "zombie" and o.target.pid in listed}
+        ended = [o for o in outcomes if o.ended is not None and o.target.pid not in stuck]
         result: t.Dict[str, t.Any] = {
             "gpus": gpus,
-            "killed": [_killed_entry(o) for o in outcomes if o.ended is not None and o.signal is not None and o.target.pid not in stuck],
+            "killed": [_killed_entry(o) for o in ended],
             "warnings_list": plan.warnings,
             "elapsed_s": round(self.clock() - self.start, 3),
         }
-        if after is None:
-            result.update(changed=bool(plan.targets), verified=None, would_kill=[_target_entry(tg) for tg in plan.targets])
-            result["would_fail"] = self._lasting_problems(before, plan)
-            result["warnings_list"] = plan.warnings + ["a real run would fail: " + text for text in result["would_fail"]]
-            result["msg"] = "check mode: would end %d process(es) on GPU %s" % (len(plan.targets), _indices(before))
-            return result
         survivors = [o for o in outcomes if o.ended is None or o.target.pid in stuck]
         result["changed"] = any(o.signal is not None for o in outcomes)
         result["verified"] = not problems and not survivors
         result["survivors"] = [dict(_target_entry(o.target), error=o.error, signal=o.signal, state=self.describe(o.target.pid)["state"])
                                for o in survivors]
+        signalled = sum(1 for o in ended if o.signal is not None)
+        unsignalled = len(ended) - signalled
+        count = "ended %d process(es)%s" % (len(ended), " (%d exited once their launcher or tree was signalled)" % unsignalled if unsignalled else "")
         if result["verified"]:
             freed = sum(g["freed_mib"] or 0 for g in gpus)
-            result["msg"] = "GPU %s verified free by a fresh NVML reading: ended %d process(es), %d MiB came back" % (
-                _indices(before), len(result["killed"]), freed)
+            result["msg"] = "GPU %s verified free by fresh NVML readings: %s, %d MiB came back" % (_indices(before), count, freed)
             return result
         texts = [p.text for p in problems] + ["pid %d (%s, %s, state %s): %s" % (
             o.target.pid, o.target.name, o.target.role, self.describe(o.target.pid)["state"], o.error or "survived every signal")
             for o in survivors if o.target.pid not in listed]
-        result["msg"] = "GPUs not freed: " + "; ".join(texts)
+        result["msg"] = "GPUs not freed (%s): %s" % (count, "; ".join(texts))
         result["evidence"] = {
             "survivors": [evidence.survivor(self.psutil, pid) for pid in sorted(_problem_pids(after, problems) | {o.target.pid for o in survivors})],
             "device_holders": evidence.device_holders(self.psutil),
@@ -147,23 +224,15 @@ class Reclaim:
         }
         return result
 
-    def _lasting_problems(self, before: t.Mapping[int, Reading], plan: Plan) -> t.List[str]:
-        """Check mode: what no signal of this run can fix (as if every target went), so a real run would fail on it."""
-        going = {tg.pid: ("would be signalled", True) for tg in plan.targets}
-        texts = []
-        for index in sorted(before):
-            settling = any(holder.pid in going for holder in before[index].holders)
-            texts += [p.text for p in judge(before[index], self.spec.memory_threshold_mib, going, plan.left_alone,
-                                            self.describe, self.excluded, self.spec.ignore_foreign, settling) if not p.waitable]
-        return texts
-
 
 def _why_left(outcome: Outcome) -> t.Tuple[str, bool]:
     """Why a target is still listed by NVML, and whether waiting may help."""
     if outcome.error is not None:
         return outcome.error, False
-    if outcome.signal is None:
+    if outcome.ended == "zombie" and outcome.signal is None:
         return "a zombie before any signal: its parent has not reaped it and the driver still holds its memory", True
+    if outcome.ended not in (None, "exited", "zombie"):
+        return outcome.ended, True
     return "still there after every signal", True
 
 

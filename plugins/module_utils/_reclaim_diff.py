@@ -18,10 +18,11 @@ def _line(index: int, used: t.Optional[int], holders: t.Sequence[t.Mapping[str, 
 
 
 def reclaim_diff(gpus: t.Sequence[t.Mapping[str, t.Any]], check_mode: bool) -> t.Dict[str, str]:
-    """A diff whose ``after`` is the fresh reading (in check mode: what a real run aims for, every holder gone)."""
+    """A diff whose ``after`` is the fresh reading (in check mode: what a real run would leave, holders it would not end
+    and the memory they keep included; the memory is ``?`` where a holder's share is not available)."""
     before = "".join(_line(g["index"], g["memory_used_mib_before"], g["processes_before"]) for g in gpus)
     if check_mode:
-        after = "".join(_line(g["index"], 0 if g["processes_before"] else g["memory_used_mib_before"], []) for g in gpus)
+        after = "".join(_line(g["index"], g.get("predicted_memory_used_mib_after"), g.get("processes_would_remain", [])) for g in gpus)
     else:
         after = "".join(_line(g["index"], g["memory_used_mib_after"], g["processes_left"]) for g in gpus)
     return {"before": before, "after": after, "before_header": "GPU memory before", "after_header": "GPU memory after"}

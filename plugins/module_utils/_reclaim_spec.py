@@ -16,24 +16,67 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._selection import GpuRef, SelectionError, parse_gpus
 
-# The highest ancestor of a holder that matches one of these is its launcher: the
-# process that would respawn workers or keep the port if it were left alive.
-# Anchored at the program: a wrapper that merely mentions a server in its
-# arguments (bash -c "...", SCREEN, tmux, sudo) is not a launcher.
+# A holder's launcher is found by climbing from its parent through an unbroken chain of
+# processes that match one of these (see _process_tree). Anchored at the program: a wrapper
+# that merely mentions a server in its arguments (bash -c "...", SCREEN, tmux, sudo) is not a
+# launcher, and neither is a cluster daemon (see DEFAULT_CLUSTER_DAEMONS).
 _PY = r"^(\S*/)?python[0-9.]*(\s+-\S+)*\s+"
 DEFAULT_LAUNCHER_PATTERNS = [
     _PY + r"-m\s+vllm\.entrypoints\.",
     r"^((\S*/)?python[0-9.]*\s+)?(\S*/)?vllm\s+serve\b",
     r"^VLLM::",
-    r"^(\S*/)?(raylet|gcs_server)\b|^ray::|^((\S*/)?python[0-9.]*\s+)?(\S*/)?ray\s+start\b",
     r"^((\S*/)?python[0-9.]*\s+)?(\S*/)?torchrun\b|" + _PY + r"-m\s+torch\.distributed\.(run|launch)\b",
     _PY + r"-m\s+sglang\.launch_server\b|^((\S*/)?python[0-9.]*\s+)?(\S*/)?sglang\s+serve\b",
     r"^(\S*/)?text-generation-(launcher|server)\b",
     r"^(\S*/)?tritonserver\b",
 ]
 
-# Never signalled, whatever the options say: the driver's helpers and GPU monitoring.
-ALWAYS_EXCLUDED = [r"nvidia-persistenced", r"nv-hostengine", r"(^|/)dcgm", r"nvidia-smi"]
+# Processes that run a cluster rather than one job: never a launcher, and a climb stops below them.
+# Ray's node daemons and its job and dashboard processes; Kubernetes' and Slurm's node agents.
+DEFAULT_CLUSTER_DAEMONS = [
+    r"^(\S*/)?(raylet|gcs_server)\b",
+    r"^((\S*/)?python[0-9.]*\s+)?(\S*/)?ray\s+start\b",
+    r"^((\S*/)?python[0-9.]*(\s+-\S+)*\s+)?\S*/ray/(dashboard|_private|autoscaler)/",
+    r"^ray::(JobSupervisor|ServeController|ProxyActor|IDLE)\b",
+    r"^(\S*/)?(kubelet|containerd|containerd-shim\S*|dockerd|slurmd|slurmstepd)\b",
+]
+
+# Never signalled, whatever the options say: the driver's helpers and GPU monitoring. Matched against the
+# program (the process name and the base name of its first command-line word), never the arguments, so a
+# holder started with `--health-cmd nvidia-smi` or `--model /models/dcgm-tuned` is not protected by them.
+ALWAYS_EXCLUDED_PROGRAMS = re.compile(r"^(nvidia-persistenced|nv-hostengine|nvidia-smi|nvidia-cuda-mps-\S*|dcgm\S*)$")
+
+# Signals whose default action ends a process (signal(7): Term or Core). STOP, TSTP, TTIN and TTOU freeze a
+# process with its memory held; CONT, CHLD, URG and WINCH are ignored by default: none of them may be a step.
+TERMINATING_SIGNALS = ("TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "USR2", "ABRT", "ALRM")
+
+MAX_GRACE_S = 600.0
+MAX_TIMEOUT_S = 3600.0
+MAX_SETTLE_S = 60.0
+MAX_THRESHOLD_MIB = 1024 * 1024
+
+# Every option of gpu_reclaim with its type and default, written once: the module's argument_spec is this
+# table, build_spec() falls back to it, and a unit test compares it with the module's DOCUMENTATION.
+ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
+    "gpus": {"type": "list", "elements": "str"},
+    "match": {"type": "list", "elements": "str"},
+    "exclude": {"type": "list", "elements": "str", "default": []},
+    "kill_tree": {"type": "bool", "default": True},
+    "launcher_patterns": {"type": "list", "elements": "str", "default": DEFAULT_LAUNCHER_PATTERNS},
+    "cluster_daemons": {"type": "list", "elements": "str", "default": DEFAULT_CLUSTER_DAEMONS},
+    "signals": {"type": "list", "elements": "str", "default": ["TERM", "KILL"]},
+    "grace": {"type": "float", "default": 10.0},
+    "timeout": {"type": "float", "default": 60.0},
+    "settle": {"type": "float", "default": 0.5},
+    "memory_threshold_mib": {"type": "int", "default": 1024},
+    "ignore_foreign": {"type": "bool", "default": False},
+}
+
+
+def default(option: str) -> t.Any:
+    """The default of one option, as the argument spec has it (a copy, so callers may not change it)."""
+    value = ARGUMENT_SPEC[option].get("default")
+    return list(value) if isinstance(value, list) else value
 
 
 class SpecError(ValueError):
@@ -51,11 +94,15 @@ class ReclaimSpec(t.NamedTuple):
     timeout: float
     memory_threshold_mib: int
     ignore_foreign: bool
+    cluster_daemons: t.List[t.Pattern[str]] = []
+    settle: float = 0.5
 
 
 def _regexes(option: str, values: t.Optional[t.Sequence[t.Any]]) -> t.List[t.Pattern[str]]:
     compiled = []
     for value in values or []:
+        if not str(value).strip():
+            raise SpecError("%s: %r is an empty pattern, which matches every process; remove it" % (option, value))
         try:
             compiled.append(re.compile(str(value)))
         except re.error as exc:
@@ -63,60 +110,94 @@ def _regexes(option: str, values: t.Optional[t.Sequence[t.Any]]) -> t.List[t.Pat
     return compiled
 
 
+_ASCII_NUMBER = re.compile(r"^[0-9]{1,9}$")
+
+
 def parse_signal(option: str, value: t.Any) -> t.Tuple[str, int]:
-    """('SIGTERM', 15) from 'TERM', 'SIGTERM', 'sigterm' or 15."""
+    """('SIGTERM', 15) from 'TERM', 'SIGTERM', 'sigterm' or 15; only signals that end a process by default."""
     word = str(value).strip().upper()
-    if word.isdigit():
+    if _ASCII_NUMBER.match(word):
         try:
             sig = signal.Signals(int(word))
         except ValueError:
             raise SpecError("%s: %r is not a signal number on this host" % (option, value)) from None
-        return sig.name, int(sig)
-    name = word if word.startswith("SIG") else "SIG" + word
-    sig = getattr(signal.Signals, name, None)
-    if sig is None or name.startswith("SIG_"):
-        raise SpecError("%s: %r is not a signal name (use e.g. TERM, INT, KILL)" % (option, value))
+    else:
+        name = word if word.startswith("SIG") else "SIG" + word
+        sig = getattr(signal.Signals, name, None) if re.match(r"^SIG[A-Z0-9]+$", name) else None
+        if sig is None:
+            raise SpecError("%s: %r is not a signal name (use e.g. TERM, INT, KILL)" % (option, value))
+    if sig.name[3:] not in TERMINATING_SIGNALS:
+        raise SpecError("%s: %r (%s) is not a signal that ends a process by default (it stops, continues or is ignored); "
+                        "use one of %s" % (option, value, sig.name, ", ".join(TERMINATING_SIGNALS)))
     return sig.name, int(sig)
 
 
-def _duration(option: str, value: t.Any) -> float:
+def _duration(option: str, value: t.Any, upper: float, zero: bool = False) -> float:
+    if isinstance(value, bool):
+        raise SpecError("%s: %r is not a number of seconds" % (option, value))
     try:
         seconds = float(value)
     except (TypeError, ValueError):
         raise SpecError("%s: %r is not a number of seconds" % (option, value)) from None
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise SpecError("%s: %r must be a positive, finite number of seconds" % (option, value))
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not zero):
+        raise SpecError("%s: %r must be a %s, finite number of seconds" % (option, value, "non-negative" if zero else "positive"))
+    if seconds > upper:
+        raise SpecError("%s: %r is more than the %g seconds allowed" % (option, value, upper))
     return seconds
 
 
 def build_spec(params: t.Mapping[str, t.Any]) -> ReclaimSpec:
-    """Every option checked; raises SpecError (or SelectionError) naming the option and the value."""
+    """Every option checked; raises SpecError naming the option and the value. A missing option takes its default."""
+    def get(option: str) -> t.Any:
+        return params[option] if option in params else default(option)
+
     try:
-        gpus = parse_gpus(params.get("gpus"))
+        gpus = parse_gpus(get("gpus"))
     except SelectionError as exc:
         raise SpecError(str(exc)) from None
-    if params.get("match") is not None and not params["match"]:
+    if get("match") is not None and not get("match"):
         raise SpecError("match: the list is empty; omit the option to end every holder")
-    signals = [parse_signal("signals", value) for value in params.get("signals") or []]
+    signals = [parse_signal("signals", value) for value in get("signals") or []]
     if not signals:
         raise SpecError("signals: the escalation ladder is empty; give at least one signal, e.g. [TERM, KILL]")
-    if params.get("kill_tree", True) and not params.get("launcher_patterns", DEFAULT_LAUNCHER_PATTERNS):
+    if get("kill_tree") and not get("launcher_patterns"):
         raise SpecError("launcher_patterns: empty while kill_tree is true; set kill_tree: false to end holders only")
-    threshold = params.get("memory_threshold_mib", 1024)
-    if not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 0:
-        raise SpecError("memory_threshold_mib: %r must be a whole number of MiB, 0 or more" % (threshold,))
+    threshold = get("memory_threshold_mib")
+    if not isinstance(threshold, int) or isinstance(threshold, bool) or not 0 <= threshold <= MAX_THRESHOLD_MIB:
+        raise SpecError("memory_threshold_mib: %r must be a whole number of MiB from 0 to %d" % (threshold, MAX_THRESHOLD_MIB))
     return ReclaimSpec(
         gpus=gpus,
-        match=_regexes("match", params.get("match")),
-        exclude=_regexes("exclude", list(params.get("exclude") or [])) + [re.compile(p) for p in ALWAYS_EXCLUDED],
-        kill_tree=bool(params.get("kill_tree", True)),
-        launcher_patterns=_regexes("launcher_patterns", params.get("launcher_patterns", DEFAULT_LAUNCHER_PATTERNS)),
+        match=_regexes("match", get("match")),
+        exclude=_regexes("exclude", list(get("exclude") or [])),
+        kill_tree=bool(get("kill_tree")),
+        launcher_patterns=_regexes("launcher_patterns", get("launcher_patterns")),
         signals=signals,
-        grace=_duration("grace", params.get("grace", 10)),
-        timeout=_duration("timeout", params.get("timeout", 60)),
+        grace=_duration("grace", get("grace"), MAX_GRACE_S),
+        timeout=_duration("timeout", get("timeout"), MAX_TIMEOUT_S),
         memory_threshold_mib=threshold,
-        ignore_foreign=bool(params.get("ignore_foreign", False)),
+        ignore_foreign=bool(get("ignore_foreign")),
+        cluster_daemons=_regexes("cluster_daemons", get("cluster_daemons")),
+        settle=_duration("settle", get("settle"), MAX_SETTLE_S, zero=True),
     )
+
+
+def program_names(name: t.Optional[str], cmdline: t.Optional[t.Sequence[str]]) -> t.List[str]:
+    """The process name and the base name of its program (the first word of its command line, or of its title)."""
+    names = [name] if name else []
+    words = " ".join(cmdline or []).split()
+    if words:
+        names.append(words[0].rsplit("/", 1)[-1])
+    return names
+
+
+def always_excluded(name: t.Optional[str], cmdline: t.Optional[t.Sequence[str]]) -> bool:
+    """The driver's helpers and GPU monitors, by program only."""
+    return any(ALWAYS_EXCLUDED_PROGRAMS.match(program) for program in program_names(name, cmdline))
+
+
+def is_excluded(spec: ReclaimSpec, name: t.Optional[str], cmdline: t.Optional[t.Sequence[str]]) -> bool:
+    """Never signalled: a built-in exclusion (by program) or a pattern of ``exclude`` (name or command line)."""
+    return always_excluded(name, cmdline) or matches_any(spec.exclude, name, cmdline)
 
 
 def matches_any(patterns: t.Sequence[t.Pattern[str]], name: t.Optional[str], cmdline: t.Optional[t.Sequence[str]]) -> bool:
@@ -126,9 +207,10 @@ def matches_any(patterns: t.Sequence[t.Pattern[str]], name: t.Optional[str], cmd
 
 
 def budget_warning(spec: ReclaimSpec) -> t.Optional[str]:
-    """A warning when the ladder alone may outlast ``timeout``: the memory then gets a single reading."""
+    """A warning when the ladder may outlast ``timeout``: its waits are then cut to share the time left."""
     ladder = spec.grace * len(spec.signals)
     if spec.timeout >= ladder:
         return None
-    return ("timeout %g s is shorter than the signal ladder may take (grace %g s x %d signals = %g s): "
-            "if processes are slow to exit, the memory gets one reading only" % (spec.timeout, spec.grace, len(spec.signals), ladder))
+    return ("timeout %g s is shorter than the signal ladder may take (grace %g s x %d signals = %g s): each step waits at most "
+            "its share of the time left, so a slow process gets less than grace before the next signal" % (
+                spec.timeout, spec.grace, len(spec.signals), ladder))

@@ -33,16 +33,28 @@ class Problem(t.NamedTuple):
     waitable: bool
 
 
-def read_gpu(session: NvmlSession, index: int, uuid: t.Optional[str] = None) -> Reading:
-    """A fresh reading of one GPU: memory and every holder (compute and graphics lists).
+def read_gpu(session: NvmlSession, index: int, uuid: t.Optional[str] = None,
+             describe: t.Optional[t.Callable[[int], t.Dict[str, t.Any]]] = None) -> Reading:
+    """A fresh reading of one GPU: memory and every holder (compute, graphics and MPS lists).
 
     ``uuid``: known from an earlier reading, so a polling loop does not ask NVML for it again.
+    ``describe``: with it, a listed PID that this namespace does not have is checked against a second NVML
+    reading; one that NVML no longer lists exited during the reading and is dropped (it is not foreign).
     """
     try:
         uuid = uuid or session.uuid(index)
-        return Reading(index, uuid, session.memory(index), session.holders(index), None)
+        memory = session.memory(index)
+        holders = session.holders(index)
+        if describe is not None and any(not describe(h.pid)["visible"] for h in holders):
+            listed = {h.pid for h in session.holders(index)}
+            holders = [h for h in holders if describe(h.pid)["visible"] or h.pid in listed]
+        return Reading(index, uuid, memory, holders, None)
     except NvmlError as exc:
         return Reading(index, None, None, [], "GPU %d: %s" % (index, exc))
+
+
+def _mib(value: t.Optional[int]) -> str:
+    return "%s MiB" % ("N/A" if value is None else value)
 
 
 def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tuple[str, bool]], left_alone: t.Mapping[int, str],
@@ -51,37 +63,41 @@ def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tupl
     """Every reason this GPU is not free; an empty list means verified free.
 
     ``settling``: this run signalled a holder of this GPU, so memory held by no process may still come back.
+    An excluded holder is never a reason by itself, but its GPU counts as free only at most ``threshold_mib``.
     """
     if reading.error is not None or reading.memory is None:
         return [Problem(reading.index, reading.error or "GPU %d: no memory reading" % reading.index, False)]
     problems: t.List[Problem] = []
     discounted = 0
     counted_holders = 0
+    counted_mib: t.Optional[int] = 0
     kept: t.List[str] = []
     for holder in reading.holders:
         info = describe(holder.pid)
-        mib = "%s MiB" % ("N/A" if holder.used_memory_mib is None else holder.used_memory_mib)
         where = "GPU %d: pid %d" % (reading.index, holder.pid)
+        if not (excluded(info) and info["visible"]) and not (ignore_foreign and not info["visible"] and holder.pid not in signalled):
+            counted_mib = None if counted_mib is None or holder.used_memory_mib is None else counted_mib + holder.used_memory_mib
         if holder.pid in signalled and not info["visible"]:
             # ours, and gone from /proc: NVML lags behind, or the driver's teardown is stuck; never another namespace's
             counted_holders += 1
             problems.append(Problem(reading.index, "%s exited after a signal but NVML still lists it with %s: "
-                                    "the driver has not released its memory" % (where, mib), True))
+                                    "the driver has not released its memory" % (where, _mib(holder.used_memory_mib)), True))
             continue
         if not info["visible"]:
             if ignore_foreign:
                 discounted += holder.used_memory_mib or 0
                 continue
             problems.append(Problem(reading.index, "%s holds %s but is not visible in this PID namespace (a container's process?): "
-                                    "run on the host PID namespace (e.g. not inside a container), or set ignore_foreign" % (where, mib), False))
+                                    "run on the host PID namespace (e.g. not inside a container), or set ignore_foreign" % (
+                                        where, _mib(holder.used_memory_mib)), False))
             counted_holders += 1
             continue
         if excluded(info):
             # left alone on purpose; it keeps the GPU busy only if the memory says so (judged below)
-            kept.append("pid %d (%s, excluded)" % (holder.pid, info["name"]))
+            kept.append("pid %d (%s, excluded, %s)" % (holder.pid, info["name"], _mib(holder.used_memory_mib)))
             continue
         counted_holders += 1
-        label = "%s (%s, state %s) holds %s" % (where, info["name"], info["state"], mib)
+        label = "%s (%s, state %s) holds %s" % (where, info["name"], info["state"], _mib(holder.used_memory_mib))
         if holder.pid in signalled:
             why, waitable = signalled[holder.pid]
             problems.append(Problem(reading.index, label + ": " + why, waitable))
@@ -90,12 +106,63 @@ def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tupl
         else:
             problems.append(Problem(reading.index, label + ": appeared during the reclaim (respawned by a launcher left alive?)", False))
     used = reading.memory.used_mib - discounted
-    if counted_holders == 0 and used > threshold_mib:
-        if kept:
-            problems.append(Problem(reading.index, "GPU %d: %d MiB used (above memory_threshold_mib %d), held by %s" % (
-                reading.index, used, threshold_mib, ", ".join(kept)), False))
-        else:
-            problems.append(Problem(reading.index, "GPU %d: %d MiB used with no process holding it (above memory_threshold_mib %d): "
-                                    "memory held by no process, e.g. a driver teardown that did not finish" % (reading.index, used, threshold_mib),
-                                    settling))
+    rest = used if counted_holders == 0 else (None if counted_mib is None else used - counted_mib)
+    if kept and rest is not None and rest > threshold_mib:
+        problems.append(Problem(reading.index, "GPU %d: %d MiB used (above memory_threshold_mib %d) while excluded holders keep it: %s" % (
+            reading.index, used, threshold_mib, ", ".join(kept)), counted_holders > 0))
+    elif counted_holders == 0 and used > threshold_mib:
+        problems.append(Problem(reading.index, "GPU %d: %d MiB used with no process holding it (above memory_threshold_mib %d): "
+                                "memory held by no process, e.g. a driver teardown that did not finish" % (reading.index, used, threshold_mib),
+                                settling))
     return problems
+
+
+class Prediction(t.NamedTuple):
+    """Check mode: what a real run would leave on one GPU."""
+
+    used_mib: t.Optional[int]  # None when a going holder's memory is N/A
+    remaining: t.List[Holder]
+    failures: t.List[str]
+
+
+def predict(reading: Reading, threshold_mib: int, going: t.Mapping[int, str], left_alone: t.Mapping[int, str],
+            describe: t.Callable[[int], t.Dict[str, t.Any]], excluded: t.Callable[[t.Dict[str, t.Any]], bool],
+            ignore_foreign: bool) -> Prediction:
+    """``going``: pid -> its state, for the holders a real run would signal. What would stay, and why a real run would fail."""
+    if reading.error is not None or reading.memory is None:
+        return Prediction(None, [], [reading.error or "GPU %d: no memory reading" % reading.index])
+    failures: t.List[str] = []
+    remaining: t.List[Holder] = []
+    used: t.Optional[int] = reading.memory.used_mib
+    kept: t.List[str] = []
+    for holder in reading.holders:
+        info = describe(holder.pid)
+        where = "GPU %d: pid %d" % (reading.index, holder.pid)
+        state = going.get(holder.pid)
+        if holder.pid in going and state != "zombie":
+            used = None if used is None or holder.used_memory_mib is None else used - holder.used_memory_mib
+            continue
+        if not info["visible"] and ignore_foreign:
+            used = None if used is None or holder.used_memory_mib is None else used - holder.used_memory_mib
+            continue
+        remaining.append(holder)
+        mib = _mib(holder.used_memory_mib)
+        if not info["visible"]:
+            failures.append("%s holds %s but is not visible in this PID namespace (a container's process?)" % (where, mib))
+        elif state == "zombie" or (info["state"] == "zombie" and holder.pid not in left_alone):
+            failures.append("%s (%s) holds %s but is a zombie: no signal ends it, its memory stays until its parent reaps it" % (
+                where, info["name"], mib))
+        elif excluded(info):
+            kept.append("pid %d (%s, excluded, %s)" % (holder.pid, info["name"], mib))
+        elif holder.pid in left_alone:
+            failures.append("%s (%s) holds %s: not signalled: %s" % (where, info["name"], mib, left_alone[holder.pid]))
+        else:
+            failures.append("%s (%s) holds %s: no rule of this run ends it" % (where, info["name"], mib))
+    if used is not None and used > threshold_mib:
+        if kept:
+            failures.append("GPU %d: %d MiB would stay used (above memory_threshold_mib %d) while excluded holders keep it: %s" % (
+                reading.index, used, threshold_mib, ", ".join(kept)))
+        elif not remaining:
+            failures.append("GPU %d: %d MiB would stay used with no process holding it (above memory_threshold_mib %d): "
+                            "memory held by no process" % (reading.index, used, threshold_mib))
+    return Prediction(used, remaining, failures)

@@ -17,6 +17,8 @@ GpuRef = t.Union[int, str]
 Inventory = t.Sequence[t.Tuple[int, t.Optional[str]]]
 
 _UUID = re.compile(r"^GPU-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$", re.IGNORECASE)
+# ASCII digits only: str.isdigit() also takes '²' (which int() refuses) and '٣' (which int() reads as 3)
+_INDEX = re.compile(r"^[0-9]{1,6}$")
 
 
 class SelectionError(ValueError):
@@ -32,12 +34,12 @@ def parse_gpus(values: t.Optional[t.Sequence[t.Any]], option: str = "gpus") -> t
     refs: t.List[GpuRef] = []
     for value in values:
         word = str(value).strip()
-        if word.isdigit():
+        if _INDEX.match(word):
             refs.append(int(word))
         elif _UUID.match(word):
             refs.append(word)
         else:
-            raise SelectionError("%s: %r is neither a GPU index (0, 1, ...) nor a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)" % (option, value))
+            raise SelectionError("%s: %r is neither a GPU index (ASCII digits: 0, 1, ...) nor a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)" % (option, value))
     return refs
 
 

@@ -14,6 +14,9 @@ description:
     through psutil, including process titles such as C(VLLM::Worker_TP0) that vLLM writes over its workers' argv.
   - Changes nothing on the host.
   - A value the device or the driver does not offer (NVML answers NOT_SUPPORTED, for example) is V(null), never a failure.
+    A value NVML refuses to this user (NVML_ERROR_NO_PERMISSION) is V(null) too, and a warning names each such read.
+  - A listed PID that this PID namespace does not have is checked against a second NVML reading of its GPU; if NVML no
+    longer lists it, it exited during the reading and is left out, so V(visible=false) means another namespace's process.
   - When C(nvidia-ml-py) is not installed but C(nvidia-smi) is on the PATH, reads C(nvidia-smi)'s CSV output instead
     (with a warning, and RV(ansible_facts.gpu_driver.source=nvidia-smi)). That fallback cannot see graphics processes, the CUDA
     driver and NVML versions, remapped rows, retired pages, clock event reasons or topology (all V(null)), nor a lost GPU
@@ -36,7 +39,7 @@ attributes:
 options:
   processes:
     description:
-      - List the processes holding memory on each GPU (compute and graphics lists) and describe each through psutil.
+      - List the processes holding memory on each GPU (compute, graphics and MPS client lists) and describe each through psutil.
     type: bool
     default: true
   topology:
@@ -236,7 +239,7 @@ ansible_facts:
           sample: P0
         processes:
           description:
-            - The processes NVML lists on this GPU (compute and graphics lists), by PID.
+            - The processes NVML lists on this GPU (compute, graphics and MPS client lists), by PID.
             - V(null) when the GPU did not answer.
           type: list
           elements: dict
@@ -284,7 +287,7 @@ ansible_facts:
               returned: always
               sample: 93029
             type:
-              description: Which NVML list has the process, V(compute), V(graphics) or V(compute+graphics).
+              description: Which NVML list has the process, V(compute), V(graphics) or V(mps) (a client of an MPS server), joined by V(+) when several, for example V(compute+graphics).
               type: str
               returned: always
               sample: compute
@@ -359,7 +362,7 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
-from ansible_collections.gpuops.fleet.plugins.module_utils._gpu_facts import Options, from_nvml, from_smi
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu_facts import ARGUMENT_SPEC, Options, from_nvml, from_smi
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import open_nvml
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import NvmlError
 from ansible_collections.gpuops.fleet.plugins.module_utils._selection import SelectionError, parse_gpus
@@ -367,15 +370,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._smi import SmiError
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "gpus": {"type": "list", "elements": "str"},
-            "processes": {"type": "bool", "default": True},
-            "topology": {"type": "bool", "default": False},
-            "health": {"type": "bool", "default": True},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
         options = Options(parse_gpus(module.params["gpus"]), module.params["processes"], module.params["topology"], module.params["health"])
     except SelectionError as exc:
@@ -389,6 +384,9 @@ def main() -> None:
         if smi is None:
             with open_nvml(_deps.PYNVML.module) as session:
                 facts = from_nvml(session, options, _deps.PSUTIL.module)
+                for denied in session.denied:
+                    module.warn("NVML_ERROR_NO_PERMISSION: %s was refused, so its value is null: run the task with become: true,"
+                                " or as a user with access to /dev/nvidia*" % denied)
         else:
             module.warn("nvidia-ml-py is not installed: facts come from nvidia-smi, which cannot see graphics processes, lost GPUs,"
                         " remapped rows, retired pages, clock event reasons or topology. Install nvidia-ml-py on this host.")

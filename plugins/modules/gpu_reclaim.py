@@ -10,18 +10,28 @@ module: gpu_reclaim
 short_description: Free NVIDIA GPUs by ending every process that holds them, then prove it with a fresh NVML reading
 version_added: 0.1.0
 description:
-  - Reads every process holding memory on each selected GPU (NVML's compute and graphics lists, all of them) and names it
-    through psutil, including process titles such as C(VLLM::Worker_TP0) that vLLM writes over argv.
-  - With O(kill_tree=true), also ends each holder's launcher (the highest ancestor that matches O(launcher_patterns), for
-    example the vLLM API server or C(VLLM::EngineCore)) and every descendant of it, launchers first, so nothing respawns a worker.
-  - Signals along O(signals), waiting up to O(grace) seconds per step for each process to exit, then verifies with a fresh NVML
-    reading (a method independent of the kill) until every selected GPU has no holder and at most O(memory_threshold_mib) in use,
-    or O(timeout) runs out.
+  - Reads every process holding memory on each selected GPU (NVML's compute, graphics and MPS client lists, all of them) and
+    names it through psutil, including process titles such as C(VLLM::Worker_TP0) that vLLM writes over argv.
+  - "With O(kill_tree=true), also ends each holder's launcher and every descendant of it, launchers first, so nothing respawns a
+    worker. The launcher rule: climbing from the holder's parent, every process must match O(launcher_patterns) (for example
+    C(VLLM::EngineCore), then the vLLM API server above it); the highest process of that unbroken chain is the launcher. An
+    ordinary process in between (a shell, a job script), a cluster daemon (O(cluster_daemons): raylet, gcs_server, C(ray start),
+    Ray's dashboard and agents, kubelet, containerd, slurmd), an excluded or a protected process stops the climb. Without a
+    launcher the holder's own descendants are taken. So on a Ray node the GPU-holding actors (and a vLLM driver that holds a GPU)
+    are ended, never the cluster."
+  - Processes that a target forks while the ladder runs (a respawn: a child in its process group, or of it) are signalled too.
+  - Signals along O(signals), waiting up to O(grace) seconds per step for each process to exit, then verifies with fresh NVML
+    readings (a method independent of the kill) until every selected GPU has no holder and at most O(memory_threshold_mib) in use
+    in two readings O(settle) seconds apart, or O(timeout) runs out.
+  - "How O(grace) and O(timeout) combine: O(timeout) bounds the whole task. Each step of the ladder waits at most O(grace), and at
+    most its share of the time left (time left divided by the steps left), so a process that ignores the first signal still gets
+    the last one before O(timeout); the verification then polls until O(timeout). The task ends by O(timeout) plus O(settle),
+    plus the time to send the signals and read the GPUs."
   - Fails loudly, naming what is left and why, with the evidence to act on (state, kernel wait channel, parent chain and user of
     each survivor, processes with C(/dev/nvidia*) open, recent NVIDIA Xid kernel log lines). Never a silent success.
   - Never signals PID 1, itself, its ancestors (the Ansible connection), a process matching O(exclude) or the driver's helpers
-    (C(nvidia-persistenced), C(nv-hostengine), DCGM, C(nvidia-smi)), nor a process that is neither a holder on the selected GPUs
-    nor inside a holder's launcher tree. Checks each process's start time right before every signal, so a reused PID is never hit.
+    (C(nvidia-persistenced), C(nv-hostengine), DCGM, C(nvidia-smi), by program), nor a process that is neither a holder on the
+    selected GPUs nor inside a holder's tree (see the launcher rule above). Checks each process's start time right before every signal, so a reused PID is never hit.
 author:
   - gpuops maintainers (@gpuops)
 extends_documentation_fragment:
@@ -42,9 +52,13 @@ options:
     elements: str
   exclude:
     description:
-      - Regular expressions on a process's name and command line; a matching process is never signalled, neither as a holder
-        nor inside a launcher's tree. Its GPU still counts as free only if it uses at most O(memory_threshold_mib).
-      - The driver's helpers (C(nvidia-persistenced), C(nv-hostengine), DCGM, C(nvidia-smi)) are always excluded, in addition to these.
+      - Regular expressions (searched) on a process's name and command line; a matching process is never signalled, neither as a
+        holder nor inside a launcher's tree. Its GPU still counts as free only if it uses at most O(memory_threshold_mib);
+        above it the task fails naming the excluded holder.
+      - "The driver's helpers are always excluded, in addition to these, by program only (the process name or the base name of
+        its first command-line word, never its arguments): C(nvidia-persistenced), C(nv-hostengine), C(nvidia-smi),
+        C(nvidia-cuda-mps-*) and C(dcgm*)."
+      - An empty pattern is refused (it would match every process).
     type: list
     elements: str
     default: []
@@ -56,40 +70,69 @@ options:
     default: true
   launcher_patterns:
     description:
-      - Regular expressions that recognise an inference launcher among a holder's ancestors (name or command line).
-      - The default covers the vLLM API server and C(vllm serve), vLLM's C(VLLM::*) processes, Ray, torchrun, SGLang, TGI and Triton.
+      - Regular expressions that recognise an inference launcher among a holder's ancestors (name or command line), anchored at
+        the program so that a wrapper that merely mentions a server (C(bash -c ...), C(tmux), C(sudo)) is not one.
+      - The default covers the vLLM API server and C(vllm serve), vLLM's C(VLLM::*) processes, torchrun, SGLang, TGI and Triton.
+        Ray's processes are not launchers, they run a cluster (see O(cluster_daemons)).
     type: list
     elements: str
     default:
       - '^(\S*/)?python[0-9.]*(\s+-\S+)*\s+-m\s+vllm\.entrypoints\.'
       - '^((\S*/)?python[0-9.]*\s+)?(\S*/)?vllm\s+serve\b'
       - '^VLLM::'
-      - '^(\S*/)?(raylet|gcs_server)\b|^ray::|^((\S*/)?python[0-9.]*\s+)?(\S*/)?ray\s+start\b'
       - '^((\S*/)?python[0-9.]*\s+)?(\S*/)?torchrun\b|^(\S*/)?python[0-9.]*(\s+-\S+)*\s+-m\s+torch\.distributed\.(run|launch)\b'
       - '^(\S*/)?python[0-9.]*(\s+-\S+)*\s+-m\s+sglang\.launch_server\b|^((\S*/)?python[0-9.]*\s+)?(\S*/)?sglang\s+serve\b'
       - '^(\S*/)?text-generation-(launcher|server)\b'
       - '^(\S*/)?tritonserver\b'
+  cluster_daemons:
+    description:
+      - Regular expressions (name or command line) for processes that run a cluster rather than one job. Such a process is never
+        a launcher and stops the climb from a holder, so reclaiming a Ray actor's GPU never ends raylet, gcs_server, C(ray start),
+        the dashboard or the agents (nor kubelet, containerd, dockerd, slurmd or slurmstepd). A holder that is one is ended alone.
+    type: list
+    elements: str
+    default:
+      - '^(\S*/)?(raylet|gcs_server)\b'
+      - '^((\S*/)?python[0-9.]*\s+)?(\S*/)?ray\s+start\b'
+      - '^((\S*/)?python[0-9.]*(\s+-\S+)*\s+)?\S*/ray/(dashboard|_private|autoscaler)/'
+      - '^ray::(JobSupervisor|ServeController|ProxyActor|IDLE)\b'
+      - '^(\S*/)?(kubelet|containerd|containerd-shim\S*|dockerd|slurmd|slurmstepd)\b'
+
 
   signals:
     description:
       - The escalation ladder, by name (V(TERM), V(SIGTERM)) or number. Each step signals every process still running,
-        then waits up to O(grace) seconds.
+        then waits up to O(grace) seconds (less when O(timeout) is near, see above).
+      - "Only signals that end a process by default are accepted: V(TERM), V(INT), V(HUP), V(QUIT), V(KILL), V(USR1), V(USR2),
+        V(ABRT), V(ALRM). V(STOP), V(TSTP), V(TTIN), V(TTOU) (they freeze a process with its memory held), V(CONT), V(CHLD),
+        V(URG), V(WINCH) and the like are refused before anything is touched."
     type: list
     elements: str
     default: [TERM, KILL]
   grace:
-    description: Seconds to wait after each step of O(signals) for the processes to exit; a process that exits early holds up nothing.
+    description:
+      - Seconds to wait after each step of O(signals) for the processes to exit; a process that exits early holds up nothing.
+      - More than 0, at most 600.
     type: float
-    default: 10
+    default: 10.0
   timeout:
     description:
-      - Overall budget in seconds, counted from the start of the task, for the memory to come back once the processes are ended.
-      - The task waits for it only while something may still change (a signalled process still listed, memory held by no process).
+      - Budget in seconds for the whole task, counted from its start; the ladder's waits are cut to fit in it (see above).
+      - The verification waits only while something may still change (a signalled process still listed, memory held by no process).
+      - More than 0, at most 3600.
     type: float
-    default: 60
+    default: 60.0
+  settle:
+    description:
+      - Seconds between the two fresh readings that must both show a GPU free before it counts as verified, so that a holder
+        that respawns (a process forked on SIGTERM that allocates a moment later) is seen. V(0) takes one reading.
+      - From 0 to 60.
+    type: float
+    default: 0.5
   memory_threshold_mib:
     description:
       - A GPU counts as free when no holder is left and it uses at most this many MiB (an idle GPU does not read zero).
+      - From 0 to 1048576.
     type: int
     default: 1024
   ignore_foreign:
@@ -134,7 +177,9 @@ verified:
   type: bool
   sample: true
 killed:
-  description: The processes that were signalled and have exited.
+  description:
+    - Every target that is gone at the end, launchers first, whether a signal of this run ended it or it exited when its
+      launcher or tree was signalled (then RV(killed[].signal) is V(null) and RV(killed[].ended) says so).
   returned: always
   type: list
   elements: dict
@@ -161,7 +206,7 @@ killed:
       returned: always
       sample: vllm
     role:
-      description: V(launcher), V(holder) (of GPU memory) or V(descendant) (of a launcher).
+      description: V(launcher), V(holder) (of GPU memory), V(descendant) (of a launcher or holder) or V(respawned) (forked by a target during the ladder).
       type: str
       returned: always
       sample: holder
@@ -172,7 +217,7 @@ killed:
       returned: always
       sample: [0]
     signal:
-      description: The signal that ended it (the last one sent before it exited).
+      description: The signal that ended it (the last one sent to it before it exited); V(null) when it got none.
       type: str
       returned: always
       sample: SIGTERM
@@ -182,7 +227,9 @@ killed:
       returned: always
       sample: 0.04
     ended:
-      description: V(exited), or V(zombie) (exited but not yet reaped by its parent).
+      description:
+        - V(exited), V(zombie) (exited but not yet reaped by its parent), V(exited after its launcher was signalled),
+          V(exited after the first signal of the task) (a launcher), or V(exited before any signal was sent) (during the reading).
       type: str
       returned: always
       sample: exited
@@ -193,8 +240,9 @@ would_kill:
   elements: dict
 would_fail:
   description:
-    - Check mode only; what a real run could not fix and would fail on (a holder left alone, a PID of another PID namespace,
-      memory held by no process, a lost GPU). Each is also given as a warning.
+    - Check mode only; what a real run could not fix and would fail on (a holder left alone by O(match), O(exclude) or protection,
+      a zombie holder, a PID of another PID namespace, memory held by no process, also next to a holder, a lost GPU).
+      Each is also given as a warning.
   returned: check mode
   type: list
   elements: str
@@ -266,6 +314,15 @@ gpus:
       type: list
       elements: dict
       returned: when not in check mode
+    predicted_memory_used_mib_after:
+      description: Check mode only; the MiB a real run would leave (V(null) when a holder's share is not available).
+      type: int
+      returned: check mode
+    processes_would_remain:
+      description: Check mode only; the holders a real run would leave, each with C(pid), C(name) and C(used_memory_mib).
+      type: list
+      elements: dict
+      returned: check mode
     problems:
       description: Why this GPU is not free; empty when verified.
       type: list
@@ -317,30 +374,16 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import open_nvm
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import NvmlError
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import Reclaim
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_diff import reclaim_diff
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import DEFAULT_LAUNCHER_PATTERNS, SpecError, budget_warning, build_spec
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import ARGUMENT_SPEC, SpecError, budget_warning, build_spec
 from ansible_collections.gpuops.fleet.plugins.module_utils._selection import SelectionError
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "gpus": {"type": "list", "elements": "str"},
-            "match": {"type": "list", "elements": "str"},
-            "exclude": {"type": "list", "elements": "str", "default": []},
-            "kill_tree": {"type": "bool", "default": True},
-            "launcher_patterns": {"type": "list", "elements": "str", "default": DEFAULT_LAUNCHER_PATTERNS},
-            "signals": {"type": "list", "elements": "str", "default": ["TERM", "KILL"]},
-            "grace": {"type": "float", "default": 10},
-            "timeout": {"type": "float", "default": 60},
-            "memory_threshold_mib": {"type": "int", "default": 1024},
-            "ignore_foreign": {"type": "bool", "default": False},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
         spec = build_spec(module.params)
     except SpecError as exc:
-        module.fail_json(msg=str(exc))
+        module.fail_json(msg=str(exc), changed=False)
     warning = budget_warning(spec)
     if warning:
         module.warn(warning)

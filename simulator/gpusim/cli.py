@@ -13,7 +13,7 @@ from typing import Callable, List, Optional
 from gpusim.allocs import gc_allocs
 from gpusim.cleanup import cleanup
 from gpusim.gpus import DEFAULT_NAME, DEFAULT_RESERVED_MIB, DEFAULT_TOTAL_MIB
-from gpusim.host import TOPOLOGIES, create_host
+from gpusim.host import TOPOLOGIES, create_host, set_host_key
 from gpusim.incident import replay_incident
 from gpusim.procs import read_records
 from gpusim.scenarios import add_foreign, set_driver_loaded, set_lost, set_orphan
@@ -21,6 +21,7 @@ from gpusim.spawn import SIMULATOR_DIR
 from gpusim.statedir import STATE_ENV, StateDir, StateError, resolve_state
 from gpusim.status import collect_status, render_status
 from gpusim.stuck import spawn_stuck
+from gpusim.tree import spawn_tree
 from gpusim.vllm_tree import DEFAULT_MODEL, DEFAULT_WORKER_MIB, ENTRYPOINTS, TreeSpec, parse_gpu_list, spawn_vllm
 
 Handler = Callable[[StateDir, argparse.Namespace], int]
@@ -48,6 +49,23 @@ def cmd_vllm(state: StateDir, args: argparse.Namespace) -> int:
 
 def cmd_stuck(state: StateDir, args: argparse.Namespace) -> int:
     _print_json(spawn_stuck(state, args.gpu, args.mib))
+    return 0
+
+
+def cmd_tree(state: StateDir, args: argparse.Namespace) -> int:
+    try:
+        root = json.loads(args.spec)
+    except ValueError as error:
+        raise StateError(f"tree: --spec is not JSON: {error}") from None
+    _print_json(spawn_tree(state, root))
+    return 0
+
+
+def cmd_teardown_lag(state: StateDir, args: argparse.Namespace) -> int:
+    if args.ms < 0:
+        raise StateError("--ms must not be negative")
+    set_host_key(state, "teardown_lag_ms", str(args.ms))
+    print(f"a dead holder's memory stays listed for {args.ms} ms" if args.ms else "no driver teardown lag")
     return 0
 
 
@@ -154,6 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
     cmd = command("stuck", cmd_stuck, "a holder whose memory survives any signal (a zombie)")
     cmd.add_argument("--gpu", type=int, required=True)
     cmd.add_argument("--mib", type=int, default=4096)
+
+    cmd = command("tree", cmd_tree, "any process tree of titled processes, some holding GPU memory (see gpusim/tree.py)")
+    cmd.add_argument("--spec", required=True, help="the root node, as JSON")
+
+    cmd = command("teardown-lag", cmd_teardown_lag, "a dead holder's memory stays listed for a while (0: off)")
+    cmd.add_argument("--ms", type=int, required=True)
 
     cmd = command("incident", cmd_incident, "SIGKILL the API server and only the first worker")
     cmd.add_argument("--parent", type=int, help="PID of the API server (when several run)")

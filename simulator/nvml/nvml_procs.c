@@ -41,7 +41,7 @@ static nvmlReturn_t list_processes(nvmlDevice_t device, list_kind kind, unsigned
     if (gpu.lost)
         return NVML_ERROR_GPU_IS_LOST;
     sim_alloc_list list = {0};
-    if (kind != LIST_MPS && sim_live_allocs((unsigned int)index, (char)kind, &list) != 0) {
+    if (sim_live_allocs((unsigned int)index, (char)kind, &list) != 0) {
         sim_alloc_list_free(&list);
         return NVML_ERROR_MEMORY;
     }

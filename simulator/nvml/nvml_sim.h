@@ -25,6 +25,7 @@ typedef struct {
     int cuda_driver_version;
     int nvlink;
     int mig_supported;
+    long long teardown_lag_ms;
 } sim_host;
 
 typedef struct {
@@ -73,7 +74,7 @@ int sim_read_gpu(unsigned int index, sim_gpu *gpu);
 /* Applies gpu<index>.conf over the modelled defaults for a busy/idle GPU
  * (busy < 0: unknown, for callers that read no busy-dependent key). */
 void sim_read_conf(unsigned int index, int busy, sim_gpu_conf *conf);
-/* Live allocations of a type ('C', 'G'; 0: any) on one GPU, sorted by pid;
+/* Live allocations of a list ('C', 'G' without MPS clients, 'M' MPS clients; 0: any) on one GPU, sorted by pid;
  * 0 on success, -1 on ENOMEM. */
 int sim_live_allocs(unsigned int index, char type, sim_alloc_list *list);
 void sim_alloc_list_free(sim_alloc_list *list);

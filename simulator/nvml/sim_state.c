@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define DEFAULT_NAME "NVIDIA RTX PRO 6000 Blackwell Server Edition"
@@ -151,6 +152,8 @@ static void host_key(const char *key, const char *value, void *ctx)
         host->nvlink = strcmp(value, "nvlink") == 0;
     else if (strcmp(key, "mig_supported") == 0)
         host->mig_supported = atoi(value);
+    else if (strcmp(key, "teardown_lag_ms") == 0)
+        host->teardown_lag_ms = atoll(value);
 }
 
 int sim_read_host(sim_host *host)
@@ -306,7 +309,7 @@ typedef struct {
     unsigned int gpu;
     unsigned long long used_mib;
     char type;
-    int foreign, na, sticky;
+    int foreign, na, sticky, mps;
 } alloc_record;
 
 static int parse_alloc(const char *text, alloc_record *rec)
@@ -318,7 +321,7 @@ static int parse_alloc(const char *text, alloc_record *rec)
     if ((type[0] != 'C' && type[0] != 'G') || type[1] != '\0')
         return -1;
     rec->type = type[0];
-    rec->foreign = rec->na = rec->sticky = 0;
+    rec->foreign = rec->na = rec->sticky = rec->mps = 0;
     for (char *save = NULL, *tok = strtok_r(flags, ",", &save); tok != NULL;
          tok = strtok_r(NULL, ",", &save)) {
         if (strcmp(tok, "foreign") == 0)
@@ -327,14 +330,14 @@ static int parse_alloc(const char *text, alloc_record *rec)
             rec->na = 1;
         else if (strcmp(tok, "sticky") == 0)
             rec->sticky = 1;
+        else if (strcmp(tok, "mps") == 0)
+            rec->mps = 1;
     }
     return 0;
 }
 
-static int alloc_is_live(const alloc_record *rec)
+static int alloc_process_live(const alloc_record *rec)
 {
-    if (rec->foreign)
-        return 1;
     char state;
     unsigned long long starttime;
     if (proc_stat(rec->pid, &state, &starttime) != 0)
@@ -342,6 +345,54 @@ static int alloc_is_live(const alloc_record *rec)
     if (starttime != rec->starttime || state == 'X' || state == 'x')
         return 0;
     return state != 'Z' || rec->sticky;
+}
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Driver teardown lag (host key teardown_lag_ms): a dead allocation stays live for that long after a
+ * reader first saw its process gone. The first reader records the moment in allocs/<name>.gone
+ * (O_EXCL: the earliest wins); every reader, this library or gpusim, measures from it. */
+static int alloc_lingers(int dfd, const char *name, long long lag_ms)
+{
+    char gone[300], buf[64];
+    snprintf(gone, sizeof gone, "%s.gone", name);
+    long long seen = -1;
+    int fd = openat(dfd, gone, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        seen = now_ms();
+        fd = openat(dfd, gone, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            int n = snprintf(buf, sizeof buf, "%lld\n", seen);
+            if (write(fd, buf, (size_t)n) != n)
+                seen = -1;
+            close(fd);
+            return 1;
+        }
+        fd = openat(dfd, gone, O_RDONLY | O_CLOEXEC); /* another reader was first */
+        if (fd < 0)
+            return 0;
+    }
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 1; /* being written right now: it was just seen gone */
+    buf[n] = '\0';
+    seen = strtoll(buf, NULL, 10);
+    return now_ms() - seen < lag_ms;
+}
+
+static int alloc_is_live(int dfd, const char *name, const alloc_record *rec, long long lag_ms)
+{
+    if (rec->foreign)
+        return 1;
+    if (alloc_process_live(rec))
+        return 1;
+    return lag_ms > 0 && alloc_lingers(dfd, name, lag_ms);
 }
 
 /* Matches "<pid>-<gpu>" exactly (temporary files have a suffix). */
@@ -398,6 +449,8 @@ static int walk_allocs(unsigned int index, char type, sim_alloc_list *list, int 
     }
     int rc = 0;
     struct dirent *entry;
+    sim_host host;
+    long long lag_ms = sim_read_host(&host) == 0 ? host.teardown_lag_ms : 0;
     while ((entry = readdir(dir)) != NULL) {
         if (!alloc_name_gpu(entry->d_name, index))
             continue;
@@ -411,8 +464,12 @@ static int walk_allocs(unsigned int index, char type, sim_alloc_list *list, int 
         if (n <= 0)
             continue;
         buf[n] = '\0';
-        if (parse_alloc(buf, &rec) != 0 || rec.gpu != index || (type != 0 && rec.type != type) ||
-            !alloc_is_live(&rec))
+        if (parse_alloc(buf, &rec) != 0 || rec.gpu != index)
+            continue;
+        /* 'M': the MPS client list; 'C'/'G': that list without MPS clients; 0: any */
+        if (type == 'M' ? !rec.mps : (type != 0 && (rec.type != type || rec.mps)))
+            continue;
+        if (!alloc_is_live(dfd, entry->d_name, &rec, lag_ms))
             continue;
         *any = 1;
         if (list == NULL)

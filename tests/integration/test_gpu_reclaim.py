@@ -8,6 +8,11 @@ no GPU) are still alive.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import time
+
 import pytest
 
 from conftest import pid_alive
@@ -218,6 +223,11 @@ def test_check_mode_signals_nothing_and_diff_shows_memory(make_host, inventory, 
     ({"grace": 0}, "grace", "0"),
     ({"timeout": -1}, "timeout", "-1"),
     ({"memory_threshold_mib": -5}, "memory_threshold_mib", "-5"),
+    ({"signals": ["STOP"]}, "signals", "STOP"),
+    ({"signals": ["TERM", "TSTP"]}, "signals", "TSTP"),
+    ({"gpus": ["\u00b2"]}, "gpus", "\u00b2"),
+    ({"gpus": ["\u0663"]}, "gpus", "\u0663"),
+    ({"grace": 100000}, "grace", "100000"),
 ])
 def test_bad_input_kills_nothing(make_host, inventory, tmp_path, canaries, args, option, value):
     host = make_host()
@@ -241,4 +251,182 @@ def test_gpu_cleanup_playbook_summarises_the_fleet(make_host, inventory, canarie
     assert used(healthy) == [0] * 8, "one host's failure does not stop the others"
     assert "gpu-node-01" in out and "651203 MiB freed" in out and "7 process" in out
     assert "gpu-node-02" in out and "GPU 1" in out and "no process" in out
+    assert canaries.alive()
+
+
+# ---- process trees that real hosts have (gpusim tree): what may be signalled, and what must not
+
+
+def node(key, title, *children, **extra):
+    return dict({"key": key, "title": title, "children": list(children)}, **extra)
+
+
+def holds(gpu, mib, *flags):
+    return [{"gpu": gpu, "mib": mib, "flags": list(flags)}]
+
+
+def wait_for(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def tree(host, root):
+    return host.gpusim_json("tree", "--spec", json.dumps(root))
+
+
+def test_ray_job_ends_the_holder_not_the_node(make_host, inventory, tmp_path, canaries):
+    """raylet -> ray::JobSupervisor -> /bin/sh -c -> python eval.py (the holder), a ray::ServeReplica beside it."""
+    host = make_host()
+    pids = tree(host, node("raylet", "/usr/local/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet --node-manager-port=0",
+                           node("supervisor", "ray::JobSupervisor",
+                                node("shell", "/bin/sh -c python eval.py --shard 0", node("eval", "python eval.py --shard 0", hold=holds(0, 20000)),
+                                     comm="sh")),
+                           node("replica", "ray::ServeReplica:app:Model", hold=holds(1, 30000))))
+    result = reclaim(host, inventory, tmp_path, {"gpus": ["0"]})
+    assert result.get("verified") is True, result
+    assert [k["pid"] for k in result["killed"]] == [pids["eval"]]
+    assert not pid_alive(pids["eval"])
+    assert all(pid_alive(pids[key]) for key in ("raylet", "supervisor", "shell", "replica"))
+    assert used(host) == [0, 30000] + [0] * 6
+    assert canaries.alive()
+
+
+def test_ray_head_ends_the_gpu_actors_not_the_cluster(make_host, inventory, tmp_path, canaries):
+    host = make_host()
+    ray = "/usr/local/lib/python3.11/site-packages/ray"
+    pids = tree(host, node("start", "/usr/bin/python3 /usr/local/bin/ray start --head --block",
+                           node("gcs", ray + "/core/src/ray/gcs/gcs_server --gcs_server_port=6379"),
+                           node("dashboard", "/usr/bin/python3 -u %s/dashboard/dashboard.py --host=127.0.0.1" % ray),
+                           node("raylet", ray + "/core/src/ray/raylet/raylet --node-manager-port=0",
+                                node("agent", "/usr/bin/python3 -u %s/dashboard/agent.py --node-ip-address=10.0.0.1" % ray),
+                                node("w0", "ray::RayWorkerWrapper", hold=holds(0, 40000)),
+                                node("w1", "ray::RayWorkerWrapper", hold=holds(1, 40000)),
+                                node("idle", "ray::IDLE"),
+                                node("cpu", "ray::OtherJobCpuActor.run"))))
+    result = reclaim(host, inventory, tmp_path, {"gpus": ["0", "1"]})
+    assert result.get("verified") is True, result
+    assert sorted(k["pid"] for k in result["killed"]) == sorted([pids["w0"], pids["w1"]])
+    assert all(pid_alive(pids[key]) for key in ("start", "gcs", "dashboard", "raylet", "agent", "idle", "cpu"))
+    assert used(host)[:2] == [0, 0]
+    assert canaries.alive()
+
+
+def test_exclusions_match_the_program_not_the_arguments(make_host, inventory, tmp_path, canaries):
+    host = make_host()
+    health = tree(host, node("holder", "/usr/bin/python3 serve.py --health-cmd nvidia-smi", hold=holds(2, 9000)))
+    server = tree(host, node("server", "/usr/bin/python3 /usr/local/bin/vllm serve --model /models/dcgm-tuned",
+                             node("worker", "VLLM::Worker_TP0", hold=holds(3, 9000))))
+    result = reclaim(host, inventory, tmp_path, {"gpus": ["2", "3"]})
+    assert result.get("verified") is True, result
+    assert {k["pid"] for k in result["killed"]} == {health["holder"], server["server"], server["worker"]}
+    assert not any(pid_alive(p) for p in (health["holder"], server["server"], server["worker"]))
+    assert used(host)[2:4] == [0, 0]
+    assert canaries.alive()
+
+
+def test_excluded_holder_above_the_threshold_fails_naming_it(make_host, inventory, tmp_path, canaries):
+    host = make_host()
+    pids = tree(host, node("dcgm", "/usr/bin/nv-hostengine -n --service-account nvidia-dcgm", hold=holds(3, 5000)))
+    result = reclaim(host, inventory, tmp_path, {"gpus": ["3"]})
+    assert result["failed"] is True and result["changed"] is False
+    assert "GPU 3" in result["msg"] and str(pids["dcgm"]) in result["msg"] and "excluded" in result["msg"]
+    assert pid_alive(pids["dcgm"])
+    assert canaries.alive()
+
+
+def test_mps_client_is_a_holder_and_keeps_its_tree_alive(make_host, inventory, tmp_path, canaries):
+    """A worker listed only as an MPS client of GPU 1 holds GPU 1: reclaiming GPU 0 must not end it as a descendant."""
+    host = make_host()
+    pids = tree(host, node("server", "/usr/bin/python3 /usr/local/bin/vllm serve /models/m --tensor-parallel-size 2",
+                           node("tp0", "VLLM::Worker_TP0", hold=holds(0, 800)),
+                           node("tp1", "VLLM::Worker_TP1", hold=holds(1, 60000, "mps"))))
+    assert host.status()["gpus"][1]["used_mib"] == 60000
+    result = reclaim(host, inventory, tmp_path, {"gpus": ["0"]})
+    assert result.get("verified") is True, result
+    assert [k["pid"] for k in result["killed"]] == [pids["tp0"]]
+    assert pid_alive(pids["tp1"]) and pid_alive(pids["server"])
+    assert any("ended the holder only" in w for w in result.get("warnings", [])), result.get("warnings")
+    alone = reclaim(host, inventory, tmp_path, {"gpus": ["1"]})
+    assert alone.get("verified") is True, alone
+    assert pids["tp1"] in {k["pid"] for k in alone["killed"]} and not pid_alive(pids["tp1"])
+    assert used(host)[:2] == [0, 0]
+    assert canaries.alive()
+
+
+def test_timeout_bounds_the_whole_task(make_host, inventory, tmp_path, canaries):
+    host = make_host()
+    pids = tree(host, node("holder", "python3 stubborn.py", hold=holds(0, 10000), ignore_term=True))
+    result = reclaim(host, inventory, tmp_path, {"grace": 20, "timeout": 3})
+    assert result.get("verified") is True, result
+    assert [(k["pid"], k["signal"]) for k in result["killed"]] == [(pids["holder"], "SIGKILL")]
+    assert result["elapsed_s"] < 3 + 2, "grace 20 must not outlast timeout 3"
+    assert not pid_alive(pids["holder"]) and used(host)[0] == 0
+    assert canaries.alive()
+
+
+def test_respawned_holder_is_ended_and_the_gpu_stays_free(make_host, inventory, tmp_path, canaries):
+    """On SIGTERM the holder forks a child that allocates 0.3 s later, then exits."""
+    host = make_host()
+    pids = tree(host, node("holder", "python3 respawner.py", hold=holds(0, 10000), respawn={"delay": 0.3}))
+    result = reclaim(host, inventory, tmp_path, {"settle": 1})
+    assert result.get("verified") is True, result
+    roles = {k["role"] for k in result["killed"]}
+    assert pids["holder"] in {k["pid"] for k in result["killed"]} and "respawned" in roles, result["killed"]
+    time.sleep(1)
+    assert used(host)[0] == 0 and host.status()["gpus"][0]["holders"] == []
+    assert canaries.alive()
+
+
+def test_driver_teardown_lag_is_waited_for(make_host, inventory, tmp_path, canaries):
+    host = make_host()
+    host.gpusim("teardown-lag", "--ms", "1500")
+    tree_pids = host.gpusim_json("vllm", "--tp", "2", "--mib", "20000")
+    result = reclaim(host, inventory, tmp_path)
+    assert result.get("verified") is True, result
+    assert result["elapsed_s"] >= 1.4, "the memory stays listed 1.5 s after the exits"
+    assert {k["pid"] for k in result["killed"]} == {tree_pids["parent"], *tree_pids["workers"]}
+    assert used(host)[:2] == [0, 0]
+    short = make_host("gpu-node-02")
+    short.gpusim("teardown-lag", "--ms", "5000")
+    short.gpusim_json("vllm", "--tp", "1", "--mib", "20000")
+    failed = reclaim(short, inventory, tmp_path, {"timeout": 2})
+    assert failed["failed"] is True and "has not released its memory" in failed["msg"]
+    assert canaries.alive()
+
+
+def test_check_mode_predicts_zombies_orphans_and_left_alone_holders(make_host, inventory, tmp_path, canaries):
+    host = make_host()
+    stuck = host.gpusim_json("stuck", "--gpu", "2", "--mib", "5000")
+    os.kill(stuck["holder"], signal.SIGKILL)  # ours (just started); its keeper never reaps it: a zombie that keeps the memory
+    assert wait_for(lambda: host.status()["gpus"][2]["holders"] and host.status()["gpus"][2]["holders"][0]["state"] == "Z")
+    host.gpusim_json("vllm", "--tp", "1", "--first-gpu", "0", "--mib", "20000")
+    host.gpusim("orphan", "--gpu", "0", "--mib", "4096")
+    kept = tree(host, node("kept", "python3 keep-me.py", hold=holds(1, 7000)))
+    args = {"gpus": ["0", "1", "2"], "exclude": ["keep-me"]}
+    check = reclaim(host, inventory, tmp_path, args, "--check", "--diff")
+    fails = " | ".join(check["would_fail"])
+    assert "GPU 0" in fails and "no process" in fails, fails
+    assert "GPU 1" in fails and str(kept["kept"]) in fails, fails
+    assert "GPU 2" in fails and "zombie" in fails, fails
+    assert "GPU 1: 7000 MiB used, python3(pid %d)" % kept["kept"] in check["diff"]["after"], check["diff"]["after"]
+    assert "GPU 0: 4096 MiB used, no holder" in check["diff"]["after"], check["diff"]["after"]
+    real = reclaim(host, inventory, tmp_path, dict(args, timeout=3))
+    assert real["failed"] is True and real["changed"] == check["changed"]
+    assert pid_alive(kept["kept"])
+    assert canaries.alive()
+
+
+def test_killed_counts_every_process_of_the_tree(make_host, inventory, tmp_path, canaries):
+    host = make_host()
+    tree_pids = host.gpusim_json("vllm", "--tp", "8", "--engine-core", "--mib", "1000")
+    result = reclaim(host, inventory, tmp_path)
+    assert result.get("verified") is True, result
+    ended = {k["pid"]: k for k in result["killed"]}
+    assert {tree_pids["parent"], tree_pids["engine_core"], *tree_pids["workers"]} <= set(ended)
+    assert all(k["signal"] or k["ended"] == "exited after its launcher was signalled" for k in ended.values())
+    assert "ended %d process(es)" % len(ended) in result["msg"]
     assert canaries.alive()

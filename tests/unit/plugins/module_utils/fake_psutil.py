@@ -32,8 +32,10 @@ class Row:
 
     def __init__(self, pid: int, ppid: int, name: str, cmdline: t.Optional[t.List[str]] = None, create_time: float = 1000.0,
                  username: str = "vllm", status: str = "sleeping", on_signal: t.Optional[t.Dict[int, t.Tuple[str, float]]] = None,
-                 denied: bool = False) -> None:
+                 denied: bool = False, pgid: t.Optional[int] = None, spawn: t.Optional["Row"] = None) -> None:
         self.pid = pid
+        self.pgid = pgid  # None: its own group
+        self.spawn = spawn  # forked (a respawn) when it reacts to a signal by exiting
         self.ppid = ppid
         self.name = name
         self.cmdline = [name] if cmdline is None else cmdline
@@ -67,12 +69,18 @@ class FakePsutil:
                 row.due = None
                 if what == "exit":
                     del self.table[row.pid]
+                    if row.spawn is not None:
+                        self.table[row.spawn.pid] = row.spawn
                     for orphan in self.table.values():
                         if orphan.ppid == row.pid:
                             orphan.ppid = 1  # adopted by init, as the kernel does
                     self.on_exit(row.pid)
                 else:
                     row.status = STATUS_ZOMBIE
+
+    def getpgid(self, pid: int) -> t.Optional[int]:
+        row = self.table.get(pid)
+        return None if row is None else (row.pgid or row.pid)
 
     def signalled(self, pid: int) -> t.List[int]:
         return [number for spid, number in self.signals if spid == pid]
@@ -87,7 +95,7 @@ class FakePsutil:
         self.settle()
         return sorted(self.table)
 
-    def process_iter(self, attrs: t.Sequence[str]) -> t.Iterator["FakeProcess"]:
+    def process_iter(self, attrs: t.Sequence[str], ad_value: t.Any = None) -> t.Iterator["FakeProcess"]:
         for pid in self.pids():
             proc = self.Process(pid)
             proc.info = proc.as_dict(attrs)

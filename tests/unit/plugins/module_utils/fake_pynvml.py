@@ -44,7 +44,7 @@ def device(index: int, used_mib: int = 0, **extra: t.Any) -> t.Dict[str, t.Any]:
         "util": (97, 45), "temp": 62, "power": 310000, "limit": 600000,
         "persistence": 1, "mig": (0, 0), "ecc": (1, 1), "ecc_errors": 0,
         "remapped": (0, 0, 0, 0), "retired": ([1, 2], [3], 0), "reasons": 0x1, "pstate": 0,
-        "compute": [], "graphics": [], "level": {}, "nvlinks": [],
+        "compute": [], "graphics": [], "mps": [], "level": {}, "nvlinks": [],
         "lost": False,
     }
     dev.update(extra)
@@ -193,6 +193,9 @@ class FakeNvml:
 
     def nvmlDeviceGetGraphicsRunningProcesses_v2(self, handle: int) -> t.List[types.SimpleNamespace]:
         return list(self._dev("nvmlDeviceGetGraphicsRunningProcesses_v2", handle)["graphics"])
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: int) -> t.List[types.SimpleNamespace]:
+        return list(self._dev("nvmlDeviceGetMPSComputeRunningProcesses", handle)["mps"])
 
     # --- topology
     def nvmlDeviceGetTopologyCommonAncestor(self, first: int, second: int) -> int:

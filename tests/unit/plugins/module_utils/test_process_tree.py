@@ -133,7 +133,7 @@ def test_second_server_outside_the_selection_is_not_touched():
     assert result.warnings == []
 
 
-def test_tree_holding_a_gpu_outside_the_selection_is_not_taken():
+def test_raylet_is_a_cluster_daemon_never_a_launcher():
     # one Ray cluster serving GPUs 0-3 and 4-7: ending the raylet would take the other half too
     rows = [Row(6000, 1, "raylet", ["/usr/local/lib/ray/core/src/ray/raylet/raylet", "--node-manager-port=0"])]
     rows += [Row(6010 + gpu, 6000, "ray::RayWorkerWrapper", ["ray::RayWorkerWrapper"]) for gpu in range(8)]
@@ -141,8 +141,19 @@ def test_tree_holding_a_gpu_outside_the_selection_is_not_taken():
     result = plan(psutil, {6010 + gpu: gpu for gpu in range(4)}, selected=range(4),
                   other_holders={6010 + gpu: [gpu] for gpu in range(4, 8)})
     assert roles(result) == [(6010 + gpu, "holder", 0) for gpu in range(4)]
+    assert result.warnings == []
+
+
+def test_tree_holding_a_gpu_outside_the_selection_is_not_taken():
+    # one torchrun job whose workers hold GPUs 0-3 and 4-7: ending torchrun would take the other half too
+    rows = [Row(6000, 1, "torchrun", ["/usr/bin/python3", "/usr/local/bin/torchrun", "--nproc-per-node", "8", "train.py"])]
+    rows += [Row(6010 + gpu, 6000, "python3", ["/usr/bin/python3", "train.py", "--rank", str(gpu)]) for gpu in range(8)]
+    psutil = fake(rows)
+    result = plan(psutil, {6010 + gpu: gpu for gpu in range(4)}, selected=range(4),
+                  other_holders={6010 + gpu: [gpu] for gpu in range(4, 8)})
+    assert roles(result) == [(6010 + gpu, "holder", 0) for gpu in range(4)]
     assert result.warnings, "the operator must be told why the launcher was left"
-    assert "pid 6010 (ray::RayWorkerWrapper)" in result.warnings[0] and "6014, 6015, 6016, 6017" in result.warnings[0]
+    assert "pid 6010 (python3)" in result.warnings[0] and "6014, 6015, 6016, 6017" in result.warnings[0]
     assert "ended the holder only" in result.warnings[0]
 
 
@@ -180,7 +191,7 @@ def test_protected_holder_is_never_a_target(pid):
 
 def test_driver_helper_holding_memory_is_never_a_target():
     result = plan(fake(), {902: 0})
-    assert result.targets == [] and result.left_alone == {902: "matches `exclude`"}
+    assert result.targets == [] and result.left_alone == {902: "a driver helper or GPU monitor (always excluded)"}
 
 
 def test_search_for_the_launcher_stops_at_an_excluded_ancestor():

@@ -14,6 +14,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import 
     SpecError,
     budget_warning,
     build_spec,
+    is_excluded,
     matches_any,
     parse_signal,
 )
@@ -91,8 +92,8 @@ def test_zero_threshold_is_allowed():
 def test_driver_helpers_are_always_excluded():
     got = spec(exclude=["^my-monitor$"])
     for name in ("my-monitor", "nvidia-persistenced", "nv-hostengine", "dcgm-exporter", "nvidia-smi"):
-        assert matches_any(got.exclude, name, None), name
-    assert not matches_any(got.exclude, "VLLM::Worker_TP0", ["VLLM::Worker_TP0"])
+        assert is_excluded(got, name, None), name
+    assert not is_excluded(got, "VLLM::Worker_TP0", ["VLLM::Worker_TP0"])
 
 
 @pytest.mark.parametrize("value, expected", [
@@ -129,7 +130,9 @@ def test_matches_any_searches_name_and_joined_cmdline():
     ("/usr/bin/python3 -m vllm.entrypoints.openai.api_server --model m", True),
     ("/usr/local/bin/vllm serve /models/llama", True),
     ("VLLM::EngineCore", True),
-    ("ray::RayWorkerWrapper", True),
+    ("ray::RayWorkerWrapper", False),
+    ("/usr/local/lib/ray/core/src/ray/raylet/raylet --node-manager-port=0", False),
+    ("/usr/bin/python3 /usr/local/bin/ray start --head", False),
     ("/usr/bin/python3 /usr/local/bin/torchrun --nproc-per-node 8 train.py", True),
     ("python3 -m sglang.launch_server --model m", True),
     ("text-generation-launcher --model-id m", True),

@@ -96,7 +96,8 @@ def test_excluded_holder_is_fine_below_the_threshold():
 
 def test_excluded_holder_above_the_threshold_is_named():
     assert problems(reading(3000, (902, 3000))) == [
-        Problem(2, "GPU 2: 3000 MiB used (above memory_threshold_mib 1024), held by pid 902 (nvidia-persistenced, excluded)", False)]
+        Problem(2, "GPU 2: 3000 MiB used (above memory_threshold_mib 1024) while excluded holders keep it: "
+                   "pid 902 (nvidia-persistenced, excluded, 3000 MiB)", False)]
 
 
 def test_every_problem_of_a_gpu_is_listed():

@@ -129,7 +129,7 @@ def test_reused_pid_is_never_signalled(clock):
     planned = Target(100, 1000.0, "VLLM::Worker_TP0", ["VLLM::Worker_TP0"], "vllm", "holder", 0, [0])
     outcomes = run_ladder(psutil, [planned], LADDER, 10.0, clock=clock, sleep=clock.sleep)
     assert psutil.signals == []
-    assert [(o.signal, o.ended) for o in outcomes] == [(None, "exited")]
+    assert [(o.signal, o.ended) for o in outcomes] == [(None, "exited before any signal was sent")]
     assert 100 in psutil.table, "the new process is left running"
 
 
@@ -150,7 +150,7 @@ def test_process_gone_before_the_ladder_is_reported_exited_unsignalled(clock):
     psutil = FakePsutil([], clock)
     planned = Target(100, 1000.0, "VLLM::Worker_TP0", ["VLLM::Worker_TP0"], "vllm", "holder", 0, [0])
     outcomes = run_ladder(psutil, [planned], LADDER, 10.0, clock=clock, sleep=clock.sleep)
-    assert [(o.signal, o.seconds, o.ended, o.error) for o in outcomes] == [(None, 0.0, "exited", None)]
+    assert [(o.signal, o.seconds, o.ended, o.error) for o in outcomes] == [(None, 0.0, "exited before any signal was sent", None)]
     assert clock.slept == []
 
 

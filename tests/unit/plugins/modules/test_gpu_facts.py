@@ -8,11 +8,14 @@ import json
 import os
 
 import pytest
+import yaml
 
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
+from ansible_collections.gpuops.fleet.plugins.doc_fragments import nvml as nvml_fragment
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu_facts import ARGUMENT_SPEC
 from ansible_collections.gpuops.fleet.plugins.modules import gpu_facts
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_pynvml import FakeNvml, device, proc
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.test_smi import APPS_CSV, GPU_CSV
@@ -104,6 +107,63 @@ def test_process_list_failure_is_the_gpus_error(nvml, monkeypatch):
     assert gpus[6]["error"].startswith("GPU 6: cannot list its processes: Insufficient Permissions (NVML_ERROR_NO_PERMISSION)")
     assert gpus[6]["processes"] is None and gpus[6]["memory_used_mib"] == 93029
     assert gpus[5]["error"] is None
+
+
+class Untouchable:
+    """Stands for pynvml or psutil where nothing may be read: any use fails the test."""
+
+    def __getattr__(self, name):
+        raise AssertionError("bad input must fail before %s is used" % name)
+
+
+@pytest.mark.parametrize("gpus", [
+    ["\u00b2"], ["\u0663"], ["\uff13"], ["3.0"], ["-0"], ["+1"], ["0 1"], ["0,1"], ["1e0"], ["GPU-xyz"],
+    ["GPU-0000abc3-1111-2222-3333-00000000000"], ["9" * 5000], [""], [],
+])
+def test_bad_gpus_fail_before_nvml_is_touched(monkeypatch, gpus):
+    monkeypatch.setattr(_deps.PYNVML, "module", Untouchable())
+    monkeypatch.setattr(_deps.PSUTIL, "module", Untouchable())
+    result = run_module({"gpus": gpus}, monkeypatch)
+    assert result["failed"] is True and result["msg"].startswith("gpus: ")
+    assert "empty" in result["msg"] or repr(gpus[0])[:40] in result["msg"]
+
+
+def test_documented_options_are_the_argument_spec():
+    doc = yaml.safe_load(gpu_facts.DOCUMENTATION)["options"]
+    doc.update(yaml.safe_load(nvml_fragment.ModuleDocFragment.DOCUMENTATION)["options"])
+    assert set(doc) == set(ARGUMENT_SPEC)
+    for name, option in ARGUMENT_SPEC.items():
+        assert (doc[name]["type"], doc[name].get("elements"), doc[name].get("default")) == (
+            option["type"], option.get("elements"), option.get("default")), name
+
+
+def test_denied_read_is_named_not_a_silent_null(nvml, monkeypatch):
+    nvml.fail("nvmlDeviceGetPowerUsage", 4, index=1)
+    result = run_module({}, monkeypatch)
+    assert result["ansible_facts"]["gpus"][1]["power_draw_w"] is None
+    assert [w for w in result["warnings"] if "NVML_ERROR_NO_PERMISSION" in w and "nvmlDeviceGetPowerUsage on GPU 1" in w]
+
+
+def test_pid_that_exits_during_the_reading_is_not_called_foreign(nvml, monkeypatch):
+    listed = nvml.devices[2]["compute"]
+    calls = []
+
+    def compute(handle):
+        calls.append(handle)
+        first = calls.count(handle) == 1
+        return list(listed) if first or handle != 2 else [p for p in listed if p.pid != MISSING_PID]
+
+    monkeypatch.setattr(nvml, "nvmlDeviceGetComputeRunningProcesses", compute)
+    gpus = run_module({}, monkeypatch)["ansible_facts"]["gpus"]
+    assert [p["pid"] for p in gpus[2]["processes"]] == [os.getpid()], "it exited: not a process of another namespace"
+    assert calls.count(2) == 2, "the GPU with an unknown PID is read a second time"
+
+
+def test_mps_clients_are_holders(nvml, monkeypatch):
+    nvml.devices[4]["mps"] = [proc(MISSING_PID + 1, 800)]
+    gpus = run_module({"gpus": ["4"]}, monkeypatch)["ansible_facts"]["gpus"]
+    assert [(p["pid"], p["type"], p["used_memory_mib"]) for p in gpus[0]["processes"]] == [
+        (os.getpid(), "compute", 93029), (MISSING_PID + 1, "mps", 800)]
 
 
 @pytest.mark.parametrize("gpus, message", [

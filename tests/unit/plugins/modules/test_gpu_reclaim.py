@@ -9,12 +9,15 @@ import time
 import types
 
 import pytest
+import yaml
 
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpuops.fleet.plugins.module_utils import _deps, _process_tree
+from ansible_collections.gpuops.fleet.plugins.module_utils import _deps, _process_tree, _reclaim
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import NvmlSession
+from ansible_collections.gpuops.fleet.plugins.doc_fragments import nvml as nvml_fragment
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import ARGUMENT_SPEC, build_spec
 from ansible_collections.gpuops.fleet.plugins.modules import gpu_reclaim
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_psutil import (
     ME,
@@ -77,6 +80,7 @@ def run_module(monkeypatch, host, args):
     monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
     monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, warning: warnings.append(warning))
     monkeypatch.setattr(_process_tree, "os", types.SimpleNamespace(getpid=lambda: ME))
+    monkeypatch.setattr(_reclaim, "_getpgid", lambda pid: host.psutil.getpgid(pid) if host else None)
     if host is not None:
         monkeypatch.setattr(_deps.PYNVML, "module", host.lib)
         monkeypatch.setattr(_deps.PSUTIL, "module", host.psutil)
@@ -221,7 +225,7 @@ def test_memory_held_by_no_process_fails_after_waiting_for_it(monkeypatch):
     host = Host(rows, held, gpus=1, memory_comes_back=False)
     result = run_module(monkeypatch, host, FAST)
     assert result["failed"] is True and result["changed"] is True
-    assert result["msg"] == ("GPUs not freed: GPU 0: %d MiB used with no process holding it (above memory_threshold_mib 1024): "
+    assert result["msg"] == ("GPUs not freed (ended 4 process(es)): GPU 0: %d MiB used with no process holding it (above memory_threshold_mib 1024): "
                              "memory held by no process, e.g. a driver teardown that did not finish" % INCIDENT_MIB)
     assert result["elapsed_s"] >= FAST["timeout"]
 
@@ -340,6 +344,37 @@ class Untouchable:
     ({"gpus": ["0", "GPU-nope"]}, "gpus"),
     ({"gpus": []}, "gpus"),
     ({"launcher_patterns": []}, "launcher_patterns"),
+    # signals that do not end a process by default: they would freeze a tree with its memory held, or do nothing
+    ({"signals": ["STOP"]}, "signals"),
+    ({"signals": ["TERM", "SIGTSTP"]}, "signals"),
+    ({"signals": ["ttin"]}, "signals"),
+    ({"signals": ["TTOU", "KILL"]}, "signals"),
+    ({"signals": ["CONT"]}, "signals"),
+    ({"signals": ["CHLD"]}, "signals"),
+    ({"signals": ["URG"]}, "signals"),
+    ({"signals": ["WINCH"]}, "signals"),
+    ({"signals": ["19"]}, "signals"),
+    ({"signals": ["RTMIN"]}, "signals"),
+    ({"signals": ["\u0661\u0665"]}, "signals"),  # Arabic-Indic "15"
+    # GPU indices: ASCII digits only
+    ({"gpus": ["\u00b2"]}, "gpus"),  # superscript two: str.isdigit() says yes, int() says no
+    ({"gpus": ["\u0663"]}, "gpus"),  # Arabic-Indic three: int() reads it as 3
+    ({"gpus": ["\uff11"]}, "gpus"),  # fullwidth one
+    ({"gpus": ["1.0"]}, "gpus"),
+    ({"gpus": ["0x1"]}, "gpus"),
+    ({"gpus": ["9" * 5000]}, "gpus"),  # past Python's int() digit limit
+    # bounds
+    ({"grace": 601}, "grace"),
+    ({"timeout": 3601}, "timeout"),
+    ({"timeout": float("inf")}, "timeout"),
+    ({"settle": -0.1}, "settle"),
+    ({"settle": 61}, "settle"),
+    ({"memory_threshold_mib": 2 ** 21}, "memory_threshold_mib"),
+    # patterns that would match every process
+    ({"match": [""]}, "match"),
+    ({"exclude": ["  "]}, "exclude"),
+    ({"launcher_patterns": ["^VLLM::", ""]}, "launcher_patterns"),
+    ({"cluster_daemons": ["(raylet"]}, "cluster_daemons"),
 ])
 def test_bad_input_fails_before_anything_is_read(monkeypatch, args, option):
     monkeypatch.setattr(_deps.PYNVML, "module", Untouchable())
@@ -347,6 +382,25 @@ def test_bad_input_fails_before_anything_is_read(monkeypatch, args, option):
     result = run_module(monkeypatch, None, args)
     assert result["failed"] is True and result["msg"].startswith(option + ": ")
     assert "changed" not in result or result["changed"] is False
+    values = args[option] if isinstance(args[option], list) else [args[option]]
+    assert any(repr(value)[:40] in result["msg"] for value in values) or "empty" in result["msg"], result["msg"]
+
+
+def test_documented_options_are_the_argument_spec_and_build_spec_defaults():
+    """Each default is written once: DOCUMENTATION, the module's argument_spec and build_spec() must agree."""
+    doc = yaml.safe_load(gpu_reclaim.DOCUMENTATION)["options"]
+    doc.update(yaml.safe_load(nvml_fragment.ModuleDocFragment.DOCUMENTATION)["options"])
+    assert set(doc) == set(ARGUMENT_SPEC)
+    for name, option in ARGUMENT_SPEC.items():
+        assert (doc[name]["type"], doc[name].get("elements"), doc[name].get("default")) == (
+            option["type"], option.get("elements"), option.get("default")), name
+    built = build_spec({})
+    assert [p.pattern for p in built.launcher_patterns] == doc["launcher_patterns"]["default"]
+    assert [p.pattern for p in built.cluster_daemons] == doc["cluster_daemons"]["default"]
+    assert [name[3:] for name, _number in built.signals] == doc["signals"]["default"]
+    assert (built.grace, built.timeout, built.settle, built.memory_threshold_mib) == tuple(
+        doc[name]["default"] for name in ("grace", "timeout", "settle", "memory_threshold_mib"))
+    assert (built.kill_tree, built.ignore_foreign, built.gpus, built.match) == (True, False, None, [])
 
 
 def test_unknown_gpu_index_fails_before_any_signal(monkeypatch):

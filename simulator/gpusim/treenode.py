@@ -1,0 +1,106 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""`python3 -m gpusim.treenode SPEC_FILE PATH`: one process of a `gpusim tree` (see tree.py).
+
+It takes the title of its node (setproctitle, and `comm` as the kernel would set it for that program),
+records itself, starts its children, holds its GPU memory, then waits for signals: the default action of
+SIGTERM ends it, unless the node ignores SIGTERM or respawns (forks a child that allocates after a delay,
+then exits). Children are reaped at once (SIGCHLD ignored), so a dead node never lingers as a zombie.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Dict, List
+
+import setproctitle
+
+from gpusim.allocs import register_own_alloc
+from gpusim.procs import record_self
+from gpusim.spawn import python3
+from gpusim.statedir import StateDir, resolve_state
+
+ROLE_TREE_NODE = "tree_node"
+ROLE_RESPAWNED = "tree_respawned"
+
+
+def node_at(spec: Dict[str, Any], path: List[int]) -> Dict[str, Any]:
+    node = spec
+    for index in path:
+        node = node["children"][index]
+    return node
+
+
+def comm_of(node: Dict[str, Any]) -> str:
+    """What the kernel's comm would be: the node's `comm`, else the base name of its program, cut to 15."""
+    program = node["title"].split()[0].rsplit("/", 1)[-1]
+    return str(node.get("comm") or program)[:15]
+
+
+def take_identity(node: Dict[str, Any]) -> None:
+    setproctitle.setproctitle(node["title"])
+    with open("/proc/self/comm", "w", encoding="ascii", errors="replace") as handle:
+        handle.write(comm_of(node))
+
+
+def hold(state: StateDir, holds: List[Dict[str, Any]]) -> None:
+    for item in holds:
+        register_own_alloc(state, int(item["gpu"]), int(item["mib"]), tuple(item.get("flags", ())))
+
+
+def announce(state: StateDir, tree_id: str, key: str) -> None:
+    folder = state.root / "trees" / tree_id
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{key}.tmp.{os.getpid()}"
+    tmp.write_text(f"{os.getpid()}\n")
+    tmp.rename(folder / key)
+
+
+def respawn(state: StateDir, node: Dict[str, Any]) -> None:
+    """SIGTERM handler of a respawning node: fork a child that allocates after a delay, then exit."""
+    plan = node["respawn"]
+    if os.fork() == 0:
+        try:
+            record_self(state, ROLE_RESPAWNED)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            time.sleep(float(plan.get("delay", 0.3)))
+            hold(state, plan.get("hold", node.get("hold", [])))
+            while True:
+                signal.pause()
+        except BaseException:  # pylint: disable=broad-exception-caught  # a forked child must not return
+            traceback.print_exc()
+        finally:
+            os._exit(1)
+    os._exit(0)
+
+
+def main() -> int:
+    spec_file, path_text = sys.argv[1], sys.argv[2]
+    spec = json.loads(Path(spec_file).read_text())
+    path = [int(part) for part in path_text.split(".") if part]
+    node = node_at(spec["root"], path)
+    state = resolve_state(None)
+    take_identity(node)
+    record_self(state, ROLE_TREE_NODE)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    for index, _child in enumerate(node.get("children", [])):
+        subprocess.Popen([python3(), "-m", "gpusim.treenode", spec_file, ".".join(str(p) for p in path + [index])])  # pylint: disable=consider-using-with  # reaped by SIGCHLD ignored
+    hold(state, node.get("hold", []))
+    if node.get("respawn"):
+        signal.signal(signal.SIGTERM, lambda _number, _frame: respawn(state, node))
+    elif node.get("ignore_term"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    announce(state, spec["id"], node["key"])
+    while True:
+        signal.pause()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
