@@ -1,0 +1,165 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""vllm_benchmark as Ansible runs it (patch_module_args), against a scripted streaming server on a real socket."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench_spec import ARGUMENT_SPEC
+from ansible_collections.gpuops.fleet.plugins.modules import vllm_benchmark
+from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.bench_sse_server import ScriptedServer, free_port
+
+
+class Exit(Exception):
+    def __init__(self, result):
+        super().__init__(result)
+        self.result = result
+
+
+def run_module(args, monkeypatch):
+    warnings = []
+
+    def exit_json(self, **result):
+        raise Exit(dict(result, warnings=warnings))
+
+    def fail_json(self, msg, **result):
+        raise Exit(dict(result, failed=True, msg=msg, warnings=warnings))
+
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, warning: warnings.append(warning))
+    with patch_module_args(args):
+        with pytest.raises(Exit) as caught:
+            vllm_benchmark.main()
+    json.dumps(caught.value.result, allow_nan=False)  # what the module returns must be strict JSON
+    return caught.value.result
+
+
+SMALL = {"input_len": 4, "output_len": 5, "num_requests": 3, "concurrency": 2, "warmup_requests": 1, "repeats": 3, "timeout": 5}
+
+
+@pytest.fixture
+def server():
+    with ScriptedServer(gap_s=0.002) as scripted:
+        yield scripted
+
+
+def test_benchmark_result(server, monkeypatch, tmp_path):
+    result = run_module(dict(SMALL, url=server.url, save_result=str(tmp_path / "r.json")), monkeypatch)
+    assert not result.get("failed") and result["changed"] is False
+    assert result["model"] == "tiny-model" and result["endpoint"] == "completions"
+    assert [run["completed"] for run in result["runs"]] == [3, 3, 3]
+    assert [run["total_output_tokens"] for run in result["runs"]] == [15, 15, 15]
+    decode = result["metrics"]["decode_tok_s"]
+    assert decode["min"] <= decode["median"] <= decode["max"] and decode["n"] == 3 and len(decode["ci95"]) == 2
+    assert result["warmup"]["completed"] == 1
+    assert "median decode" in result["msg"] and result["warnings"] == []
+    assert len((tmp_path / "r.json").read_text().splitlines()) == 3
+    assert len(server.requests) == 10
+
+
+def test_check_mode_sends_nothing(server, monkeypatch):
+    result = run_module(dict(SMALL, url=server.url, _ansible_check_mode=True), monkeypatch)
+    assert result["changed"] is False and "no request was sent" in result["msg"]
+    assert result["runs"] == [] and result["metrics"] == {}
+    assert server.requests == []
+
+
+def test_api_key_is_never_in_the_result(server, monkeypatch):
+    result = run_module(dict(SMALL, url=server.url, api_key="top-secret-key", repeats=1), monkeypatch)
+    assert not result.get("failed")
+    assert server.headers[0]["authorization"] == "Bearer top-secret-key"
+    assert "top-secret-key" not in json.dumps(result)
+
+
+def test_failures_are_counted_with_reasons(server, monkeypatch):
+    server.behaviours = ["ok", "http500", "error_event", "drop"]
+    result = run_module(dict(SMALL, url=server.url, repeats=1, concurrency=1, num_requests=4), monkeypatch)
+    run = result["runs"][0]
+    assert not result.get("failed")
+    assert run["completed"] == 1 and run["failed"] == 3
+    assert run["failed_by_reason"] == {"http_error": 1, "error_event": 1, "connection_dropped": 1}
+    assert any("3 of 4 requests failed" in w for w in result["warnings"])
+
+
+def test_nothing_completed_fails_the_task_with_the_runs(server, monkeypatch):
+    server.behaviours = ["ok"] + ["http500"] * 3
+    result = run_module(dict(SMALL, url=server.url, repeats=1, concurrency=1), monkeypatch)
+    assert result["failed"] and "no request completed" in result["msg"] and "http_error: 3" in result["msg"]
+    assert result["runs"][0]["failed"] == 3
+
+
+def test_unknown_model(server, monkeypatch):
+    result = run_module(dict(SMALL, url=server.url, model="llama-99b"), monkeypatch)
+    assert result["failed"] and result["msg"] == "model='llama-99b' is not served at url=%r; the server lists: tiny-model" % server.url
+    assert server.requests == []
+
+
+def test_unreachable_url(monkeypatch):
+    url = "http://127.0.0.1:%d" % free_port()
+    result = run_module(dict(SMALL, url=url), monkeypatch)
+    assert result["failed"] and result["msg"].startswith("url=%r: cannot reach %s/v1/models" % (url, url))
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("url", "127.0.0.1:8000", "url: '127.0.0.1:8000' must be an http:// or https:// URL"),
+    ("url", "ftp://host", "url: 'ftp://host' must be an http:// or https:// URL"),
+    ("url", "http://host:99999", "url: 'http://host:99999' is not a valid URL"),
+    ("url", "http://:80", "must be an http:// or https:// URL with a host"),
+    ("url", "", "url: '' is not a URL"),
+    ("model", "  ", "model: '  ' is empty"),
+    ("input_len", 0, "input_len: 0 is out of range: give 1 to"),
+    ("input_len", -5, "input_len: -5 is out of range"),
+    ("output_len", 0, "output_len: 0 is out of range"),
+    ("output_len", 10 ** 9, "output_len: 1000000000 is out of range"),
+    ("num_requests", 0, "num_requests: 0 is out of range"),
+    ("concurrency", 0, "concurrency: 0 is out of range"),
+    ("concurrency", 100000, "concurrency: 100000 is out of range"),
+    ("warmup_requests", -1, "warmup_requests: -1 is out of range: give 0 to"),
+    ("repeats", 0, "repeats: 0 is out of range"),
+    ("repeats", 1000, "repeats: 1000 is out of range"),
+    ("request_rate", 0, "request_rate: 0.0 must be a positive number"),
+    ("request_rate", -2.5, "request_rate: -2.5 must be a positive number"),
+    ("request_rate", "nan", "request_rate: nan must be a positive number"),
+    ("timeout", 0, "timeout: 0.0 must be a positive, finite number of seconds"),
+    ("timeout", "inf", "timeout: inf must be a positive, finite number of seconds"),
+    ("timeout", 10 ** 7, "timeout: 10000000.0 is more than the 86400 seconds allowed"),
+    ("save_result", "/nonexistent-dir/x.json", "save_result: '/nonexistent-dir/x.json': the directory /nonexistent-dir does not exist"),
+    ("save_result", "/tmp", "save_result: '/tmp' is a directory"),
+])
+def test_bad_values_name_option_and_value(server, monkeypatch, option, value, message):
+    result = run_module(dict(SMALL, **{"url": server.url, option: value}), monkeypatch)
+    assert result["failed"] and message in result["msg"], result["msg"]
+    assert server.requests == []
+
+
+@pytest.mark.parametrize("option, value", [
+    ("input_len", "many"), ("output_len", [1]), ("num_requests", "1.5"), ("concurrency", {"a": 1}),
+    ("warmup_requests", "x"), ("repeats", "three"), ("request_rate", "fast"), ("timeout", "soon"),
+    ("seed", "abc"), ("ignore_eos", "maybe"), ("validate_certs", "perhaps"), ("endpoint", "embeddings"),
+])
+def test_wrong_types_are_refused_by_name(server, monkeypatch, option, value):
+    result = run_module(dict(SMALL, url=server.url, **{option: value}), monkeypatch)
+    assert result["failed"] and option in result["msg"], result["msg"]
+    assert server.requests == []
+
+
+def test_unknown_option_is_refused(server, monkeypatch):
+    result = run_module(dict(SMALL, url=server.url, max_concurrency=4), monkeypatch)
+    assert result["failed"] and "max_concurrency" in result["msg"]
+
+
+def test_argument_spec_matches_documentation():
+    doc = yaml.safe_load(vllm_benchmark.DOCUMENTATION)["options"]
+    assert set(doc) == set(ARGUMENT_SPEC)
+    for name, spec in ARGUMENT_SPEC.items():
+        assert doc[name]["type"] == spec["type"], name
+        assert doc[name].get("default") == spec.get("default"), name
+        assert doc[name].get("choices") == spec.get("choices"), name
