@@ -292,3 +292,28 @@ def test_aiohttp_reads_concurrent_streams(plain: FakeServer) -> None:
     results = asyncio.run(main())
     assert [result["usage"]["completion_tokens"] for result in results] == [10 + index for index in range(16)]
     assert [result["words"] for result in results] == [10 + index for index in range(16)]
+
+
+def test_64_concurrent_streams(packed: FakeServer) -> None:
+    generated = 'vllm:generation_tokens_total{engine="0",model_name="org/packed"}'
+    before = packed.metrics()[generated]
+    results: List[StreamResult] = []
+    lock = threading.Lock()
+
+    def one(index: int) -> None:
+        result = packed.stream("/v1/completions", {"prompt": "x", "max_tokens": 40 + index, "ignore_eos": True,
+                                                   "stream_options": {"include_usage": True}}, timeout=60)
+        with lock:
+            results.append(result)
+
+    threads = [threading.Thread(target=one, args=(index,)) for index in range(64)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert len(results) == 64 and all(result.done and result.cut is None for result in results)
+    counts = sorted(result.usage()["completion_tokens"] for result in results)
+    assert counts == [40 + index for index in range(64)]
+    assert all(sum(words(text) for text in result.texts()) == result.usage()["completion_tokens"]
+               for result in results)
+    assert wait_for(lambda: packed.metrics()[generated] - before == sum(counts))
