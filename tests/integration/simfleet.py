@@ -95,3 +95,45 @@ def run_module(module: str, inventory: Path, result_dir: Path, args: t.Optional[
     if not results:
         raise AssertionError("module probe produced no result:\n%s\n%s" % (proc.stdout, proc.stderr))
     return results
+
+
+FAKE_VLLM = [str(BIN / "python3"), str(REPO / "simulator" / "fakevllm" / "bin" / "vllm"), "serve"]
+
+
+def role_host_vars(host: SimHost, port: int, **extra: t.Any) -> t.Dict[str, t.Any]:
+    """The role's variables for one simulated host: its own port, state directory and simulated GPUs."""
+    host_vars: t.Dict[str, t.Any] = {
+        "gpuops_fleet_environment": host.environment(),
+        "vllm_server_port": port,
+        "vllm_server_state_dir": str(host.state / "role"),
+        "vllm_server_host_env": {"GPUOPS_SIM_STATE": str(host.state)},
+    }
+    host_vars.update(extra)
+    return host_vars
+
+
+def write_role_inventory(path: Path, hosts: t.Mapping[str, t.Dict[str, t.Any]], **group_vars: t.Any) -> Path:
+    """An inventory whose group vllm_servers holds the given hosts (name -> host vars), driving the fake vLLM."""
+    common = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "vllm_server_command": FAKE_VLLM,
+        "vllm_server_model": "zai-org/GLM-5-GGUF",
+        "vllm_server_launch_mode": "process",
+        "vllm_server_ready_timeout": 60,
+        "vllm_server_reclaim_grace": 2,
+        "vllm_server_reclaim_timeout": 20,
+        "vllm_server_stop_timeout": 10,
+    }
+    common.update(group_vars)
+    inventory = {"all": {"vars": common, "children": {"vllm_servers": {"hosts": dict(hosts)}}}}
+    path.write_text(json.dumps(inventory, indent=2))
+    return path
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -1,0 +1,25 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A process that is not vLLM and holds simulated GPU memory: `python holder.py --gpu N --mib M` (GPUOPS_SIM_STATE set).
+
+Started by tests as a bystander (say, someone's training job); the tests end it by its Popen handle.
+"""
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "simulator"))
+
+from gpusim.allocs import register_own_alloc  # noqa: E402  # pylint: disable=wrong-import-position
+from gpusim.statedir import resolve_state  # noqa: E402  # pylint: disable=wrong-import-position
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--gpu", type=int, required=True)
+parser.add_argument("--mib", type=int, required=True)
+args = parser.parse_args()
+register_own_alloc(resolve_state(None), args.gpu, args.mib)
+print("holding", flush=True)
+while True:
+    signal.pause()

@@ -1,0 +1,281 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The role gpuops.fleet.vllm_server through real `ansible-playbook playbooks/restart_vllm.yml` runs on simulated hosts.
+
+Outcomes are judged by independent readings: the simulator's own view of each GPU (gpusim status), the liveness
+of each PID, the server's /proc entries and its HTTP answers, never by the role's own summary alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import typing as t
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import pid_alive
+from simfleet import BIN, REPO, ansible_env, free_port, role_host_vars, run_playbook, write_role_inventory
+
+RESTART = REPO / "playbooks" / "restart_vllm.yml"
+MIB = 93029
+HOLDER = Path(__file__).resolve().parent / "holder.py"
+
+
+def record(host) -> t.Dict[str, t.Any]:
+    """The role's record of the server it launched (the role's own file, read here only for the PID)."""
+    return json.loads((host.state / "role" / ("vllm-%d.json" % host.port)).read_text())
+
+
+def holders(host) -> t.Dict[int, t.List[int]]:
+    """GPU index -> PIDs holding it, from the simulator's own reading."""
+    return {g["index"]: [h["pid"] for h in g["holders"]] for g in host.status()["gpus"]}
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    try:
+        return ancestor in [p.pid for p in psutil.Process(pid).parents()]
+    except psutil.NoSuchProcess:
+        return False
+
+
+def health(port: int) -> int:
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=5) as reply:
+            return reply.status
+    except OSError:
+        return -1
+
+
+def environ(pid: int) -> t.Dict[str, str]:
+    return psutil.Process(pid).environ()
+
+
+def flat(output: str) -> str:
+    """The output with every run of whitespace made one space (the YAML callback wraps long lines)."""
+    return " ".join(output.split())
+
+
+def recap(output: str) -> t.Dict[str, t.Dict[str, int]]:
+    """PLAY RECAP counters per host."""
+    found = {}
+    for host, counters in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.M):
+        found[host] = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", counters)}
+    return found
+
+
+def assert_server_owns_gpus(host, gpus: t.Sequence[int], tp: int) -> t.Tuple[int, t.List[int]]:
+    """The recorded server runs, answers /health, and its own descendants (tp of them) hold exactly `gpus`."""
+    server = record(host)["pid"]
+    assert pid_alive(server)
+    assert health(host.port) == 200
+    held = holders(host)
+    workers = []
+    for index in gpus:
+        assert len(held[index]) == 1, "GPU %d: %s" % (index, held[index])
+        assert descends_from(held[index][0], server), "GPU %d is held by PID %d, not by the new server %d" % (
+            index, held[index][0], server)
+        workers.append(held[index][0])
+    assert len(set(workers)) == tp
+    return server, workers
+
+
+@pytest.fixture
+def fleet(make_host, tmp_path):
+    """fleet(**hosts) -> (inventory writer, hosts); each host gets a free port."""
+    def factory(*names: str) -> t.List[t.Any]:
+        made = []
+        for name in names:
+            host = make_host(name)
+            host.port = free_port()
+            made.append(host)
+        return made
+    return factory
+
+
+def inventory_for(tmp_path: Path, hosts, per_host: t.Optional[t.Mapping[str, t.Dict[str, t.Any]]] = None, **group_vars):
+    entries = {h.name: role_host_vars(h, h.port, **(per_host or {}).get(h.name, {})) for h in hosts}
+    return write_role_inventory(tmp_path / "inventory.json", entries, **group_vars)
+
+
+def test_incident_to_verified_servers_then_idempotent_then_new_env(fleet, tmp_path, canaries):
+    node1, node2 = fleet("gpu-node-01", "gpu-node-02")
+    old1 = node1.gpusim_json("vllm", "--tp", "8", "--mib", str(MIB))
+    node1.gpusim("incident")
+    old2 = node2.gpusim_json("vllm", "--tp", "4", "--first-gpu", "4", "--mib", "61000")
+    # a bystander next to the server on the same host, on a GPU the server does not use
+    bystander = subprocess.Popen([sys.executable, str(HOLDER), "--gpu", "0", "--mib", "7000"],
+                                 env=dict(os.environ, GPUOPS_SIM_STATE=str(node2.state)), stdout=subprocess.PIPE)
+    try:
+        assert bystander.stdout.readline().strip() == b"holding"
+        inventory = inventory_for(tmp_path, [node1, node2], {
+            "gpu-node-01": {"vllm_server_tensor_parallel_size": 8, "vllm_server_env": {"NCCL_PROTO": "LL"}},
+            "gpu-node-02": {"vllm_server_tensor_parallel_size": 4, "vllm_server_gpus": [4, 5, 6, 7]},
+        })
+        run = run_playbook(RESTART, inventory)
+        assert run.returncode == 0, run.stdout[-4000:]
+        for pid in [old1["parent"], *old1["workers"], old2["parent"], *old2["workers"]]:
+            assert not pid_alive(pid), "old PID %d survived the restart" % pid
+        server1, workers1 = assert_server_owns_gpus(node1, range(8), 8)
+        server2, workers2 = assert_server_owns_gpus(node2, [4, 5, 6, 7], 4)
+        assert environ(server1)["NCCL_PROTO"] == "LL"
+        assert environ(server1)["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+        assert "NCCL_PROTO" not in environ(server2) and environ(server2)["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+        assert holders(node2)[0] == [bystander.pid] and bystander.poll() is None
+        assert "651203 MiB freed" in flat(run.stdout)  # 7 workers x 93,029 MiB, as the simulator held them
+
+        again = run_playbook(RESTART, inventory, "-e", "vllm_restart_force=false")
+        assert again.returncode == 0, again.stdout[-4000:]
+        counters = recap(again.stdout)
+        assert counters["gpu-node-01"]["changed"] == 0 and counters["gpu-node-02"]["changed"] == 0, again.stdout[-3000:]
+        assert "UNCHANGED" in again.stdout
+        assert record(node1)["pid"] == server1 and assert_server_owns_gpus(node1, range(8), 8) == (server1, workers1)
+        assert assert_server_owns_gpus(node2, [4, 5, 6, 7], 4) == (server2, workers2)
+
+        changed = run_playbook(RESTART, inventory, "-e", "vllm_restart_force=false", "--limit", "gpu-node-01",
+                               "-e", json.dumps({"vllm_server_env": {"NCCL_PROTO": "LL128"}}))
+        assert changed.returncode == 0, changed.stdout[-4000:]
+        new1, _ = assert_server_owns_gpus(node1, range(8), 8)
+        assert new1 != server1 and not pid_alive(server1) and not any(pid_alive(w) for w in workers1)
+        assert environ(new1)["NCCL_PROTO"] == "LL128"
+        assert record(node2)["pid"] == server2 and pid_alive(server2)  # outside --limit: untouched
+        assert canaries.alive() and bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_stop_state_frees_the_gpus(fleet, tmp_path):
+    (node,) = fleet("gpu-node-01")
+    inventory = inventory_for(tmp_path, [node], vllm_server_tensor_parallel_size=2)
+    assert run_playbook(RESTART, inventory).returncode == 0
+    server, workers = assert_server_owns_gpus(node, [0, 1], 2)
+    stop = run_playbook(RESTART, inventory, "-e", "vllm_server_state=stopped")
+    assert stop.returncode == 0, stop.stdout[-3000:]
+    assert not pid_alive(server) and not any(pid_alive(w) for w in workers)
+    assert [g["used_mib"] for g in node.status()["gpus"]][:2] == [0, 0]
+    assert not (node.state / "role" / ("vllm-%d.json" % node.port)).exists()
+
+
+def test_crash_at_start_fails_fast_with_the_log_tail(fleet, tmp_path):
+    (node,) = fleet("gpu-node-01")
+    inventory = inventory_for(tmp_path, [node], {node.name: {
+        "vllm_server_host_env": {"GPUOPS_SIM_STATE": str(node.state), "GPUOPS_SIM_FAIL_AT_START": "crash",
+                                 "GPUOPS_SIM_FAIL_AFTER_S": "1"}}}, vllm_server_ready_timeout=600)
+    started = time.monotonic()
+    run = run_playbook(RESTART, inventory)
+    took = time.monotonic() - started
+    assert run.returncode != 0
+    assert "FAILED at" in flat(run.stdout) and "exited" in flat(run.stdout)
+    assert "log|" in run.stdout, run.stdout[-3000:]  # the server's own last lines, in the summary
+    assert took < 300, "a dead server must fail the wait long before the 600 s ready timeout (took %.0f s)" % took
+    assert all(g["used_mib"] == 0 for g in node.status()["gpus"])
+
+
+def test_hang_fails_at_ready_timeout_with_the_log_tail(fleet, tmp_path):
+    (node,) = fleet("gpu-node-01")
+    inventory = inventory_for(tmp_path, [node], {node.name: {
+        "vllm_server_host_env": {"GPUOPS_SIM_STATE": str(node.state), "GPUOPS_SIM_FAIL_AT_START": "hang"}}},
+        vllm_server_ready_timeout=4)
+    run = run_playbook(RESTART, inventory)
+    assert run.returncode != 0
+    assert "was not ready after 4 s" in flat(run.stdout), run.stdout[-3000:]
+    assert "log|" in run.stdout
+    assert pid_alive(record(node)["pid"])  # it hangs, it did not die: the operator decides what next
+
+
+def test_foreign_holder_fails_before_anything_is_stopped(fleet, tmp_path, canaries):
+    (node,) = fleet("gpu-node-01")
+    inventory = inventory_for(tmp_path, [node], vllm_server_tensor_parallel_size=2, vllm_server_gpus=[0, 1])
+    assert run_playbook(RESTART, inventory).returncode == 0
+    server, workers = assert_server_owns_gpus(node, [0, 1], 2)
+    intruder = subprocess.Popen([sys.executable, str(HOLDER), "--gpu", "1", "--mib", "4000"],
+                                env=dict(os.environ, GPUOPS_SIM_STATE=str(node.state)), stdout=subprocess.PIPE)
+    try:
+        assert intruder.stdout.readline().strip() == b"holding"
+        run = run_playbook(RESTART, inventory)
+        assert run.returncode != 0
+        assert "nothing was stopped" in flat(run.stdout)
+        assert "PID %d" % intruder.pid in flat(run.stdout) and "GPU 1" in flat(run.stdout), run.stdout[-3000:]
+        assert intruder.poll() is None
+        assert pid_alive(server) and all(pid_alive(w) for w in workers), "the running server was stopped anyway"
+        assert canaries.alive()
+    finally:
+        intruder.kill()
+        intruder.wait()
+
+
+def test_lost_gpu_fails_the_host_and_names_it(fleet, tmp_path):
+    node, healthy = fleet("gpu-node-01", "gpu-node-02")
+    node.gpusim("lose-gpu", "--gpu", "1")
+    inventory = inventory_for(tmp_path, [node, healthy], vllm_server_tensor_parallel_size=2)
+    run = run_playbook(RESTART, inventory)
+    assert run.returncode != 0
+    assert re.search(r"gpu-node-01: FAILED at .*GPU 1", flat(run.stdout)), run.stdout[-3000:]
+    assert_server_owns_gpus(healthy, [0, 1], 2)  # one host's failure does not stop the others
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ({"vllm_server_tensor_parallel_size": "eight"}, "vllm_server_tensor_parallel_size"),
+    ({"vllm_server_gpus": [0, 0]}, "vllm_server_gpus"),
+    ({"vllm_server_port": 70000}, "vllm_server_port"),
+    ({"vllm_server_launch_mode": "docker"}, "vllm_server_launch_mode"),
+    ({"vllm_server_env": ["NCCL_PROTO=LL"]}, "vllm_server_env"),
+    ({"vllm_server_name": "../etc/x"}, "vllm_server_name"),
+    ({"vllm_server_state": "running"}, "vllm_server_state"),
+])
+def test_bad_variables_fail_before_anything_is_touched(fleet, tmp_path, bad, needle):
+    (node,) = fleet("gpu-node-01")
+    tree = node.gpusim_json("vllm", "--tp", "2", "--mib", "5000")
+    inventory = inventory_for(tmp_path, [node], {node.name: bad}, vllm_server_tensor_parallel_size=2)
+    run = run_playbook(RESTART, inventory)
+    assert run.returncode != 0
+    assert needle in run.stdout, run.stdout[-3000:]
+    assert all(pid_alive(pid) for pid in [tree["parent"], *tree["workers"]])
+
+
+def test_shell_metacharacters_reach_the_server_as_one_word(fleet, tmp_path):
+    (node,) = fleet("gpu-node-01")
+    canary_file = tmp_path / "injected"
+    model = "org/my model; touch %s $HOME `id` %%h \"q\"" % canary_file
+    inventory = inventory_for(tmp_path, [node], vllm_server_model=model,
+                              vllm_server_args=["--served-model-name", "m$(touch %s)" % canary_file],
+                              vllm_server_served_model_name="m$(touch %s)" % canary_file)
+    run = run_playbook(RESTART, inventory)
+    assert run.returncode == 0, run.stdout[-3000:]
+    server = record(node)["pid"]
+    argv = psutil.Process(server).cmdline()
+    assert argv[3] == model and argv[argv.index("--served-model-name") + 1] == "m$(touch %s)" % canary_file
+    assert not canary_file.exists()
+
+
+def test_concurrent_runs_on_one_server_the_second_fails_at_once(fleet, tmp_path):
+    (node,) = fleet("gpu-node-01")
+    inventory = inventory_for(tmp_path, [node], {node.name: {
+        "vllm_server_host_env": {"GPUOPS_SIM_STATE": str(node.state), "GPUOPS_SIM_STARTUP_DELAY_S": "8"}}})
+    first = subprocess.Popen([str(BIN / "ansible-playbook"), "-i", str(inventory), str(RESTART)], env=ansible_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lock = node.state / "role" / ("vllm-%d.lock" % node.port)
+        deadline = time.monotonic() + 60
+        while not lock.exists() and time.monotonic() < deadline and first.poll() is None:
+            time.sleep(0.1)
+        assert lock.exists(), "the first run never took the lock"
+        second = run_playbook(RESTART, inventory)
+        assert second.returncode != 0
+        assert "locked by another run" in flat(second.stdout) and "running 'Restart vLLM servers, rolling'" in flat(second.stdout)
+        output, _ = first.communicate(timeout=240)
+        assert first.returncode == 0, output[-3000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert_server_owns_gpus(node, [0], 1)
+    assert not lock.exists()
