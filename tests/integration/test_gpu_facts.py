@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 
 from simfleet import REPO, run_module, run_playbook
 
@@ -132,3 +133,21 @@ def test_gpu_facts_playbook_prints_table(make_host, inventory):
         assert "VLLM::Worker_TP%d" % i in proc.stdout
         assert str(tree["workers"][i]) in proc.stdout
     assert "VLLM::Worker_TP0" not in proc.stdout
+
+
+def test_mps_client_is_listed_with_its_memory(make_host, inventory, tmp_path):
+    """An MPS client is in NVML's MPS list only: it must not read as 'memory used, no process'."""
+    host = make_host("gpu-node-01")
+    spec = {"key": "client", "title": "python3 infer.py --mps", "hold": [{"gpu": 1, "mib": 800, "flags": ["mps"]}]}
+    pids = host.gpusim_json("tree", "--spec", json.dumps(spec))
+    gpus = facts(run_module("gpu_facts", inventory(host), tmp_path / "out", {"gpus": ["1"]})["gpu-node-01"])["gpus"]
+    assert gpus[0]["memory_used_mib"] == 800
+    assert [(p["pid"], p["type"], p["used_memory_mib"], p["visible"]) for p in gpus[0]["processes"]] == [
+        (pids["client"], "mps", 800, True)]
+
+
+def test_bad_gpus_fail_naming_the_value(make_host, inventory, tmp_path):
+    host = make_host("gpu-node-01")
+    for value in ("\u00b2", "\u0663"):
+        result = run_module("gpu_facts", inventory(host), tmp_path / "out", {"gpus": [value]})["gpu-node-01"]
+        assert result["failed"] is True and result["msg"].startswith("gpus: %r" % value), result["msg"]

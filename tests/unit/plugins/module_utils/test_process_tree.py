@@ -230,3 +230,56 @@ def test_holder_gone_before_planning_is_still_listed_alone():
     by_pid = {tg.pid: tg for tg in result.targets}
     assert by_pid[1010].role == "holder"  # the ladder then finds it gone and signals nothing
     assert by_pid[1000].role == "launcher" and 1011 in by_pid
+
+
+def test_ray_job_climb_stops_at_the_shell():
+    """raylet -> ray::JobSupervisor -> /bin/sh -c -> python eval.py (the holder), a ray::ServeReplica beside it."""
+    rows = [Row(7000, 1, "raylet", ["/usr/lib/ray/raylet", "--node-manager-port=0"]),
+            Row(7001, 7000, "ray::JobSupervisor", ["ray::JobSupervisor"]),
+            Row(7002, 7001, "sh", ["/bin/sh", "-c", "python eval.py"]),
+            Row(7003, 7002, "python", ["python", "eval.py"]),
+            Row(7004, 7000, "ray::ServeReplica", ["ray::ServeReplica"])]
+    result = plan(fake(rows), {7003: 0})
+    assert roles(result) == [(7003, "holder", 0)]
+
+
+def test_ray_head_is_never_a_launcher_even_under_a_launcher_pattern():
+    rows = [Row(8000, 1, "ray", ["/usr/bin/python3", "/usr/local/bin/ray", "start", "--head", "--block"]),
+            Row(8001, 8000, "gcs_server", ["/usr/lib/ray/gcs_server"]),
+            Row(8002, 8000, "raylet", ["/usr/lib/ray/raylet"]),
+            Row(8010, 8002, "ray::RayWorkerWrapper", ["ray::RayWorkerWrapper"]),
+            Row(8011, 8002, "ray::IDLE", ["ray::IDLE"])]
+    # even a user who calls every ray:: process a launcher does not get the cluster: raylet stops the climb
+    result = plan(fake(rows), {8010: 0}, launcher_patterns=["^ray::", "raylet", "ray start"])
+    assert roles(result) == [(8010, "holder", 0)]
+
+
+def test_launcher_chain_must_be_unbroken():
+    # vllm serve -> bash wrapper -> VLLM::Worker_TP0: the wrapper breaks the chain, so vllm serve is not taken
+    rows = [Row(9000, 1, "vllm", ["/usr/bin/python3", "/usr/local/bin/vllm", "serve", "m"]),
+            Row(9001, 9000, "bash", ["bash", "-c", "run-worker"]),
+            Row(9002, 9001, "VLLM::Worker_TP0", ["VLLM::Worker_TP0"])]
+    result = plan(fake(rows), {9002: 0})
+    assert roles(result) == [(9002, "holder", 0)]
+
+
+def test_holder_without_launcher_takes_its_own_children():
+    rows = [Row(9100, 1, "python3", ["python3", "train.py"]),
+            Row(9101, 9100, "python3", ["python3", "-c", "from multiprocessing.spawn import spawn_main"])]
+    result = plan(fake(rows), {9100: 0})
+    assert roles(result) == [(9100, "holder", 0), (9101, "descendant", 1)]
+
+
+@pytest.mark.parametrize("cmdline, excluded", [
+    (["/usr/bin/python3", "serve.py", "--health-cmd", "nvidia-smi"], False),
+    (["/usr/bin/python3", "/usr/local/bin/vllm", "serve", "--model", "/models/dcgm-tuned"], False),
+    (["/usr/bin/nvidia-smi", "-l", "1"], True),
+    (["/usr/bin/nv-hostengine", "-n"], True),
+    (["/usr/bin/dcgm-exporter"], True),
+    (["nvidia-cuda-mps-server"], True),
+])
+def test_builtin_exclusions_match_the_program(cmdline, excluded):
+    rows = [Row(9200, 1, cmdline[0].rsplit("/", 1)[-1][:15], cmdline)]
+    result = plan(fake(rows), {9200: 0})
+    assert (9200 in result.left_alone) is excluded
+    assert (9200 in {tg.pid for tg in result.targets}) is not excluded

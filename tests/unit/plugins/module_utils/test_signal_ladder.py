@@ -159,3 +159,57 @@ def test_ladder_of_other_signals(clock):
     psutil, outcomes = ladder(clock, rows, signals=[("SIGINT", 2), ("SIGTERM", TERM)], grace=1.0)
     assert psutil.signalled(100) == [2, TERM]
     assert [(o.signal, o.ended) for o in outcomes] == [("SIGTERM", "exited")]
+
+
+def test_deadline_cuts_every_step_to_its_share(clock):
+    """grace 20, timeout 3: TERM waits 1.5 s (half the time left), KILL the rest; over by 3 s, not 22 s."""
+    rows = [Row(100, 1, "stubborn", on_signal=IGNORES_TERM)]
+    psutil = FakePsutil(rows, clock)
+    outcomes = run_ladder(psutil, [target(row) for row in rows], LADDER, 20.0, clock=clock, sleep=clock.sleep, deadline=3.0)
+    assert psutil.signalled(100) == [TERM, KILL]
+    assert [(o.signal, o.ended) for o in outcomes] == [("SIGKILL", "exited")]
+    assert 1.5 - 2 * POLL_S <= outcomes[0].seconds <= 1.5 + 2 * POLL_S
+    assert clock.now <= 3.0
+
+
+def test_survivor_past_the_deadline_is_given_up_on_time(clock):
+    rows = [Row(100, 1, "immortal", on_signal={})]
+    psutil = FakePsutil(rows, clock)
+    outcomes = run_ladder(psutil, [target(row) for row in rows], LADDER, 20.0, clock=clock, sleep=clock.sleep, deadline=3.0)
+    assert [(o.signal, o.ended) for o in outcomes] == [("SIGKILL", None)]
+    assert clock.now <= 3.0 + 2 * POLL_S
+
+
+def test_worker_that_exits_with_its_launcher_is_reported(clock):
+    """The launcher ends its workers itself on SIGTERM, before this run reaches them: they are still in the result."""
+    launcher = Row(100, 1, "vllm", on_signal={TERM: ("exit", 0.0)})
+    workers = [Row(pid, 100, "VLLM::Worker_TP%d" % (pid - 101), on_signal={}) for pid in (101, 102)]
+    holder = {}
+
+    def launcher_shutdown(pid):
+        if pid == 100:
+            for worker in workers:
+                holder["psutil"].table.pop(worker.pid, None)
+
+    psutil = holder["psutil"] = FakePsutil([launcher] + workers, clock, launcher_shutdown)
+    outcomes = run_ladder(psutil, [target(launcher, "launcher")] + [target(w) for w in workers], LADDER, 1.0, clock=clock, sleep=clock.sleep)
+    assert psutil.signals == [(100, TERM)]
+    assert [(o.target.pid, o.signal, o.ended) for o in outcomes] == [
+        (100, "SIGTERM", "exited"),
+        (101, None, "exited after its launcher was signalled"),
+        (102, None, "exited after its launcher was signalled")]
+
+
+def test_processes_forked_during_the_ladder_are_signalled(clock):
+    child = Row(200, 1, "respawned", on_signal={TERM: ("exit", 0.0)})
+    holder = Row(100, 1, "holder", on_signal={TERM: ("exit", 0.0), KILL: ("exit", 0.0)}, spawn=child)
+    psutil = FakePsutil([holder], clock)
+
+    def discover(known):
+        return [Target(pid, psutil.table[pid].create_time, psutil.table[pid].name, [], "vllm", "respawned", 1, [])
+                for pid in psutil.pids() if pid not in known]
+
+    outcomes = run_ladder(psutil, [target(holder)], LADDER, 1.0, clock=clock, sleep=clock.sleep, discover=discover)
+    assert [(o.target.pid, o.target.role, o.signal, o.ended) for o in outcomes] == [
+        (100, "holder", "SIGTERM", "exited"), (200, "respawned", "SIGTERM", "exited")]
+    assert 200 not in psutil.table

@@ -162,6 +162,40 @@ def test_check_mode_signals_nothing_and_lists_what_it_would_end(monkeypatch):
     assert result["diff"]["after"].splitlines()[0] == "GPU 0: 0 MiB used, no holder"
 
 
+def test_check_mode_predicts_what_the_real_run_does(monkeypatch):
+    """A zombie holder, an excluded holder above the threshold and memory held by no process next to a holder:
+    check mode names each in would_fail, its diff keeps them, and its `changed` is the real run's."""
+    rows, held = vllm_server(1000, [0, 1])
+    rows.append(Row(3000, 1, "python3", ["python3", "keep-me.py"]))
+    rows.append(Row(3001, 1, "python3", ["python3", "leftover.py"], status="zombie", on_signal={}))
+    host = Host(rows, held, gpus=4)
+    host.hold(3000, 2, 7000)
+    host.hold(3001, 3, 5000)
+    host.lib.devices[1]["used"] += 4096  # held by no process
+    args = {"exclude": ["keep-me"], "timeout": 0.3, "grace": 0.05}
+    check = run_module(monkeypatch, host, dict(args, _ansible_check_mode=True, _ansible_diff=True))
+    assert host.psutil.signals == []
+    fails = " | ".join(check["would_fail"])
+    assert "GPU 1: 4096 MiB would stay used with no process holding it" in fails
+    assert "GPU 2: 7000 MiB would stay used" in fails and "pid 3000" in fails
+    assert "GPU 3: pid 3001 (python3) holds 5000 MiB but is a zombie" in fails
+    assert 3001 not in {w["pid"] for w in check["would_kill"]}
+    after = check["diff"]["after"].splitlines()
+    assert after == ["GPU 0: 0 MiB used, no holder", "GPU 1: 4096 MiB used, no holder",
+                     "GPU 2: 7000 MiB used, python3(pid 3000)", "GPU 3: 5000 MiB used, python3(pid 3001)"]
+    real = run_module(monkeypatch, host, args)
+    assert real["failed"] is True and real["changed"] == check["changed"] is True
+    assert 3001 not in {pid for pid, _number in host.psutil.signals} and 3000 not in {pid for pid, _number in host.psutil.signals}
+
+
+def test_zombie_only_check_mode_is_unchanged_like_the_real_run(monkeypatch):
+    host = Host([Row(3001, 1, "python3", ["python3", "leftover.py"], status="zombie", on_signal={})], {}, gpus=1)
+    host.hold(3001, 0, 5000)
+    check = run_module(monkeypatch, host, {"_ansible_check_mode": True})
+    real = run_module(monkeypatch, host, FAST)
+    assert check["changed"] is False and real["changed"] is False and real["failed"] is True
+
+
 def test_diff_shows_the_fresh_reading(monkeypatch):
     host, _workers = incident()
     result = run_module(monkeypatch, host, {"_ansible_diff": True, "gpus": ["7"]})
