@@ -9,7 +9,6 @@ import json
 import threading
 import urllib.error
 import urllib.request
-from pathlib import Path
 from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
@@ -257,7 +256,7 @@ def test_httpx_reads_streams(plain: FakeServer) -> None:
     httpx = pytest.importorskip("httpx")
     events: List[str] = []
     with httpx.Client(base_url=f"http://127.0.0.1:{plain.port}", timeout=30) as client:
-        for _ in range(2):  # the second request reuses the kept-alive connection
+        for _round in range(2):  # the second request reuses the kept-alive connection
             with client.stream("POST", "/v1/chat/completions", json={
                     "messages": [{"role": "user", "content": "x"}], "max_tokens": 6, "stream": True,
                     "stream_options": {"include_usage": True}}) as response:

@@ -71,7 +71,7 @@ def test_a_stalled_stream_runs_until_its_client_leaves(server: FakeServer) -> No
     conn.request("POST", "/v1/chat/completions", json.dumps({
         "messages": [{"role": "user", "content": "x"}], "max_tokens": 20, "stream": True}))
     response = conn.getresponse()
-    lines = [response.readline() for _ in range(8)]  # role chunk and three tokens, each with its blank line
+    lines = [response.readline() for _line in range(8)]  # role chunk and three tokens, each with its blank line
     assert sum(line.startswith(b"data: ") for line in lines) == 4
     sock = conn.sock
     sock.settimeout(0.5)

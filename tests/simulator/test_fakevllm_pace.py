@@ -12,7 +12,6 @@ import importlib.util
 import random
 import sys
 import threading
-from pathlib import Path
 from types import ModuleType
 from typing import Dict, Iterator, List
 
@@ -52,7 +51,7 @@ def test_concurrency_slows_every_stream() -> None:
 def test_jitter_never_accumulates() -> None:
     model = pace.PaceModel(base=50.0, concurrency_slowdown=0.0, jitter=0.3)
     clock = pace.TokenClock(model, first=100.0, streams=lambda: 1, rng=random.Random(7))
-    dues = [clock.next_due() for _ in range(20000)]
+    dues = [clock.next_due() for _token in range(20000)]
     assert dues[0] == 100.0
     assert all(later >= earlier for earlier, later in zip(dues, dues[1:]))
     deviations = [due - (100.0 + index / 50.0) for index, due in enumerate(dues)]

@@ -75,7 +75,7 @@ def test_hang_never_becomes_ready_and_still_stops(simhost: SimHost, servers: Fak
     server = servers.start(gpus="4", env={"GPUOPS_SIM_FAIL_AT_START": "hang"})
     assert wait_for(lambda: used_mib(simhost)[4] == 4096, timeout=20)
     answers = []
-    for _ in range(5):
+    for _sample in range(5):
         answers.append(server.health())
         time.sleep(0.3)
     assert answers == [503] * 5 and server.proc is not None and server.proc.poll() is None

@@ -245,4 +245,3 @@ def stop_http(server: ApiHTTPServer) -> None:
         server.server_close()
 
     threading.Thread(target=close, daemon=True, name="http-stop").start()
-

@@ -8,6 +8,7 @@ engine argument stops real vLLM. docs/simulator.md lists every knob.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, TypeVar
@@ -63,7 +64,7 @@ def _number(env: Mapping[str, str], name: str, default: T, kind: Callable[[str],
         value = kind(raw)
     except ValueError:
         value = None
-    if value is None or value != value or value < minimum or (above and value == minimum):  # NaN fails too
+    if value is None or math.isnan(value) or value < minimum or (above and value == minimum):
         bound = f"above {minimum}" if above else f"at least {minimum}"
         raise KnobError(f"{name} must be a {'whole ' if kind is int else ''}number {bound}, not {raw!r}")
     return value

@@ -209,8 +209,8 @@ class Bodies:
         return b"data: " + data.encode() + b"\n\n"
 
     def usage_event(self, completion_tokens: int) -> bytes:
-        data = self._head + ',"choices":[],"usage":' + json.dumps(self.usage(completion_tokens),
-                                                                   separators=(",", ":")) + "}"
+        usage = json.dumps(self.usage(completion_tokens), separators=(",", ":"))
+        data = self._head + ',"choices":[],"usage":' + usage + "}"
         return b"data: " + data.encode() + b"\n\n"
 
     @staticmethod

@@ -68,6 +68,6 @@ class TokenClock:
     def due_after(self, tokens: int) -> float:
         """The instant at which the last of the next `tokens` tokens is due (when their chunk goes out)."""
         due = self._last
-        for _ in range(tokens):
+        for _token in range(tokens):
             due = self.next_due()
         return due

@@ -91,7 +91,7 @@ class Supervisor:
     def _sleep(self, timeout: Optional[float]) -> None:
         """Until a signal arrives (its number lands in the wake-up pipe) or `timeout` seconds pass."""
         try:
-            readable, _, _ = select.select([self._wake_r], [], [], timeout)
+            readable = select.select([self._wake_r], [], [], timeout)[0]
         except InterruptedError:  # pragma: no cover  (Python retries select itself, PEP 475)
             return
         if not readable:
