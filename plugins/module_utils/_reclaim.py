@@ -19,7 +19,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import N
 from ansible_collections.gpuops.fleet.plugins.module_utils._process_tree import Plan, ProcessTable, Target, plan_targets, protected_pids
 from ansible_collections.gpuops.fleet.plugins.module_utils._processes import describe_process, trim_cmdline
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import ReclaimSpec, is_excluded
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_verify import Prediction, Problem, Reading, judge, predict, read_gpu
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_verify import Problem, Reading, drop_exited, judge, predict, read_gpu
 from ansible_collections.gpuops.fleet.plugins.module_utils._selection import resolve_gpus
 from ansible_collections.gpuops.fleet.plugins.module_utils._signal_ladder import Outcome, run_ladder
 
@@ -50,10 +50,17 @@ class Reclaim:
         self._table: t.Optional[ProcessTable] = None
         self._protected: t.Set[int] = set()
         self._pgids: t.Set[int] = set()
+        self._planning = True
 
     def describe(self, pid: int) -> t.Dict[str, t.Any]:
+        """What psutil says of a PID: from the plan's process table (one scan of /proc) while planning, else fresh."""
         if pid not in self._described:
-            self._described[pid] = describe_process(self.psutil, pid)
+            row = self._table.info.get(pid) if self._table is not None and self._planning else None
+            if row is None:
+                self._described[pid] = describe_process(self.psutil, pid)
+            else:
+                self._described[pid] = {"name": row["name"], "cmdline": row["cmdline"], "username": row["username"],
+                                        "state": row["status"], "ppid": row["ppid"], "create_time": row["create_time"], "visible": True}
         return self._described[pid]
 
     def excluded(self, info: t.Dict[str, t.Any]) -> bool:
@@ -64,8 +71,12 @@ class Reclaim:
 
     def run(self) -> t.Dict[str, t.Any]:
         indices = resolve_gpus(self.spec.gpus, self.session.count, self.session.inventory)
-        before = {index: self.read(index) for index in indices}
+        raw = {index: read_gpu(self.session, index) for index in indices}
+        if any(reading.holders for reading in raw.values()):
+            self._table = ProcessTable(self.psutil)  # after the NVML reading: every holder listed was started before it
+        before = {index: drop_exited(self.session, raw[index], self.describe) for index in indices}
         plan = self._plan(before, set(indices))
+        self._planning = False
         self._before_described = dict(self._described)
         if self.check_mode:
             return self._check_result(before, plan)
@@ -102,7 +113,6 @@ class Reclaim:
             except NvmlError as exc:
                 unread.append("GPU %d (outside `gpus`) could not be read, so a launcher tree ended here may also hold it: %s" % (index, exc))
         self._protected = protected_pids(self.psutil)
-        self._table = ProcessTable(self.psutil) if holders else None
         plan = plan_targets(self.psutil, self.spec, holders, selected, others, self._table)
         plan.warnings.extend(unread)
         # a process the targets fork during the ladder shares their process group (unless it is one of ours)

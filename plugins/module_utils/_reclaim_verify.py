@@ -43,14 +43,22 @@ def read_gpu(session: NvmlSession, index: int, uuid: t.Optional[str] = None,
     """
     try:
         uuid = uuid or session.uuid(index)
-        memory = session.memory(index)
-        holders = session.holders(index)
-        if describe is not None and any(not describe(h.pid)["visible"] for h in holders):
-            listed = {h.pid for h in session.holders(index)}
-            holders = [h for h in holders if describe(h.pid)["visible"] or h.pid in listed]
-        return Reading(index, uuid, memory, holders, None)
+        reading = Reading(index, uuid, session.memory(index), session.holders(index), None)
     except NvmlError as exc:
         return Reading(index, None, None, [], "GPU %d: %s" % (index, exc))
+    return reading if describe is None else drop_exited(session, reading, describe)
+
+
+def drop_exited(session: NvmlSession, reading: Reading, describe: t.Callable[[int], t.Dict[str, t.Any]]) -> Reading:
+    """Re-read a GPU whose list has a PID this namespace does not have: a PID NVML no longer lists exited during the
+    reading and is dropped; one it still lists is another namespace's (or a driver teardown's)."""
+    if reading.error is not None or all(describe(h.pid)["visible"] for h in reading.holders):
+        return reading
+    try:
+        listed = {h.pid for h in session.holders(reading.index)}
+    except NvmlError as exc:
+        return Reading(reading.index, None, None, [], "GPU %d: %s" % (reading.index, exc))
+    return reading._replace(holders=[h for h in reading.holders if describe(h.pid)["visible"] or h.pid in listed])
 
 
 def _mib(value: t.Optional[int]) -> str:

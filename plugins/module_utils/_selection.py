@@ -39,7 +39,8 @@ def parse_gpus(values: t.Optional[t.Sequence[t.Any]], option: str = "gpus") -> t
         elif _UUID.match(word):
             refs.append(word)
         else:
-            raise SelectionError("%s: %r is neither a GPU index (ASCII digits: 0, 1, ...) nor a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)" % (option, value))
+            raise SelectionError("%s: %r is neither a GPU index (ASCII digits: 0, 1, ...) nor a GPU UUID "
+                                 "(GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)" % (option, value))
     return refs
 
 

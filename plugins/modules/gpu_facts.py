@@ -287,7 +287,9 @@ ansible_facts:
               returned: always
               sample: 93029
             type:
-              description: Which NVML list has the process, V(compute), V(graphics) or V(mps) (a client of an MPS server), joined by V(+) when several, for example V(compute+graphics).
+              description:
+                - Which NVML list has the process, V(compute), V(graphics) or V(mps) (a client of an MPS server),
+                  joined by V(+) when several, for example V(compute+graphics).
               type: str
               returned: always
               sample: compute

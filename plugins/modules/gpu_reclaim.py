@@ -19,7 +19,7 @@ description:
     Ray's dashboard and agents, kubelet, containerd, slurmd), an excluded or a protected process stops the climb. Without a
     launcher the holder's own descendants are taken. So on a Ray node the GPU-holding actors (and a vLLM driver that holds a GPU)
     are ended, never the cluster."
-  - Processes that a target forks while the ladder runs (a respawn: a child in its process group, or of it) are signalled too.
+  - Processes that a target forks while the ladder runs (a respawn, that is a child of it or in its process group) are signalled too.
   - Signals along O(signals), waiting up to O(grace) seconds per step for each process to exit, then verifies with fresh NVML
     readings (a method independent of the kill) until every selected GPU has no holder and at most O(memory_threshold_mib) in use
     in two readings O(settle) seconds apart, or O(timeout) runs out.
@@ -31,7 +31,8 @@ description:
     each survivor, processes with C(/dev/nvidia*) open, recent NVIDIA Xid kernel log lines). Never a silent success.
   - Never signals PID 1, itself, its ancestors (the Ansible connection), a process matching O(exclude) or the driver's helpers
     (C(nvidia-persistenced), C(nv-hostengine), DCGM, C(nvidia-smi), by program), nor a process that is neither a holder on the
-    selected GPUs nor inside a holder's tree (see the launcher rule above). Checks each process's start time right before every signal, so a reused PID is never hit.
+    selected GPUs nor inside a holder's tree (see the launcher rule above).
+    Checks each process's start time right before every signal, so a reused PID is never hit.
 author:
   - gpuops maintainers (@gpuops)
 extends_documentation_fragment:

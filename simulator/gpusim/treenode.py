@@ -91,7 +91,9 @@ def main() -> int:
     record_self(state, ROLE_TREE_NODE)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     for index, _child in enumerate(node.get("children", [])):
-        subprocess.Popen([python3(), "-m", "gpusim.treenode", spec_file, ".".join(str(p) for p in path + [index])])  # pylint: disable=consider-using-with  # reaped by SIGCHLD ignored
+        child_path = ".".join(str(p) for p in path + [index])
+        # pylint: disable-next=consider-using-with  # never waited for: SIGCHLD is ignored, so the kernel reaps it
+        subprocess.Popen([python3(), "-m", "gpusim.treenode", spec_file, child_path])
     hold(state, node.get("hold", []))
     if node.get("respawn"):
         signal.signal(signal.SIGTERM, lambda _number, _frame: respawn(state, node))
