@@ -122,8 +122,7 @@ class _StreamProtocol(asyncio.Protocol):
     def send(self) -> None:
         self.timer = self.loop.call_later(self.timeout, self._on_timeout)
         self.outcome.start = perf_counter()
-        assert self.transport is not None
-        self.transport.write(self.request)
+        t.cast(asyncio.Transport, self.transport).write(self.request)
 
     def data_received(self, data: bytes) -> None:
         now = perf_counter()
@@ -223,7 +222,7 @@ def arrival_offsets(count: int, request_rate: float, rng: random.Random) -> t.Li
         return [0.0] * count
     offsets = []
     total = 0.0
-    for _ in range(count):
+    for _index in range(count):
         total += rng.expovariate(request_rate)
         offsets.append(total)
     scale = (count / request_rate) / offsets[-1]
@@ -269,7 +268,7 @@ class Client:
                 outcomes[index].arrival = arrival
                 await self._one(outcomes[index], bodies[index])
 
-        await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, len(bodies))))))
+        await asyncio.gather(*(worker() for _slot in range(max(1, min(concurrency, len(bodies))))))
         return outcomes, perf_counter() - start
 
     async def _one(self, outcome: Outcome, body: bytes) -> None:

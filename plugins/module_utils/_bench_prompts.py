@@ -33,7 +33,7 @@ WORDS = (
 
 
 def prompt_words(input_len: int, rng: random.Random) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(input_len))
+    return " ".join(rng.choice(WORDS) for _word in range(input_len))
 
 
 def request_body(endpoint: str, model: str, prompt: str, output_len: int, ignore_eos: bool) -> bytes:
@@ -55,4 +55,4 @@ def request_bodies(endpoint: str, model: str, count: int, input_len: int, output
                    seed: int, phase: str) -> t.List[bytes]:
     """`count` bodies for one phase of a benchmark ('warmup', 'repeat1', ...), reproducible from the seed."""
     rng = random.Random("%d/%s" % (seed, phase))
-    return [request_body(endpoint, model, prompt_words(input_len, rng), output_len, ignore_eos) for _ in range(count)]
+    return [request_body(endpoint, model, prompt_words(input_len, rng), output_len, ignore_eos) for _index in range(count)]

@@ -96,7 +96,7 @@ class Benchmark:
         if before is None:
             return None
         after = self.server.generation_tokens(model)
-        for _ in range(COUNTER_SETTLE_READS):
+        for _read in range(COUNTER_SETTLE_READS):
             if after is None or after - before == client_tokens:
                 break
             time.sleep(COUNTER_SETTLE_S)

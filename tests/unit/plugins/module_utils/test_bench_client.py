@@ -98,7 +98,7 @@ def test_api_key_header_and_host():
     with ScriptedServer() as server:
         target = Server(server.url + "/v1/", api_key="sekrit").target("completions")
         bodies = request_bodies("completions", "tiny-model", 1, 3, 2, True, 0, "x")
-        outcomes, _ = Client(target, "completions", 5.0).run(bodies, 1, [0.0])
+        outcomes = Client(target, "completions", 5.0).run(bodies, 1, [0.0])[0]
     assert outcomes[0].success
     assert server.headers[0]["authorization"] == "Bearer sekrit"
     assert server.headers[0]["host"] == "127.0.0.1:%d" % server.server_address[1]
