@@ -148,9 +148,10 @@ def test_decode_rate_within_one_percent_of_the_server_pace(servers: Servers, con
     assert [run["server_generation_tokens"] for run in result["runs"]] == [128 * num_requests] * 3
     assert result["model"] == MODEL and result["changed"] is False
     if concurrency == 1:
-        # one token per chunk: the first one is due exactly GPUOPS_SIM_TTFT_MS after the request; a few ms on top
+        # one token per chunk: the first is due exactly GPUOPS_SIM_TTFT_MS after the request; a few ms of HTTP and
+        # scheduling on top (10 ms allowed for a loaded 2-core machine; a token gap here is 21 ms)
         ttft = result["metrics"]["median_ttft_ms"]["median"]
-        assert PACED_TTFT_MS - 0.5 <= ttft <= PACED_TTFT_MS + 5.0, ttft
+        assert PACED_TTFT_MS - 0.5 <= ttft <= PACED_TTFT_MS + 10.0, ttft
 
 
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])
@@ -171,7 +172,7 @@ def test_ttft_and_exact_tokens_when_chunks_carry_four(servers: Servers, endpoint
     gap_ms = 1000.0 / PACKED_PACE
     first_chunk_ms = PACKED_TTFT_MS + 3 * gap_ms
     ttft = result["metrics"]["median_ttft_ms"]["median"]
-    assert first_chunk_ms - 0.5 <= ttft <= first_chunk_ms + 5.0, ttft
+    assert first_chunk_ms - 0.5 <= ttft <= first_chunk_ms + 10.0, ttft
     # vllm bench serve's TPOT: (E2EL - TTFT) / (tokens - 1) = 33 gaps (token 3 to token 36) over 36 tokens
     tpot = result["metrics"]["median_tpot_ms"]["median"]
     assert abs(tpot / (gap_ms * 33 / 36) - 1) < 0.02, tpot
