@@ -82,6 +82,7 @@ $(VENV_STAMP): $(REQUIREMENTS)
 tools:
 	@$(call ensure_command,gcc,gcc)
 	@$(call ensure_command,shellcheck,shellcheck)
+	@$(call ensure_command,systemd-analyze,systemd)
 
 sim:
 	@$(call ensure_command,gcc,gcc)
@@ -136,7 +137,7 @@ lint: venv collection-path
 simtests: venv sim
 	$(PYTEST) tests/simulator --junitxml=$(JUNIT)/simtests.xml
 
-integration: venv sim collection-path
+integration: venv tools sim collection-path
 	$(PYTEST) tests/integration --junitxml=$(JUNIT)/integration.xml
 
 build-test: venv sim
