@@ -99,10 +99,11 @@ def run_metrics(outcomes: t.Sequence[Outcome], duration: float) -> t.Dict[str, t
     return metrics
 
 
-def aggregate(runs: t.Sequence[t.Dict[str, t.Any]]) -> t.Dict[str, t.Dict[str, t.Any]]:
-    """Each headline figure across the repeats: median, min, max, mean, stdev, n and (n >= 3) ci95."""
-    result = {}
+def aggregate(runs: t.Sequence[t.Dict[str, t.Any]]) -> t.Dict[str, t.Optional[t.Dict[str, t.Any]]]:
+    """Each headline figure across the repeats: median, min, max, mean, stdev, n and (n >= 3) ci95; None for a figure
+    no repeat has (decode_tok_s when no request generated two tokens), never a zero."""
+    result: t.Dict[str, t.Optional[t.Dict[str, t.Any]]] = {}
     for name in HEADLINE:
         values = [run[name] for run in runs if isinstance(run.get(name), (int, float))]
-        result[name] = spread(values)
+        result[name] = spread(values) if values else None
     return result

@@ -179,6 +179,7 @@ metrics:
     - Figures are C(decode_tok_s), C(completed), C(failed), C(duration), C(request_throughput), C(output_throughput),
       C(total_token_throughput), C(total_input_tokens), C(total_output_tokens), and for C(ttft), C(tpot), C(itl) and C(e2el) each
       of C(mean_*_ms), C(median_*_ms), C(std_*_ms), C(p90_*_ms), C(p99_*_ms).
+    - A figure that no repeat has (C(decode_tok_s) when no request generated two tokens) is V(null), never a zero.
     - Empty in check mode.
   returned: always
   type: dict
@@ -307,7 +308,7 @@ def main() -> None:
         module.fail_json(msg=str(exc), **result)
     for warning in benchmark.warnings:
         module.warn(warning)
-    median = result["metrics"].get("decode_tok_s", {}).get("median")
+    median = (result["metrics"].get("decode_tok_s") or {}).get("median")
     result["msg"] = "%d repeat(s) of %d requests at concurrency %d: median decode %s tok/s per stream" % (
         spec.repeats, spec.num_requests, spec.concurrency, "%.2f" % median if median else "n/a")
     module.exit_json(**result)

@@ -132,6 +132,12 @@ def test_aggregate_takes_median_across_repeats():
     assert agg["median_tpot_ms"]["median"] == approx(20.0)
 
 
+def test_aggregate_of_a_figure_no_repeat_has_is_null_not_zero():
+    runs = [run_metrics([outcome(0, 0.2, 0.2, 1, [], 4)], 1.0) for _repeat in range(3)]
+    agg = aggregate(runs)
+    assert agg["decode_tok_s"] is None and agg["completed"]["median"] == 1
+
+
 def test_arrivals():
     assert arrival_offsets(3, float("inf"), random.Random(1)) == [0.0, 0.0, 0.0]
     offsets = arrival_offsets(200, 10.0, random.Random(1))
