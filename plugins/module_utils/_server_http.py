@@ -18,7 +18,8 @@ import re
 import socket
 import typing as t
 import urllib.error
-import urllib.request
+
+from ansible.module_utils.urls import open_url
 
 
 class Reply(t.NamedTuple):
@@ -32,9 +33,8 @@ class Reply(t.NamedTuple):
 
 def http_get(url: str, timeout: float, headers: t.Optional[t.Mapping[str, str]] = None) -> Reply:
     """GET ``url``; an HTTP error status is a Reply too, a connection failure a Reply without status."""
-    request = urllib.request.Request(url, headers=dict(headers or {}), method="GET")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # nosec: the operator's own server
+        with open_url(url, method="GET", headers=dict(headers or {}), timeout=timeout) as response:
             return Reply(response.status, response.read().decode("utf-8", errors="replace"), None)
     except urllib.error.HTTPError as exc:
         body = exc.read().decode("utf-8", errors="replace") if exc.fp is not None else ""

@@ -23,6 +23,7 @@ attributes:
     description: Reads the metrics once and does not wait.
   diff_mode:
     support: none
+    description: Nothing to show as a diff.
 options:
   url:
     description: Base URL of the server, for example V(http://127.0.0.1:8000).

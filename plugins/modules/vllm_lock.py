@@ -16,7 +16,7 @@ description:
   - The holder is a playbook run, possibly on another controller, so its liveness cannot be checked from the host. A lock
     older than O(stale_after) seconds is taken over with a warning (a run that was killed leaves its lock behind).
   - V(unlocked) removes the lock only when O(token) holds it.
-  - Taking and dropping the lock is bookkeeping, not a change to the server: RV(changed) is always V(false).
+  - Taking and dropping the lock is bookkeeping, not a change to the server, so the task never reports a change.
 author:
   - gpuops maintainers (@gpuops)
 attributes:
@@ -25,6 +25,7 @@ attributes:
     description: Runs in check mode too, so a check run also notices a concurrent run; the lock file is still written and removed.
   diff_mode:
     support: none
+    description: Nothing to show as a diff.
 options:
   path:
     description: The lock file.

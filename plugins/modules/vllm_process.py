@@ -15,22 +15,23 @@ description:
     its start time and a hash of its configuration.
   - Later runs trust the record only when the PID still names the process started at the recorded time, so a reused PID is
     never taken for the server, and never signalled.
-  - This is the C(process) launch mode of the role M(gpuops.fleet.vllm_server) for hosts without systemd (containers, test
+  - This is the C(process) launch mode of the role C(gpuops.fleet.vllm_server) for hosts without systemd (containers, test
     hosts); the role's C(systemd) mode uses a unit instead.
-  - No shell is involved: O(argv) is executed as given, so no value can be turned into shell code.
+  - No shell is involved; O(argv) is executed as given, so no value can be turned into shell code.
 author:
   - gpuops maintainers (@gpuops)
 attributes:
   check_mode:
     support: full
-    description: Starts and stops nothing; RV(changed) tells whether a real run would.
+    description: Starts and stops nothing; the task reports the change a real run would make.
   diff_mode:
     support: none
+    description: Nothing to show as a diff.
 options:
   state:
     description:
       - V(running) starts the server unless the recorded one runs with the same O(config_hash) (then nothing changes). A recorded
-        server that runs with another configuration makes the task fail: stop it first.
+        server that runs with another configuration makes the task fail (stop it first).
       - V(stopped) ends the recorded server (SIGTERM, then SIGKILL for its whole tree after O(stop_timeout)) and removes the record.
       - V(status) only reads the record and checks the process.
     type: str

@@ -12,7 +12,7 @@ version_added: 0.2.0
 description:
   - Polls C(GET /health) of the server every O(interval) seconds until it answers HTTP 200, then, with O(model), until
     C(/v1/models) lists that model.
-  - Watches the server while it waits (the process O(pid) started at O(create_time), or the systemd O(unit)): when it dies the task
+  - Watches the server while it waits (the process O(pid) started at O(create_time), or the systemd O(unit)); when it dies the task
     fails at once, not at the timeout, with the last lines of its log (O(log_file), or the unit's journal).
   - Fails after O(timeout) seconds counted from O(since), with the log's last lines and the last answer of C(/health).
   - The action plugin of the same name calls this module in steps of at most O(poll_for) seconds and prints, between steps,
@@ -25,6 +25,7 @@ attributes:
     description: Waits for nothing in check mode and says so (a server a check run did not start cannot become ready).
   diff_mode:
     support: none
+    description: Nothing to show as a diff.
   action:
     support: full
     description: The action plugin repeats the module and reports progress on the controller.

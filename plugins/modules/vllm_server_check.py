@@ -24,6 +24,7 @@ attributes:
     description: Reads only; the same checks run in check mode.
   diff_mode:
     support: none
+    description: Nothing to show as a diff.
 options:
   pid:
     description: The server's main process (the API server, or a systemd unit's main PID).

@@ -142,7 +142,7 @@ def test_incident_to_verified_servers_then_idempotent_then_new_env(fleet, tmp_pa
         changed = run_playbook(RESTART, inventory, "-e", "vllm_restart_force=false", "--limit", "gpu-node-01",
                                "-e", json.dumps({"vllm_server_env": {"NCCL_PROTO": "LL128"}}))
         assert changed.returncode == 0, changed.stdout[-4000:]
-        new1, _ = assert_server_owns_gpus(node1, range(8), 8)
+        new1 = assert_server_owns_gpus(node1, range(8), 8)[0]
         assert new1 != server1 and not pid_alive(server1) and not any(pid_alive(w) for w in workers1)
         assert environ(new1)["NCCL_PROTO"] == "LL128"
         assert record(node2)["pid"] == server2 and pid_alive(server2)  # outside --limit: untouched
@@ -271,7 +271,7 @@ def test_concurrent_runs_on_one_server_the_second_fails_at_once(fleet, tmp_path)
         second = run_playbook(RESTART, inventory)
         assert second.returncode != 0
         assert "locked by another run" in flat(second.stdout) and "running 'Restart vLLM servers, rolling'" in flat(second.stdout)
-        output, _ = first.communicate(timeout=240)
+        output = first.communicate(timeout=240)[0]
         assert first.returncode == 0, output[-3000:]
     finally:
         if first.poll() is None:
@@ -279,3 +279,65 @@ def test_concurrent_runs_on_one_server_the_second_fails_at_once(fleet, tmp_path)
             first.wait()
     assert_server_owns_gpus(node, [0], 1)
     assert not lock.exists()
+
+
+def _stream(port: int, max_tokens: int, out: t.Dict[str, t.Any]) -> None:
+    """One streamed completion; records whether it ended with [DONE] and how many chunks came."""
+    body = json.dumps({"model": "zai-org/GLM-5-GGUF", "prompt": "hello", "max_tokens": max_tokens, "stream": True,
+                       "ignore_eos": True}).encode()
+    request = urllib.request.Request("http://127.0.0.1:%d/v1/completions" % port, data=body,
+                                     headers={"Content-Type": "application/json"})
+    out["chunks"], out["done"] = 0, False
+    try:
+        with urllib.request.urlopen(request, timeout=120) as reply:
+            for line in reply:
+                if line.startswith(b"data: [DONE]"):
+                    out["done"] = True
+                elif line.startswith(b"data: "):
+                    out["chunks"] += 1
+    except Exception as exc:  # a cut stream is what one of the tests expects
+        out["error"] = repr(exc)
+
+
+def _running(port: int) -> float:
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as reply:
+        text = reply.read().decode()
+    return sum(float(v) for v in re.findall(r"^vllm:num_requests_running\{[^}]*\} (\S+)$", text, re.M))
+
+
+@pytest.mark.parametrize("max_tokens, drain_timeout, cut", [(150, 60, 0), (2000, 1, 1)])
+def test_drain_waits_for_requests_in_flight(fleet, tmp_path, max_tokens, drain_timeout, cut):
+    import threading
+
+    (node,) = fleet("gpu-node-01")
+    inventory = inventory_for(tmp_path, [node], vllm_server_drain_timeout=drain_timeout)
+    assert run_playbook(RESTART, inventory).returncode == 0
+    out: t.Dict[str, t.Any] = {}
+    client = threading.Thread(target=_stream, args=(node.port, max_tokens, out))
+    client.start()
+    deadline = time.monotonic() + 20
+    while _running(node.port) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _running(node.port) == 1
+    run = run_playbook(RESTART, inventory)
+    client.join(timeout=120)
+    assert run.returncode == 0, run.stdout[-3000:]
+    if cut:
+        assert "cut 1 request(s)" in flat(run.stdout)
+        assert not out["done"], "the request should have been cut by the restart"
+    else:
+        assert "cut " not in flat(run.stdout).split("One line per host")[-1]
+        assert out["done"] and "error" not in out, out
+
+
+def test_rolling_restart_halts_after_a_failed_batch(fleet, tmp_path):
+    first, second = fleet("gpu-node-01", "gpu-node-02")
+    first.gpusim("lose-gpu", "--gpu", "0")
+    inventory = inventory_for(tmp_path, [first, second], vllm_restart_serial=1, vllm_restart_max_fail_percentage=0)
+    run = run_playbook(RESTART, inventory)
+    assert run.returncode != 0
+    text = flat(run.stdout)
+    assert "gpu-node-01: FAILED at" in text
+    assert "gpu-node-02: NOT RESTARTED: halted" in text, text[-2000:]
+    assert not (second.state / "role" / ("vllm-%d.json" % second.port)).exists()
+    assert recap(run.stdout)["gpu-node-02"]["failed"] == 1
