@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's demo: the incident of ../shared/incident.md on a simulated fleet,
+# The README's demo: the incident of docs/incident.md on a simulated fleet,
 # seen by gpuops.fleet.gpu_facts, then fixed by gpuops.fleet.gpu_reclaim.
 #
 #   gpu-node-01  an 8-GPU host after the broken cleanup: API server and worker 0
