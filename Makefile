@@ -36,7 +36,7 @@ JUNIT := $(OUTPUT)/junit
 STEPS_FILE := $(OUTPUT)/make-test-steps.txt
 PYTEST := $(PY) -m pytest -p no:cacheprovider -ra --timeout=900
 # the checks `make test` runs, in order; a failing one does not stop the others
-TEST_STEPS := units sanity lint simtests integration build-test
+TEST_STEPS := units sanity lint simtests integration molecule build-test
 
 DEMO_SCRIPT := scripts/demo.sh
 BENCH_SCRIPT := bench/run.py
@@ -50,7 +50,7 @@ command -v $(1) >/dev/null 2>&1 || { \
 endef
 
 .PHONY: help venv sim collection-path ansible-test-cache stage setup tools \
-        units sanity lint simtests integration build-test test bench demo demo-clean \
+        units sanity lint simtests integration molecule build-test test bench demo demo-clean \
         constraints clean distclean
 
 help:
@@ -60,7 +60,7 @@ help:
 	@echo "make venv             .venv with the pinned requirements/ (controller + managed host)"
 	@echo "make sim              build the simulated GPU host's fake NVML into simulator/build/"
 	@echo "make collection-path  .collections/ansible_collections/gpuops/fleet -> this checkout (ansible.cfg)"
-	@echo "make units|sanity|lint|simtests|integration|build-test   one check"
+	@echo "make units|sanity|lint|simtests|integration|molecule|build-test   one check"
 	@echo "make bench            benchmarks ($(BENCH_SCRIPT))"
 	@echo "make constraints      re-pin requirements/constraints.txt from .venv"
 	@echo "make clean            remove build outputs; distclean also removes .venv"
@@ -139,6 +139,10 @@ simtests: venv sim
 
 integration: venv tools sim collection-path
 	$(PYTEST) tests/integration --junitxml=$(JUNIT)/integration.xml
+
+# the role's molecule scenario (extensions/molecule/default): one simulated host, converge, idempotence, verify
+molecule: venv sim collection-path
+	molecule test
 
 build-test: venv sim
 	$(PYTEST) tests/build --junitxml=$(JUNIT)/build-test.xml
