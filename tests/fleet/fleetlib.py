@@ -1,0 +1,123 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""An SSH fleet for the tests: gpusim.fleet nodes, readings taken inside each node, real ansible-playbook runs.
+
+Every reading that judges an outcome is independent of the playbooks: the simulator's own state read by
+`gpusim status` inside the node (so node PIDs mean what they mean there), the node's process table, and HTTP
+requests from the machine to each node's address.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import typing as t
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "simulator"))
+
+# pylint: disable=wrong-import-position
+from gpusim.fleet import inventory, lifecycle  # noqa: E402
+from gpusim.fleet.record import FleetRecord, NodeRecord  # noqa: E402
+
+BIN = Path(sys.executable).parent
+PLAYBOOKS = REPO / "playbooks"
+SIM_BIN = REPO / "simulator" / "build" / "bin"
+
+
+class Fleet:
+    """A started fleet (its record) with the readings the tests judge by."""
+
+    def __init__(self, rec: FleetRecord) -> None:
+        self.rec = rec
+
+    @property
+    def names(self) -> t.List[str]:
+        return [node.name for node in self.rec.nodes]
+
+    def node(self, name: str) -> NodeRecord:
+        return self.rec.node(name)
+
+    def gpusim(self, name: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        proc = lifecycle.gpusim_on(self.rec, name, *args)
+        if check and proc.returncode != 0:
+            raise AssertionError("gpusim %s on %s failed (%d): %s %s" % (args, name, proc.returncode, proc.stdout, proc.stderr))
+        return proc
+
+    def gpusim_json(self, name: str, *args: str) -> t.Any:
+        return json.loads(self.gpusim(name, *args).stdout)
+
+    def status(self, name: str) -> t.Dict[str, t.Any]:
+        """The simulator's own reading of the node's GPUs, taken inside the node."""
+        return self.gpusim_json(name, "status", "--json")
+
+    def holders(self, name: str) -> t.Dict[int, t.List[int]]:
+        return {g["index"]: [h["pid"] for h in g["holders"]] for g in self.status(name)["gpus"]}
+
+    def used(self, name: str) -> t.List[int]:
+        return [g["used_mib"] for g in self.status(name)["gpus"]]
+
+    def processes(self, name: str) -> t.Dict[int, str]:
+        """PID -> command line of every process of the node, as the node itself numbers them."""
+        proc = lifecycle.node_exec(self.rec, name, ["ps", "-e", "-ww", "-o", "pid=,args="])
+        assert proc.returncode == 0, proc.stderr
+        found = {}
+        for line in proc.stdout.splitlines():
+            pid, _, args = line.strip().partition(" ")
+            found[int(pid)] = args
+        return found
+
+    def health(self, name: str, port: int = inventory.VLLM_PORT, timeout: float = 2.0) -> int:
+        """GET /health on the node's address, from the machine: the status, or -1 when nothing answers."""
+        try:
+            url = "http://%s:%d/health" % (self.node(name).node_ip, port)
+            with urllib.request.urlopen(url, timeout=timeout) as reply:
+                return reply.status
+        except urllib.error.HTTPError as error:
+            return error.code
+        except OSError:
+            return -1
+
+    def inventory(self, path: Path, **kwargs: t.Any) -> Path:
+        return inventory.write(self.rec, path, **kwargs)
+
+
+def ansible_env(**extra: str) -> t.Dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".collections"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "PATH": "%s:%s" % (BIN, env.get("PATH", "")),
+    })
+    env.update(extra)
+    return env
+
+
+def run_playbook(playbook: str, inventory_path: Path, *extra: str, timeout: int = 400,
+                 env: t.Optional[t.Dict[str, str]] = None) -> subprocess.CompletedProcess:
+    path = playbook if os.path.isabs(playbook) else str(PLAYBOOKS / playbook)
+    return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory_path), path, *extra],
+                          env=env or ansible_env(), capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def flat(output: str) -> str:
+    return " ".join(output.split())
+
+
+def recap(output: str) -> t.Dict[str, t.Dict[str, int]]:
+    found = {}
+    for host, counters in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.M):
+        found[host] = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", counters)}
+    return found
+
+
+def summary_lines(output: str, host: str) -> str:
+    """Everything the summaries say about <host> (their lines start with '<host>: '), one string."""
+    return " ".join(re.findall(r"%s: [^']*" % re.escape(host), flat(output)))
