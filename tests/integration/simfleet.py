@@ -16,6 +16,10 @@ import typing as t
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "simulator"))
+
+from gpusim import inventory as sim_inventory  # noqa: E402  # pylint: disable=wrong-import-position
+
 SIM_LIB = REPO / "simulator" / "build" / "lib"
 PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
 BIN = Path(sys.executable).parent
@@ -97,37 +101,14 @@ def run_module(module: str, inventory: Path, result_dir: Path, args: t.Optional[
     return results
 
 
-FAKE_VLLM = [str(BIN / "python3"), str(REPO / "simulator" / "fakevllm" / "bin" / "vllm"), "serve"]
-
-
 def role_host_vars(host: SimHost, port: int, **extra: t.Any) -> t.Dict[str, t.Any]:
     """The role's variables for one simulated host: its own port, state directory and simulated GPUs."""
-    host_vars: t.Dict[str, t.Any] = {
-        "gpuops_fleet_environment": host.environment(),
-        "vllm_server_port": port,
-        "vllm_server_state_dir": str(host.state / "role"),
-        "vllm_server_host_env": {"GPUOPS_SIM_STATE": str(host.state)},
-    }
-    host_vars.update(extra)
-    return host_vars
+    return sim_inventory.host_vars(host.state, port, **extra)
 
 
 def write_role_inventory(path: Path, hosts: t.Mapping[str, t.Dict[str, t.Any]], **group_vars: t.Any) -> Path:
     """An inventory whose group vllm_servers holds the given hosts (name -> host vars), driving the fake vLLM."""
-    common = {
-        "ansible_connection": "local",
-        "ansible_python_interpreter": sys.executable,
-        "vllm_server_command": FAKE_VLLM,
-        "vllm_server_model": "zai-org/GLM-5-GGUF",
-        "vllm_server_launch_mode": "process",
-        "vllm_server_ready_timeout": 60,
-        "vllm_server_reclaim_grace": 2,
-        "vllm_server_reclaim_timeout": 20,
-        "vllm_server_stop_timeout": 10,
-    }
-    common.update(group_vars)
-    inventory = {"all": {"vars": common, "children": {"vllm_servers": {"hosts": dict(hosts)}}}}
-    path.write_text(json.dumps(inventory, indent=2))
+    path.write_text(json.dumps(sim_inventory.role_inventory(hosts, python=str(BIN / "python3"), **group_vars), indent=2))
     return path
 
 
