@@ -13,7 +13,7 @@ from typing import Callable, List, Optional
 from gpusim.allocs import gc_allocs
 from gpusim.cleanup import cleanup
 from gpusim.gpus import DEFAULT_NAME, DEFAULT_RESERVED_MIB, DEFAULT_TOTAL_MIB
-from gpusim.host import TOPOLOGIES, create_host, set_host_key
+from gpusim.host import ORPHANS, TOPOLOGIES, create_host, set_host_key
 from gpusim.incident import replay_incident
 from gpusim.procs import read_records
 from gpusim.scenarios import add_foreign, set_driver_loaded, set_lost, set_orphan
@@ -34,7 +34,8 @@ def _print_json(value: object) -> None:
 def cmd_create(state: StateDir, args: argparse.Namespace) -> int:
     if args.force and any(record.is_running() for record in read_records(state)):
         raise StateError(f"processes recorded in {state.procs} are still running: run cleanup first")
-    create_host(state, args.gpus, args.memory_mib, args.reserved_mib, args.name, args.topology, args.force)
+    create_host(state, args.gpus, args.memory_mib, args.reserved_mib, args.name, args.topology, args.force,
+                args.orphans, args.subreaper_title)
     print(f"created {args.gpus} x {args.memory_mib} MiB '{args.name}' ({args.topology}) in {state.root}")
     return 0
 
@@ -42,7 +43,8 @@ def cmd_create(state: StateDir, args: argparse.Namespace) -> int:
 def cmd_vllm(state: StateDir, args: argparse.Namespace) -> int:
     gpus = parse_gpu_list(args.gpus) if args.gpus else list(range(args.first_gpu, args.first_gpu + args.tp))
     spec = TreeSpec(gpus=gpus, worker_mib=args.mib, engine_core=args.engine_core, entrypoint=args.entrypoint,
-                    model=args.model, ignore_sigterm=args.ignore_sigterm, port=args.port)
+                    model=args.model, ignore_sigterm=args.ignore_sigterm, port=args.port,
+                    wrapper=args.wrapper, sibling=args.sibling)
     _print_json(spawn_vllm(state, spec))
     return 0
 
@@ -157,6 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--name", default=DEFAULT_NAME)
     cmd.add_argument("--topology", choices=TOPOLOGIES, default="pcie")
     cmd.add_argument("--force", action="store_true", help="replace an existing host")
+    cmd.add_argument("--orphans", choices=ORPHANS, default="reaper",
+                     help="where a dead parent's children go: a subreaper above each tree, or PID 1 (init)")
+    cmd.add_argument("--subreaper-title", default="", metavar="TITLE",
+                     help="the subreaper's process title, e.g. '/lib/systemd/systemd --user'")
 
     cmd = command("vllm", cmd_vllm, "start a fake vLLM server tree holding GPUs")
     cmd.add_argument("--gpus", help="GPU indices, e.g. 0-7 or 4,5,6,7 (rank i uses the i-th)")
@@ -168,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--model", default=DEFAULT_MODEL)
     cmd.add_argument("--ignore-sigterm", action="store_true", help="workers ignore SIGTERM")
     cmd.add_argument("--port", type=int, help="serve /health on 127.0.0.1:PORT")
+    cmd.add_argument("--wrapper", metavar="TITLE",
+                     help="start the server below a wrapper with this title, which stays (see gpusim/wrapper.py)")
+    cmd.add_argument("--sibling", metavar="TITLE", help="and a process beside the server, below the wrapper")
 
     cmd = command("stuck", cmd_stuck, "a holder whose memory survives any signal (a zombie)")
     cmd.add_argument("--gpu", type=int, required=True)

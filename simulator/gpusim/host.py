@@ -18,15 +18,21 @@ HOST_DEFAULTS: Dict[str, str] = {
     "topology": "pcie",
     "mig_supported": "0",
 }
-TOPOLOGIES = ("pcie", "nvlink")
+TOPOLOGIES = ("pcie", "nvlink", "nvswitch")
+ORPHANS = ("reaper", "init")
 
 
-def create_host(
-    state: StateDir, gpus: int, memory_mib: int, reserved_mib: int, name: str, topology: str, force: bool
+def create_host(  # pylint: disable=too-many-arguments
+    state: StateDir, gpus: int, memory_mib: int, reserved_mib: int, name: str, topology: str, force: bool,
+    orphans: str = "reaper", subreaper_title: str = "",
 ) -> None:
     """Write `host` and `gpus`; with force, a host already there is replaced (its records too)."""
     if topology not in TOPOLOGIES:
         raise StateError(f"--topology must be one of {', '.join(TOPOLOGIES)}, not {topology!r}")
+    if orphans not in ORPHANS:
+        raise StateError(f"--orphans must be one of {', '.join(ORPHANS)}, not {orphans!r}")
+    if subreaper_title and orphans != "reaper":
+        raise StateError("--subreaper-title needs --orphans reaper")
     if state.exists() and not force:
         raise StateError(f"{state.root} already holds a simulated host (use --force to replace it)")
     if memory_mib <= reserved_mib:
@@ -38,7 +44,10 @@ def create_host(
             conf.unlink()
     state.make_dirs()
     write_gpus(state, new_gpus(state, gpus, memory_mib, reserved_mib, name))
-    write_kv(state.host, dict(HOST_DEFAULTS, topology=topology))
+    extra = {"orphans": orphans} if orphans != "reaper" else {}
+    if subreaper_title:
+        extra["subreaper_title"] = subreaper_title
+    write_kv(state.host, dict(HOST_DEFAULTS, topology=topology, **extra))
 
 
 def read_host(state: StateDir) -> Dict[str, str]:

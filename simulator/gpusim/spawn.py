@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, List
 
 from gpusim.procs import ROLE_REAPER, ProcRecord, record_process
-from gpusim.statedir import STATE_ENV, StateDir
+from gpusim.statedir import STATE_ENV, StateDir, StateError
 
 SIMULATOR_DIR = Path(__file__).resolve().parent.parent
 FAKEVLLM_DIR = SIMULATOR_DIR / "fakevllm"
 REAPER_ARGV_ENV = "GPUOPS_SIM_REAPER_ARGV"
+REAPER_DETACH_ENV = "GPUOPS_SIM_REAPER_DETACH"
 
 
 def python3() -> str:
@@ -45,19 +46,29 @@ def spawn_detached(state: StateDir, argv: List[str], env: Dict[str, str], log_na
     The reaper (`python3 -m gpusim.reaper`) is a child subreaper: orphans of the tree (workers of a
     SIGKILLed server) are reparented to it and reaped when they die, as systemd would on a real host.
     The command travels in the environment so the reaper's own cmdline never looks like a launcher.
+    The process started here forks the reaper and exits at once, so the reaper is never the caller's
+    child (a test or bench that calls this in-process does not collect it as a zombie): it belongs to
+    whatever adopts orphans on this machine, as it would after `gpusim vllm` returns.
     """
     state.logs.mkdir(parents=True, exist_ok=True)
     log_path = state.logs / f"{log_name}.log"
-    reaper_env = dict(env, **{REAPER_ARGV_ENV: json.dumps(argv)})
-    with open(log_path, "ab") as log:
-        reaper = subprocess.Popen(  # pylint: disable=consider-using-with  # it must outlive us
-            [python3(), "-m", "gpusim.reaper"],
-            env=reaper_env, cwd=str(state.root), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-            start_new_session=True,
-        )
-    record = record_process(state, reaper.pid, ROLE_REAPER)
-    reaper.returncode = 0  # we never wait for it: it outlives this command by design
-    return record
+    read_end, write_end = os.pipe()
+    reaper_env = dict(env, **{REAPER_ARGV_ENV: json.dumps(argv), REAPER_DETACH_ENV: str(write_end)})
+    with os.fdopen(read_end, "rb") as pipe:
+        try:
+            with open(log_path, "ab") as log:
+                starter = subprocess.Popen(  # pylint: disable=consider-using-with  # waited for below
+                    [python3(), "-m", "gpusim.reaper"],
+                    env=reaper_env, cwd=str(state.root), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    start_new_session=True, pass_fds=(write_end,),
+                )
+        finally:
+            os.close(write_end)
+        told = pipe.read().decode().strip()  # the reaper's PID, once the starter has forked it and left
+    starter.wait(timeout=30)
+    if not told.isdigit():
+        raise StateError(f"the reaper did not start (exit status {starter.returncode}):\n{log_tail(state, log_name)}")
+    return record_process(state, int(told), ROLE_REAPER)
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 0.02) -> bool:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
 from gpusim import procfs
@@ -15,6 +16,7 @@ from gpusim.gpus import gpu_by_index, read_gpus
 from gpusim.procs import ROLE_API_SERVER, ROLE_ENGINE_CORE, ProcRecord, read_records
 from gpusim.spawn import FAKEVLLM_DIR, kill_records, log_tail, python3, simulator_env, spawn_detached, wait_until
 from gpusim.statedir import StateDir, StateError
+from gpusim.wrapper import ROLE_SIBLING, ROLE_WRAPPER, WRAPPER_ENV
 
 ENTRYPOINTS = ("api_server", "serve")
 DEFAULT_MODEL = "zai-org/GLM-5-GGUF"
@@ -30,6 +32,9 @@ class TreeSpec:
     model: str
     ignore_sigterm: bool
     port: Optional[int]
+    wrapper: Optional[str] = None  # a title: the server runs below a wrapper that names it (see wrapper.py)
+    sibling: Optional[str] = None  # a title: a process beside the server, below the wrapper
+    env: Dict[str, str] = field(default_factory=dict)  # more environment for the tree (fake vLLM knobs)
 
 
 def parse_gpu_list(text: str) -> List[int]:
@@ -56,12 +61,23 @@ def server_argv(spec: TreeSpec) -> List[str]:
 
 
 def tree_env(state: StateDir, spec: TreeSpec) -> Dict[str, str]:
-    return simulator_env(state, {
+    return simulator_env(state, dict(spec.env, **{
         "CUDA_VISIBLE_DEVICES": ",".join(str(index) for index in spec.gpus),
         "GPUOPS_SIM_WORKER_MIB": str(spec.worker_mib),
         "GPUOPS_SIM_ENGINE_CORE": "1" if spec.engine_core else "0",
         "GPUOPS_SIM_IGNORE_SIGTERM": "1" if spec.ignore_sigterm else "0",
-    })
+    }))
+
+
+def launch(spec: TreeSpec, env: Dict[str, str]) -> Tuple[List[str], Dict[str, str]]:
+    """The command the reaper starts: the server, or a wrapper that starts it (and a sibling)."""
+    argv = server_argv(spec)
+    if spec.wrapper is None:
+        if spec.sibling is not None:
+            raise StateError("--sibling needs --wrapper (the sibling's parent)")
+        return argv, env
+    plan = {"title": spec.wrapper, "argv": argv, "sibling": spec.sibling}
+    return [python3(), "-m", "gpusim.wrapper"], dict(env, **{WRAPPER_ENV: json.dumps(plan)})
 
 
 def spawn_vllm(state: StateDir, spec: TreeSpec, timeout: float = 30.0) -> Dict[str, object]:
@@ -72,7 +88,8 @@ def spawn_vllm(state: StateDir, spec: TreeSpec, timeout: float = 30.0) -> Dict[s
     if spec.entrypoint not in ENTRYPOINTS:
         raise StateError(f"--entrypoint must be one of {', '.join(ENTRYPOINTS)}")
     log_name = f"vllm-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    reaper = spawn_detached(state, server_argv(spec), tree_env(state, spec), log_name)
+    argv, env = launch(spec, tree_env(state, spec))
+    reaper = spawn_detached(state, argv, env, log_name)
     seen: Set[Tuple[int, int]] = set()
 
     def workers() -> List[Alloc]:
@@ -83,12 +100,18 @@ def spawn_vllm(state: StateDir, spec: TreeSpec, timeout: float = 30.0) -> Dict[s
                 seen.add((pid, start))
         return [alloc for alloc in live_allocs(state) if alloc.pid in tree]
 
+    wanted_roles = {role for role, title in ((ROLE_WRAPPER, spec.wrapper), (ROLE_SIBLING, spec.sibling)) if title}
+
+    def companions_ready() -> bool:
+        tree = procfs.descendants(reaper.pid)
+        return wanted_roles <= {record.role for record in read_records(state) if record.pid in tree}
+
     def settled() -> bool:
-        return len(workers()) >= len(spec.gpus) or not reaper.is_running()
+        return (len(workers()) >= len(spec.gpus) and companions_ready()) or not reaper.is_running()
 
     wait_until(settled, timeout, interval=0.05)
     holders = workers()
-    if len(holders) < len(spec.gpus):
+    if len(holders) < len(spec.gpus) or not companions_ready():
         started = [ProcRecord(pid, start, "spawned") for pid, start in seen] + [reaper]
         kill_records(started)
         why = "the server exited" if not reaper.is_running() else f"timed out after {timeout:g} s"
@@ -110,5 +133,7 @@ def _describe(state: StateDir, reaper: ProcRecord, spec: TreeSpec, holders: List
         "workers": [alloc.pid for alloc in ordered],
         "gpus": [alloc.gpu_index for alloc in ordered],
         "reaper": reaper.pid,
+        "wrapper": by_role.get(ROLE_WRAPPER),
+        "sibling": by_role.get(ROLE_SIBLING),
         "log": str(state.logs / f"{log_name}.log"),
     }

@@ -1,0 +1,216 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""gpusim's public Python API: what tests and benches use to drive a simulated host and read it back.
+
+A `Host` is one state directory. Everything it starts is recorded in `procs/` and ended by `cleanup()`
+(by recorded PID and start time, never by name). Its readings (`status`, `used_mib`, `holders`) are the
+simulator's own view of the GPUs, computed from the allocation records and /proc: independent of NVML,
+nvidia-ml-py and anything the collection says. The liveness helpers read /proc and nothing else.
+
+    from gpusim.api import Host, pid_alive
+    host = Host.create(tmp_path / "host", gpus=8)
+    tree = host.spawn_vllm(tp=8, mib=93029)
+    ...  # run the code under test with host.environment()
+    assert host.used_mib() == [0] * 8 and not pid_alive(tree["workers"][0])
+    host.cleanup()
+
+The `gpusim` command line is a thin layer over the same functions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+from gpusim import procfs
+from gpusim.cleanup import cleanup as _cleanup
+from gpusim.gpus import DEFAULT_NAME, DEFAULT_RESERVED_MIB, DEFAULT_TOTAL_MIB
+from gpusim.host import create_host, read_host, set_host_key
+from gpusim.incident import replay_incident
+from gpusim.procs import ProcRecord, read_records
+from gpusim.scenarios import add_foreign, set_driver_loaded, set_lost, set_orphan
+from gpusim.spawn import SIMULATOR_DIR
+from gpusim.statedir import StateDir, StateError
+from gpusim.status import collect_status
+from gpusim.stuck import spawn_stuck
+from gpusim.tree import spawn_tree
+from gpusim.vllm_tree import DEFAULT_MODEL, DEFAULT_WORKER_MIB, TreeSpec, spawn_vllm
+
+SIM_LIB_DIR = SIMULATOR_DIR / "build" / "lib"
+SIM_BIN_DIR = SIMULATOR_DIR / "build" / "bin"
+
+__all__ = [
+    "Host", "StateError", "SIM_LIB_DIR", "SIM_BIN_DIR", "pid_alive", "pid_exists", "starttime", "proc_state",
+    "parent_pid", "title", "orphan_parent",
+]
+
+
+# ---- liveness, from /proc alone ---------------------------------------------------------------------------
+
+
+def starttime(pid: int) -> Optional[int]:
+    """Field 22 of /proc/PID/stat (clock ticks since boot), None when the PID does not exist."""
+    return procfs.starttime(pid)
+
+
+def proc_state(pid: int) -> Optional[str]:
+    """The state letter of /proc/PID/stat (R, S, D, Z, ...), None when the PID does not exist."""
+    stat = procfs.read_stat(pid)
+    return stat.state if stat else None
+
+
+def parent_pid(pid: int) -> Optional[int]:
+    stat = procfs.read_stat(pid)
+    return stat.ppid if stat else None
+
+
+def pid_exists(pid: int, start: Optional[int] = None) -> bool:
+    """The PID exists (a zombie too); with `start`, it is still the process that had that start time."""
+    stat = procfs.read_stat(pid)
+    return stat is not None and (start is None or stat.starttime == start)
+
+
+def pid_alive(pid: int, start: Optional[int] = None) -> bool:
+    """The PID runs (a zombie counts as gone); with `start`, it is still the same process (no reuse)."""
+    stat = procfs.read_stat(pid)
+    return stat is not None and stat.state not in ("Z", "X") and (start is None or stat.starttime == start)
+
+
+def title(pid: int) -> str:
+    """The command line as ps shows it ([comm] for a zombie), "" when gone."""
+    return procfs.title(pid)
+
+
+def orphan_parent() -> int:
+    """Where this machine sends an orphan of a process started here: PID 1, or the nearest subreaper above us.
+
+    Measured, not assumed: a child forks a grandchild and exits at once; the grandchild prints its new
+    parent. Both are ours and end within a second.
+    """
+    code = ("import os, time\n"
+            "if os.fork() == 0:\n"
+            "    time.sleep(0.3)\n"
+            "    print(os.getppid(), flush=True)\n"
+            "os._exit(0)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=10, check=True)
+    return int(done.stdout.strip())
+
+
+# ---- a simulated host ---------------------------------------------------------------------------------------
+
+
+class Host:
+    """One simulated GPU host (a state directory), driven in-process through gpusim's own functions."""
+
+    def __init__(self, state: Union[str, Path], env: Optional[Mapping[str, str]] = None) -> None:
+        self.state = StateDir(Path(state))
+        self.root = self.state.root
+        self.env: Dict[str, str] = dict(env or {})  # more environment for every tree this host starts
+
+    @classmethod
+    def create(cls, state: Union[str, Path], gpus: int = 8, *, memory_mib: int = DEFAULT_TOTAL_MIB,  # noqa: PLR0913
+               reserved_mib: int = DEFAULT_RESERVED_MIB, name: str = DEFAULT_NAME, topology: str = "pcie",
+               orphans: str = "reaper", subreaper_title: str = "", force: bool = False,
+               env: Optional[Mapping[str, str]] = None) -> "Host":
+        host = cls(state, env)
+        create_host(host.state, gpus, memory_mib, reserved_mib, name, topology, force, orphans, subreaper_title)
+        return host
+
+    # -- what a process on this host needs to see it
+
+    def environment(self, nvidia_smi: bool = False) -> Dict[str, str]:
+        """The variables that point the REAL nvidia-ml-py (and, with nvidia_smi, PATH's nvidia-smi) at this host."""
+        env = {"LD_LIBRARY_PATH": str(SIM_LIB_DIR), "GPUOPS_SIM_STATE": str(self.root)}
+        if nvidia_smi:
+            env["PATH"] = os.pathsep.join([str(SIM_BIN_DIR), os.environ.get("PATH", "")])
+        return env
+
+    # -- the simulator's own readings (independent of NVML and of the code under test)
+
+    def status(self) -> Dict[str, Any]:
+        """What `gpusim status --json` prints: per GPU used/free MiB and live holders; recorded processes."""
+        return collect_status(self.state)
+
+    def used_mib(self) -> List[int]:
+        """Memory in use per GPU, in index order (allocations of live holders + memory held by no process)."""
+        return [int(gpu["used_mib"]) for gpu in self.status()["gpus"]]
+
+    def holders(self, gpu: Optional[int] = None) -> List[int]:
+        """PIDs whose allocation still counts, on one GPU or on any."""
+        gpus = self.status()["gpus"]
+        return sorted({holder["pid"] for g in gpus if gpu is None or g["index"] == gpu for holder in g["holders"]})
+
+    def host_keys(self) -> Dict[str, str]:
+        return read_host(self.state)
+
+    def records(self) -> List[ProcRecord]:
+        """Every process this host's simulator started (pid, start time, role)."""
+        return read_records(self.state)
+
+    # -- starting things
+
+    def spawn_vllm(self, tp: int = 8, *, first_gpu: int = 0, gpus: Optional[Sequence[int]] = None,  # noqa: PLR0913
+                   mib: int = DEFAULT_WORKER_MIB, engine_core: bool = False, entrypoint: str = "api_server",
+                   model: str = DEFAULT_MODEL, ignore_sigterm: bool = False, port: Optional[int] = None,
+                   wrapper: Optional[str] = None, sibling: Optional[str] = None,
+                   env: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
+        """A fake vLLM tree (as `gpusim vllm`); returns parent, engine_core, workers, gpus, reaper, wrapper, sibling."""
+        spec = TreeSpec(gpus=list(gpus) if gpus is not None else list(range(first_gpu, first_gpu + tp)),
+                        worker_mib=mib, engine_core=engine_core, entrypoint=entrypoint, model=model,
+                        ignore_sigterm=ignore_sigterm, port=port, wrapper=wrapper, sibling=sibling,
+                        env=dict(self.env, **(env or {})))
+        return spawn_vllm(self.state, spec)
+
+    def spawn_tree(self, root: Dict[str, Any]) -> Dict[str, int]:
+        """Any titled process tree (as `gpusim tree`, see gpusim/tree.py); returns {key: pid}."""
+        return spawn_tree(self.state, json.loads(json.dumps(root)))
+
+    def spawn_stuck(self, gpu: int, mib: int = 4096) -> Dict[str, Any]:
+        """A holder that no signal frees (a zombie with a sticky allocation); returns keeper and holder."""
+        return spawn_stuck(self.state, gpu, mib)
+
+    # -- faults
+
+    def incident(self, parent: Optional[int] = None) -> List[Dict[str, object]]:
+        """The broken cleanup: SIGKILL the API server and the first listed worker."""
+        return replay_incident(self.state, parent)
+
+    def foreign(self, gpu: int, mib: int, pid: Optional[int] = None, not_available: bool = False) -> int:
+        return add_foreign(self.state, gpu, mib, pid, not_available).pid
+
+    def orphan(self, gpu: int, mib: int) -> None:
+        set_orphan(self.state, gpu, mib)
+
+    def lose_gpu(self, gpu: int, lost: bool = True) -> None:
+        set_lost(self.state, gpu, lost)
+
+    def driver(self, loaded: bool) -> None:
+        set_driver_loaded(self.state, loaded)
+
+    def teardown_lag(self, ms: int) -> None:
+        if ms < 0:
+            raise StateError("teardown lag must not be negative")
+        set_host_key(self.state, "teardown_lag_ms", str(ms))
+
+    # -- ending things
+
+    def kill(self, pid: int, sig: int = signal.SIGKILL) -> None:
+        """Signal a process this host's simulator started (refuses any other PID, and a reused one)."""
+        recorded = {record.pid: record for record in self.records()}
+        if pid not in recorded or not recorded[pid].is_same_process():
+            raise StateError(f"PID {pid} is not a process this simulated host started")
+        os.kill(pid, sig)
+
+    def cleanup(self, remove: bool = False) -> Dict[str, object]:
+        """SIGKILL every recorded process still running (start time checked) and wait; raises if one is left."""
+        if not self.state.procs.is_dir():
+            return {"killed": [], "left": []}
+        result = _cleanup(self.state, remove=remove)
+        if result["left"]:
+            raise StateError(f"still running after SIGKILL: {result['left']}")
+        return result
