@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """An Ansible inventory for simulated hosts on this machine, for the role and the playbooks.
 
-`python -m gpusim.inventory --out inventory.json HOST_STATE_DIR[:PORT[:key=value,...]] ...` writes one; the demo
+`python -m gpusim.inventory --out inventory.json STATE_DIR:PORT ... [--host-var HOST.KEY=JSON]` writes one; the demo
 and the integration tests use role_inventory(). Every host is reached over a local connection; its NVML modules
 get the fake library through `gpuops_fleet_environment`, and its vLLM server is the fake one, started with this
 interpreter (which has setproctitle) and pointed at the host's state through `vllm_server_host_env`.
@@ -58,33 +58,38 @@ def role_inventory(hosts: Mapping[str, Dict[str, Any]], python: Optional[str] = 
     return {"all": {"vars": merged, "children": {GROUP: {"hosts": dict(hosts)}}}}
 
 
-def _parse_host(text: str) -> Dict[str, Any]:
-    state, _, rest = text.partition(":")
-    port_text, _, extra_text = rest.partition(":")
-    extra: Dict[str, Any] = {}
-    for item in filter(None, extra_text.split(",")):
-        key, _, value = item.partition("=")
-        extra[key] = json.loads(value) if value[:1] in "[{0123456789" else value
-    return {"state": Path(state).resolve(), "port": int(port_text or 8000), "extra": extra}
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="gpusim.inventory", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="inventory file to write (JSON, which Ansible reads as YAML)")
     parser.add_argument("--var", action="append", default=[], help="group variable KEY=JSON_OR_TEXT (repeatable)")
-    parser.add_argument("hosts", nargs="+", help="STATE_DIR[:PORT[:key=value,...]]; the host is named after STATE_DIR")
+    parser.add_argument("--host-var", action="append", default=[],
+                        help="host variable HOST.KEY=JSON_OR_TEXT, HOST named after its state directory (repeatable)")
+    parser.add_argument("hosts", nargs="+", help="STATE_DIR:PORT; the host is named after STATE_DIR")
     args = parser.parse_args(argv)
-    hosts = {}
+    hosts: Dict[str, Dict[str, Any]] = {}
     for text in args.hosts:
-        spec = _parse_host(text)
-        hosts[spec["state"].name] = host_vars(spec["state"], spec["port"], **spec["extra"])
+        state, _, port = text.rpartition(":")
+        if not state or not port.isdigit():
+            parser.error("host %r: expected STATE_DIR:PORT" % text)
+        path = Path(state).resolve()
+        hosts[path.name] = host_vars(path, int(port))
+    for item in args.host_var:
+        target, _, value = item.partition("=")
+        name, _, key = target.partition(".")
+        if name not in hosts or not key:
+            parser.error("--host-var %r: expected HOST.KEY=VALUE for one of %s" % (item, ", ".join(hosts)))
+        hosts[name][key] = _value(value)
     group_vars = {}
     for item in args.var:
         key, _, value = item.partition("=")
-        try:
-            group_vars[key] = json.loads(value)
-        except ValueError:
-            group_vars[key] = value
+        group_vars[key] = _value(value)
     Path(args.out).write_text(json.dumps(role_inventory(hosts, **group_vars), indent=2) + "\n", encoding="utf-8")
     print(args.out)
     return 0
