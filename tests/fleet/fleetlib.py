@@ -72,6 +72,34 @@ class Fleet:
             found[int(pid)] = args
         return found
 
+    def tree(self, name: str) -> t.Dict[int, t.Tuple[int, str]]:
+        """PID -> (parent PID, command line) of every process of the node."""
+        proc = lifecycle.node_exec(self.rec, name, ["ps", "-e", "-ww", "-o", "pid=,ppid=,args="])
+        assert proc.returncode == 0, proc.stderr
+        found = {}
+        for line in proc.stdout.splitlines():
+            pid, ppid, args = (line.split(None, 2) + [""])[:3]
+            found[int(pid)] = (int(ppid), args)
+        return found
+
+    def descends_from(self, name: str, pid: int, ancestor: int) -> bool:
+        tree = self.tree(name)
+        while pid in tree and pid > 1:
+            pid = tree[pid][0]
+            if pid == ancestor:
+                return True
+        return False
+
+    def server_record(self, name: str, port: int = inventory.VLLM_PORT) -> t.Dict[str, t.Any]:
+        """The role's record of the server it launched on the node (read only for the PID it names)."""
+        return json.loads((self.node(name).path / "role" / ("vllm-%d.json" % port)).read_text())
+
+    def incident(self, name: str, tp: int = 4, mib: int = 60000) -> t.Dict[str, t.Any]:
+        """A vLLM-shaped tree on the node, then the incident's cleanup: API server and first worker SIGKILLed."""
+        tree = self.gpusim_json(name, "vllm", "--tp", str(tp), "--mib", str(mib))
+        self.gpusim(name, "incident")
+        return tree
+
     def health(self, name: str, port: int = inventory.VLLM_PORT, timeout: float = 2.0) -> int:
         """GET /health on the node's address, from the machine: the status, or -1 when nothing answers."""
         try:
