@@ -108,8 +108,8 @@ class Host:
     """One simulated GPU host (a state directory), driven in-process through gpusim's own functions."""
 
     def __init__(self, state: Union[str, Path], env: Optional[Mapping[str, str]] = None) -> None:
-        self.state = StateDir(Path(state))
-        self.root = self.state.root
+        self.statedir = StateDir(Path(state))
+        self.state: Path = self.statedir.root  # the state directory (absolute)
         self.env: Dict[str, str] = dict(env or {})  # more environment for every tree this host starts
 
     @classmethod
@@ -118,14 +118,14 @@ class Host:
                orphans: str = "reaper", subreaper_title: str = "", force: bool = False,
                env: Optional[Mapping[str, str]] = None) -> "Host":
         host = cls(state, env)
-        create_host(host.state, gpus, memory_mib, reserved_mib, name, topology, force, orphans, subreaper_title)
+        create_host(host.statedir, gpus, memory_mib, reserved_mib, name, topology, force, orphans, subreaper_title)
         return host
 
     # -- what a process on this host needs to see it
 
     def environment(self, nvidia_smi: bool = False) -> Dict[str, str]:
         """The variables that point the REAL nvidia-ml-py (and, with nvidia_smi, PATH's nvidia-smi) at this host."""
-        env = {"LD_LIBRARY_PATH": str(SIM_LIB_DIR), "GPUOPS_SIM_STATE": str(self.root)}
+        env = {"LD_LIBRARY_PATH": str(SIM_LIB_DIR), "GPUOPS_SIM_STATE": str(self.state)}
         if nvidia_smi:
             env["PATH"] = os.pathsep.join([str(SIM_BIN_DIR), os.environ.get("PATH", "")])
         return env
@@ -134,7 +134,7 @@ class Host:
 
     def status(self) -> Dict[str, Any]:
         """What `gpusim status --json` prints: per GPU used/free MiB and live holders; recorded processes."""
-        return collect_status(self.state)
+        return collect_status(self.statedir)
 
     def used_mib(self) -> List[int]:
         """Memory in use per GPU, in index order (allocations of live holders + memory held by no process)."""
@@ -145,12 +145,24 @@ class Host:
         gpus = self.status()["gpus"]
         return sorted({holder["pid"] for g in gpus if gpu is None or g["index"] == gpu for holder in g["holders"]})
 
+    def snapshot(self) -> Dict[str, Any]:
+        """Per GPU used MiB and holder PIDs, and each recorded process still running with its start time.
+
+        Two equal snapshots mean nothing was freed, ended or started in between (check mode's promise).
+        """
+        status = self.status()
+        return {
+            "used_mib": [gpu["used_mib"] for gpu in status["gpus"]],
+            "holders": [sorted(holder["pid"] for holder in gpu["holders"]) for gpu in status["gpus"]],
+            "running": sorted((record.pid, record.starttime) for record in self.records() if record.is_running()),
+        }
+
     def host_keys(self) -> Dict[str, str]:
-        return read_host(self.state)
+        return read_host(self.statedir)
 
     def records(self) -> List[ProcRecord]:
         """Every process this host's simulator started (pid, start time, role)."""
-        return read_records(self.state)
+        return read_records(self.statedir)
 
     # -- starting things
 
@@ -164,38 +176,38 @@ class Host:
                         worker_mib=mib, engine_core=engine_core, entrypoint=entrypoint, model=model,
                         ignore_sigterm=ignore_sigterm, port=port, wrapper=wrapper, sibling=sibling,
                         env=dict(self.env, **(env or {})))
-        return spawn_vllm(self.state, spec)
+        return spawn_vllm(self.statedir, spec)
 
     def spawn_tree(self, root: Dict[str, Any]) -> Dict[str, int]:
         """Any titled process tree (as `gpusim tree`, see gpusim/tree.py); returns {key: pid}."""
-        return spawn_tree(self.state, json.loads(json.dumps(root)))
+        return spawn_tree(self.statedir, json.loads(json.dumps(root)))
 
     def spawn_stuck(self, gpu: int, mib: int = 4096) -> Dict[str, Any]:
         """A holder that no signal frees (a zombie with a sticky allocation); returns keeper and holder."""
-        return spawn_stuck(self.state, gpu, mib)
+        return spawn_stuck(self.statedir, gpu, mib)
 
     # -- faults
 
     def incident(self, parent: Optional[int] = None) -> List[Dict[str, object]]:
         """The broken cleanup: SIGKILL the API server and the first listed worker."""
-        return replay_incident(self.state, parent)
+        return replay_incident(self.statedir, parent)
 
     def foreign(self, gpu: int, mib: int, pid: Optional[int] = None, not_available: bool = False) -> int:
-        return add_foreign(self.state, gpu, mib, pid, not_available).pid
+        return add_foreign(self.statedir, gpu, mib, pid, not_available).pid
 
     def orphan(self, gpu: int, mib: int) -> None:
-        set_orphan(self.state, gpu, mib)
+        set_orphan(self.statedir, gpu, mib)
 
     def lose_gpu(self, gpu: int, lost: bool = True) -> None:
-        set_lost(self.state, gpu, lost)
+        set_lost(self.statedir, gpu, lost)
 
     def driver(self, loaded: bool) -> None:
-        set_driver_loaded(self.state, loaded)
+        set_driver_loaded(self.statedir, loaded)
 
     def teardown_lag(self, ms: int) -> None:
         if ms < 0:
             raise StateError("teardown lag must not be negative")
-        set_host_key(self.state, "teardown_lag_ms", str(ms))
+        set_host_key(self.statedir, "teardown_lag_ms", str(ms))
 
     # -- ending things
 
@@ -208,9 +220,9 @@ class Host:
 
     def cleanup(self, remove: bool = False) -> Dict[str, object]:
         """SIGKILL every recorded process still running (start time checked) and wait; raises if one is left."""
-        if not self.state.procs.is_dir():
+        if not self.statedir.procs.is_dir():
             return {"killed": [], "left": []}
-        result = _cleanup(self.state, remove=remove)
+        result = _cleanup(self.statedir, remove=remove)
         if result["left"]:
             raise StateError(f"still running after SIGKILL: {result['left']}")
         return result

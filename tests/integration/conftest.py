@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from simfleet import SIM_LIB, SimHost, write_inventory
+from gpusim.api import pid_alive, starttime  # after simfleet, which puts the simulator on sys.path
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -49,7 +50,13 @@ def inventory(tmp_path: Path) -> t.Callable[..., Path]:
 
 
 class Canaries:
-    """Processes a reclaim must never touch: an unrelated sleeper, and one named like vLLM that holds no GPU."""
+    """Processes a reclaim must never touch, checked alive (same PID, same start time) after every scenario.
+
+    Two children of pytest (an unrelated sleeper, and one named like `vllm serve` that holds no GPU), and,
+    planted by each test, the ones a plausible regression would hit: the wrapper above a vLLM server that
+    names it in its arguments, a sibling of the server under that wrapper, the simulator's own reaper
+    (subreaper) above the tree, and a process holding an unselected GPU.
+    """
 
     def __init__(self, tmp_path: Path) -> None:
         lookalike = tmp_path / "vllm-serve-canary"
@@ -59,9 +66,31 @@ class Canaries:
             subprocess.Popen([sys.executable, "-c", script, "unrelated-canary"]),
             subprocess.Popen([str(lookalike), "-c", script, "vllm", "serve", "canary-model"]),
         ]
+        self.watched: t.Dict[int, t.Tuple[t.Optional[int], str]] = {}
+
+    def watch(self, label: str, pid: t.Optional[int]) -> None:
+        """Add a process (by PID, its start time taken now) that must still run when alive() is asked."""
+        assert pid is not None and pid_alive(pid), "canary %s (%s) is not running to begin with" % (label, pid)
+        self.watched[pid] = (starttime(pid), label)
+
+    def guard_tree(self, tree: t.Mapping[str, t.Any]) -> None:
+        """The companions of a `gpusim vllm` tree started with a wrapper and a sibling, and its reaper."""
+        for key in ("wrapper", "sibling", "reaper"):
+            self.watch("the tree's %s" % key, tree[key])
+
+    def hold(self, host: t.Any, gpu: int, mib: int = 2048) -> int:
+        """A training job on a GPU the scenario does not select."""
+        pid = host.spawn_tree({"key": "bystander", "title": "python3 train.py --canary", "hold": [{"gpu": gpu, "mib": mib}]})["bystander"]
+        self.watch("a holder of unselected GPU %d" % gpu, pid)
+        return pid
+
+    def dead(self) -> t.List[str]:
+        gone = ["pytest child %d" % proc.pid for proc in self.procs if proc.poll() is not None]
+        gone += ["%s (pid %d)" % (label, pid) for pid, (start, label) in self.watched.items() if not pid_alive(pid, start)]
+        return gone
 
     def alive(self) -> bool:
-        return all(proc.poll() is None for proc in self.procs)
+        return not self.dead()
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -77,10 +106,4 @@ def canaries(tmp_path: Path) -> t.Iterator[Canaries]:
     birds.stop()
 
 
-def pid_alive(pid: int) -> bool:
-    """True while the PID runs (a zombie counts as gone)."""
-    try:
-        with open("/proc/%d/stat" % pid) as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
+__all__ = ["pid_alive", "starttime", "Canaries"]

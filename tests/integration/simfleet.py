@@ -19,18 +19,20 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "simulator"))
 
 from gpusim import inventory as sim_inventory  # noqa: E402  # pylint: disable=wrong-import-position
+from gpusim.api import SIM_LIB_DIR, Host  # noqa: E402  # pylint: disable=wrong-import-position
 
-SIM_LIB = REPO / "simulator" / "build" / "lib"
+SIM_LIB = SIM_LIB_DIR
 PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
 BIN = Path(sys.executable).parent
 
 
-class SimHost:
-    """One simulated GPU host, driven through the `gpusim` command line."""
+class SimHost(Host):
+    """One simulated GPU host: gpusim's own API (gpusim.api.Host: spawn_vllm, status, used_mib, cleanup, ...),
+    its command line (`gpusim`), and the host's name in an inventory."""
 
     def __init__(self, name: str, state: Path) -> None:
+        super().__init__(state)
         self.name = name
-        self.state = state
 
     def gpusim(self, command: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         env = dict(os.environ, PYTHONPATH=str(REPO / "simulator"))
@@ -45,12 +47,9 @@ class SimHost:
     def gpusim_json(self, command: str, *args: str) -> t.Any:
         return json.loads(self.gpusim(command, *args).stdout)
 
-    def environment(self) -> t.Dict[str, str]:
+    def environment(self, nvidia_smi: bool = False) -> t.Dict[str, str]:
         """What a play's `environment:` gives the module so the real nvidia-ml-py loads the fake NVML."""
-        return {"LD_LIBRARY_PATH": str(SIM_LIB), "GPUOPS_SIM_STATE": str(self.state)}
-
-    def status(self) -> t.Any:
-        return self.gpusim_json("status", "--json")
+        return super().environment(nvidia_smi)
 
 
 def write_inventory(path: Path, hosts: t.Sequence[SimHost], **group_vars: t.Any) -> Path:
