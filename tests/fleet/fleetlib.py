@@ -111,6 +111,11 @@ class Fleet:
         except OSError:
             return -1
 
+    def node_env(self, name: str, host: bool = False) -> t.Dict[str, str]:
+        """gpuops_fleet_environment of the node (host=True: vllm_server_host_env, the server's own)."""
+        node = self.node(name)
+        return inventory.node_vars(self.rec, node)["vllm_server_host_env" if host else "gpuops_fleet_environment"]
+
     def inventory(self, path: Path, **kwargs: t.Any) -> Path:
         return inventory.write(self.rec, path, **kwargs)
 
@@ -147,5 +152,6 @@ def recap(output: str) -> t.Dict[str, t.Dict[str, int]]:
 
 
 def summary_lines(output: str, host: str) -> str:
-    """Everything the summaries say about <host> (their lines start with '<host>: '), one string."""
-    return " ".join(re.findall(r"%s: [^']*" % re.escape(host), flat(output)))
+    """Every line the summaries print about <host> (YAML single-quoted items that start with '<host>: '), joined."""
+    items = [item.replace("''", "'") for item in re.findall(r"'((?:[^']|'')*)'", flat(output))]
+    return " ".join(item for item in items if item.startswith(host + ": "))
