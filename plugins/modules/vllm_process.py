@@ -69,6 +69,11 @@ options:
     description: Seconds to wait after SIGTERM before the server's remaining tree gets SIGKILL.
     type: float
     default: 30
+  health_url:
+    description:
+      - With O(state=status), also ask this URL (the server's C(/health)) when the recorded server runs, and return RV(healthy),
+        so one task tells whether the server runs, with which configuration, and whether it answers.
+    type: str
 requirements:
   - psutil on the managed host.
 seealso:
@@ -124,6 +129,14 @@ log_file:
   description: The server's log file (from the record when there is one).
   returned: always
   type: str
+healthy:
+  description: With O(health_url), whether the running server answered it with HTTP 200 (null when not asked or not running).
+  returned: always
+  type: bool
+health:
+  description: With O(health_url), its answer, such as V(HTTP 200), V(HTTP 503) or V(connection refused) (null when not asked).
+  returned: always
+  type: str
 record:
   description: The record as found at the start of the task (null when there was none).
   returned: always
@@ -158,6 +171,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
+from ansible_collections.gpuops.fleet.plugins.module_utils._server_http import http_get
 from ansible_collections.gpuops.fleet.plugins.module_utils._server_process import LaunchError, launch_detached, stop_tree
 from ansible_collections.gpuops.fleet.plugins.module_utils._server_record import (
     RecordError, read_record, recorded_process, remove_record, write_record,
@@ -182,6 +196,7 @@ def main() -> None:
             "config_hash": {"type": "str"},
             "metadata": {"type": "dict", "default": {}},
             "stop_timeout": {"type": "float", "default": 30},
+            "health_url": {"type": "str"},
         },
         required_if=[("state", "running", ["argv", "log_file"])],
         supports_check_mode=True,
@@ -210,7 +225,11 @@ def main() -> None:
         "log_file": (record or {}).get("log_file") or params["log_file"],
     }
 
+    result["healthy"] = result["health"] = None
     if params["state"] == "status":
+        if params["health_url"] and proc is not None:
+            reply = http_get(params["health_url"], timeout=5.0)
+            result.update(healthy=reply.status == 200, health=reply.describe())
         module.exit_json(**result)
 
     if params["state"] == "stopped":
