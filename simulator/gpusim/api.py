@@ -110,7 +110,7 @@ class Host:
     def __init__(self, state: Union[str, Path], env: Optional[Mapping[str, str]] = None) -> None:
         self.statedir = StateDir(Path(state))
         self.state: Path = self.statedir.root  # the state directory (absolute)
-        self.env: Dict[str, str] = dict(env or {})  # more environment for every tree this host starts
+        self.tree_env: Dict[str, str] = dict(env or {})  # more environment for every tree this host starts
 
     @classmethod
     def create(cls, state: Union[str, Path], gpus: int = 8, *, memory_mib: int = DEFAULT_TOTAL_MIB,  # noqa: PLR0913
@@ -154,7 +154,7 @@ class Host:
         return {
             "used_mib": [gpu["used_mib"] for gpu in status["gpus"]],
             "holders": [sorted(holder["pid"] for holder in gpu["holders"]) for gpu in status["gpus"]],
-            "running": sorted((record.pid, record.starttime) for record in self.records() if record.is_running()),
+            "running": sorted((record.pid, record.starttime) for record in read_records(self.statedir) if record.is_running()),
         }
 
     def host_keys(self) -> Dict[str, str]:
@@ -175,7 +175,7 @@ class Host:
         spec = TreeSpec(gpus=list(gpus) if gpus is not None else list(range(first_gpu, first_gpu + tp)),
                         worker_mib=mib, engine_core=engine_core, entrypoint=entrypoint, model=model,
                         ignore_sigterm=ignore_sigterm, port=port, wrapper=wrapper, sibling=sibling,
-                        env=dict(self.env, **(env or {})))
+                        env=dict(self.tree_env, **(env or {})))
         return spawn_vllm(self.statedir, spec)
 
     def spawn_tree(self, root: Dict[str, Any]) -> Dict[str, int]:
@@ -213,7 +213,7 @@ class Host:
 
     def kill(self, pid: int, sig: int = signal.SIGKILL) -> None:
         """Signal a process this host's simulator started (refuses any other PID, and a reused one)."""
-        recorded = {record.pid: record for record in self.records()}
+        recorded = {record.pid: record for record in read_records(self.statedir)}
         if pid not in recorded or not recorded[pid].is_same_process():
             raise StateError(f"PID {pid} is not a process this simulated host started")
         os.kill(pid, sig)

@@ -20,6 +20,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / 'simulator'))
+
+# pylint: disable-next=wrong-import-position  # gpusim is found through the path added above
+from gpusim.api import pid_alive, starttime  # noqa: E402
 VENV_BIN = Path(sys.executable).parent
 SIM_LIB_DIR = REPO / 'simulator' / 'build' / 'lib'
 
@@ -152,9 +156,10 @@ def test_ansible_doc_renders_from_installed_copy(workdir: Path, installed_env: d
 
 
 def process_start_time(pid: int) -> str:
-    """Field 22 of /proc/PID/stat: what the simulator compares to tell a reused PID."""
-    stat = Path('/proc/%d/stat' % pid).read_text(encoding='ascii')
-    return stat.rsplit(')', 1)[1].split()[19]
+    """Field 22 of /proc/PID/stat (gpusim's reading): what the simulator compares to tell a reused PID."""
+    start = starttime(pid)
+    assert start is not None, 'PID %d is gone' % pid
+    return str(start)
 
 
 def write_state_dir(state: Path, holder_pid: int) -> None:
@@ -204,3 +209,26 @@ def test_installed_module_reads_simulated_host(
     expected = {index: [] for index in range(GPU_COUNT)}
     expected[HOLDER_GPU] = [(holder.pid, HOLDER_MIB)]
     assert holders == expected
+
+
+def test_installed_reclaim_frees_the_simulated_gpu(
+        workdir: Path, installed_env: dict[str, str], holder: subprocess.Popen[bytes], tmp_path: Path) -> None:
+    """gpu_reclaim from the tarball ends the holder and proves GPU 3 free; judged by the holder's own exit."""
+    assert (SIM_LIB_DIR / 'libnvidia-ml.so.1').is_file(), 'fake NVML not built: run `make sim`'
+    write_state_dir(tmp_path / 'state', holder.pid)
+    bystander = subprocess.Popen(['sleep', '600'])  # pylint: disable=consider-using-with  # holds no GPU
+    try:
+        env = dict(installed_env, LD_LIBRARY_PATH=str(SIM_LIB_DIR), GPUOPS_SIM_STATE=str(tmp_path / 'state'))
+        output = run(['ansible', 'localhost', '--one-line', '-m', 'gpuops.fleet.gpu_reclaim',
+                      '-a', 'gpus=%d grace=2 timeout=20' % HOLDER_GPU], env, workdir).stdout
+        result = json.loads(output.split(' => ', 1)[1])
+        assert result['changed'] is True and result['verified'] is True, result
+        assert [entry['pid'] for entry in result['killed']] == [holder.pid]
+        # independent: the holder was ended by a signal (we reap it: it is our child), the bystander runs
+        assert holder.wait(timeout=10) == -15
+        assert pid_alive(bystander.pid)
+        doc = json.loads(run(['ansible-doc', '--json', 'gpuops.fleet.gpu_reclaim'], installed_env, workdir).stdout)
+        assert doc['gpuops.fleet.gpu_reclaim']['doc']['filename'].startswith(str(workdir / 'collections') + os.sep)
+    finally:
+        bystander.kill()
+        bystander.wait()

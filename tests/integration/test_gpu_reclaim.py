@@ -376,7 +376,7 @@ def test_ray_job_ends_the_holder_not_the_node(make_host, inventory, tmp_path, ca
     assert [k["pid"] for k in result["killed"]] == [pids["eval"]]
     assert not pid_alive(pids["eval"])
     assert all(pid_alive(pids[key]) for key in ("raylet", "supervisor", "shell", "replica"))
-    assert used(host) == [0, 30000] + [0] * 6
+    assert used(host) == [0, 30000] + [0] * 5 + [2048]
     assert canaries.alive(), canaries.dead()
 
 

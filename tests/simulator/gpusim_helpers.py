@@ -18,7 +18,14 @@ from typing import Any, Dict, List, Optional, Tuple
 
 REPO = Path(__file__).resolve().parents[2]
 SIMULATOR = REPO / "simulator"
-LIB_DIR = SIMULATOR / "build" / "lib"
+if str(SIMULATOR) not in sys.path:
+    sys.path.insert(0, str(SIMULATOR))
+
+# pylint: disable=wrong-import-position  # gpusim is found through the path added above
+from gpusim import api  # noqa: E402
+from gpusim.api import pid_alive as is_running  # noqa: E402,F401  # pylint: disable=unused-import  # re-exported
+
+LIB_DIR = api.SIM_LIB_DIR
 GRACE_S = 0.5  # vLLM's 5 s shutdown grace, shortened so the suite stays fast
 
 # Runs in a subprocess with the fake library first on LD_LIBRARY_PATH: the REAL nvidia-ml-py.
@@ -67,25 +74,14 @@ def cmdline(pid: int) -> List[str]:
     return [word for word in raw.split("\0") if word]
 
 
-def stat_fields(pid: int) -> Optional[List[str]]:
-    """Fields 3.. of /proc/<pid>/stat (state, ppid, ...), None when the PID is gone."""
-    raw = read_proc(pid, "stat")
-    return raw.rpartition(")")[2].split() if raw else None
-
-
 def proc_state(pid: int) -> Optional[str]:
-    fields = stat_fields(pid)
-    return fields[0] if fields else None
+    return api.proc_state(pid)
 
 
 def ppid(pid: int) -> int:
-    fields = stat_fields(pid)
-    assert fields is not None, f"PID {pid} is gone"
-    return int(fields[1])
-
-
-def is_running(pid: int) -> bool:
-    return proc_state(pid) not in (None, "Z", "X")
+    parent = api.parent_pid(pid)
+    assert parent is not None, f"PID {pid} is gone"
+    return parent
 
 
 def wait_for(condition: Any, timeout: float = 5.0) -> bool:
@@ -97,11 +93,11 @@ def wait_for(condition: Any, timeout: float = 5.0) -> bool:
     return True
 
 
-class SimHost:
-    """One simulated host in a test's tmp_path, driven through the real command line."""
+class SimHost(api.Host):
+    """One simulated host in a test's tmp_path: gpusim's API (gpusim.api.Host) and its real command line."""
 
     def __init__(self, state: Path) -> None:
-        self.state = state
+        super().__init__(state, {"GPUOPS_SIM_SHUTDOWN_GRACE_S": str(GRACE_S)})
         self.env = dict(os.environ)
         self.env.update({
             "PYTHONPATH": str(SIMULATOR),
@@ -130,20 +126,16 @@ class SimHost:
         gpus: List[Dict[str, Any]] = self.nvml()["gpus"]
         return gpus
 
-    def records(self) -> List[Tuple[int, int, str]]:
-        found = []
-        for path in (self.state / "procs").iterdir():
-            if ".tmp." not in path.name:
-                pid, start, role = path.read_text().split()
-                found.append((int(pid), int(start), role))
-        return found
+    def records(self) -> List[Tuple[int, int, str]]:  # type: ignore[override]
+        """(pid, start time, role) of every process this host's simulator recorded."""
+        return [(record.pid, record.starttime, record.role) for record in super().records()]
 
     def kill(self, pid: int, sig: int = signal.SIGKILL) -> None:
-        """Signal a process this test's simulator started (refuses any other PID)."""
-        fields = stat_fields(pid)
-        recorded = {rec_pid: start for rec_pid, start, _role in self.records()}
-        assert fields is not None and recorded.get(pid) == int(fields[19]), f"PID {pid} is not ours"
-        os.kill(pid, sig)
+        """Signal a process this test's simulator started (refuses any other PID, and a reused one)."""
+        try:
+            super().kill(pid, sig)
+        except api.StateError as error:
+            raise AssertionError(str(error)) from None
 
 
 # -- the fake vLLM server, launched as a role would launch vLLM: `vllm serve MODEL ...` -----------------------

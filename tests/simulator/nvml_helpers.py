@@ -18,6 +18,11 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT / "simulator") not in sys.path:
+    sys.path.insert(0, str(ROOT / "simulator"))
+
+# pylint: disable-next=wrong-import-position  # gpusim is found through the path added above
+from gpusim import api  # noqa: E402
 NVML_SRC = ROOT / "simulator" / "nvml"
 LIB_DIR = ROOT / "simulator" / "build" / "lib"
 SMI = ROOT / "simulator" / "build" / "bin" / "nvidia-smi"
@@ -42,13 +47,15 @@ def sim_env(state: Path | None) -> dict[str, str]:
 
 
 def proc_starttime(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat[stat.rindex(")") + 2:].split()[19])
+    start = api.starttime(pid)
+    assert start is not None, f"PID {pid} is gone"
+    return start
 
 
 def proc_state(pid: int) -> str:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat[stat.rindex(")") + 2]
+    state = api.proc_state(pid)
+    assert state is not None, f"PID {pid} is gone"
+    return state
 
 
 def unused_pid() -> int:

@@ -120,10 +120,11 @@ def test_v1_tree_with_engine_core(simhost: SimHost) -> None:
 def test_parent_sigterm_ends_the_tree_at_once(simhost: SimHost) -> None:
     tree = simhost.gpusim_json("vllm", "--gpus", "0-7", "--engine-core")
     everyone = [tree["parent"], tree["engine_core"], *tree["workers"]]
-    started = time.monotonic()
     simhost.kill(tree["parent"], signal.SIGTERM)
     assert wait_for(lambda: not any(is_running(pid) for pid in everyone))
-    assert time.monotonic() - started < GRACE_S  # workers that obey SIGTERM do not wait for the grace
+    # workers that obey SIGTERM end on it: the server never needed its SIGKILL after the grace (its log says
+    # when it does; no wall-clock bound, which a loaded machine could break)
+    assert "sending SIGKILL" not in Path(tree["log"]).read_text()
     assert all(gpu["used_mib"] == 0 for gpu in simhost.nvml_gpus())
 
 
@@ -138,7 +139,8 @@ def test_workers_ignoring_sigterm_are_killed_after_the_grace(simhost: SimHost) -
     started = time.monotonic()
     simhost.kill(tree["parent"], signal.SIGTERM)
     assert wait_for(lambda: not any(is_running(pid) for pid in [tree["parent"], *tree["workers"]]))
-    assert GRACE_S <= time.monotonic() - started < GRACE_S + 2.0  # SIGKILL came after the grace
+    assert time.monotonic() - started >= GRACE_S  # not before the grace (a lower bound: load cannot break it)
+    assert "4 process(es) still alive after" in Path(tree["log"]).read_text()  # then the SIGKILL
     assert all(gpu["used_mib"] == 0 for gpu in simhost.nvml_gpus())
 
 
