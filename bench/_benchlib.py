@@ -15,8 +15,12 @@ from typing import Any, Dict, Optional, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 SIM_DIR = REPO / "simulator"
-SIM_LIB_DIR = SIM_DIR / "build" / "lib"
-SIM_BIN_DIR = SIM_DIR / "build" / "bin"
+if str(SIM_DIR) not in sys.path:
+    sys.path.insert(0, str(SIM_DIR))
+
+# pylint: disable=wrong-import-position  # gpusim is found through the path added above
+from gpusim.api import SIM_BIN_DIR, SIM_LIB_DIR, Host  # noqa: E402
+
 RESULTS_DIR = REPO / "bench" / "results"
 
 
@@ -32,16 +36,17 @@ def ensure_simulator() -> None:
     subprocess.run(["make", "-C", str(SIM_DIR / "nvml")], check=True, stdout=sys.stderr)
 
 
-class SimHost:
-    """A simulated host in a temporary directory, with the collection importable as ansible_collections.gpuops.fleet.
+class SimHost(Host):
+    """A simulated host (gpusim.api.Host) in a temporary directory, with the collection importable as
+    ansible_collections.gpuops.fleet.
 
     Use as a context manager: on exit every process gpusim recorded is killed and the directory removed.
     """
 
     def __init__(self) -> None:
-        self._tmp = tempfile.TemporaryDirectory(prefix="gpuops-bench-")
+        self._tmp = tempfile.TemporaryDirectory(prefix="gpuops-bench-")  # pylint: disable=consider-using-with
         root = Path(self._tmp.name)
-        self.state = root / "state"
+        super().__init__(root / "state")
         self.collections = root / "collections"
         (self.collections / "ansible_collections" / "gpuops").mkdir(parents=True)
         (self.collections / "ansible_collections" / "gpuops" / "fleet").symlink_to(REPO)
@@ -52,7 +57,7 @@ class SimHost:
     def __exit__(self, *exc: object) -> None:
         try:
             if self.state.exists():
-                self.gpusim("cleanup", check=False)
+                self.cleanup()
         finally:
             self._tmp.cleanup()
 

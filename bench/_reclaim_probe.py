@@ -23,8 +23,9 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--grace", type=float, default=10)
     parser.add_argument("--timeout", type=float, default=30)
+    parser.add_argument("--settle", type=float, default=0.5)
     args = parser.parse_args()
-    spec = build_spec({"signals": ["TERM", "KILL"], "grace": args.grace, "timeout": args.timeout})
+    spec = build_spec({"signals": ["TERM", "KILL"], "grace": args.grace, "timeout": args.timeout, "settle": args.settle})
     start = time.perf_counter()
     with open_nvml(pynvml) as session:
         result = Reclaim(session, psutil, spec, check_mode=False).run()

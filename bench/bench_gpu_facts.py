@@ -1,6 +1,7 @@
 # Copyright (c) gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""gpu_facts' in-module time on simulated hosts, against `nvidia-smi --query-gpu` + `--query-compute-apps`.
+"""gpu_facts' in-module time on simulated hosts, against its floor (a bare nvidia-ml-py loop reading the same fields)
+and against `nvidia-smi --query-gpu` + `--query-compute-apps`.
 
 Run from the repository root: .venv/bin/python bench/bench_gpu_facts.py
 Exits non-zero only when something fails, never because a figure is slow.
@@ -17,6 +18,7 @@ from _benchlib import BenchError, SimHost, ensure_simulator, median, save_result
 from _light_holders import LightHolders
 
 TARGET_MS = 30.0
+TARGET_FLOOR_RATIO = 1.5  # gpu_facts' time over the bare loop's
 TARGET_SHAPE = (8, 16)  # GPUs, processes
 INCIDENT_MIB = 93029
 SECOND_SERVER_MIB = 4096  # fits beside the incident's 93,029 MiB on a 97,887 MiB GPU
@@ -26,12 +28,16 @@ LIGHT_MIB = 1024
 def measure(host: SimHost, scenario: str, holders: str, runs: int) -> Dict[str, Any]:
     probe = host.probe("_facts_probe.py", "--runs", str(runs))
     facts_ms, smi_ms = median(probe["gpu_facts_ms"]), median(probe["smi_pair_ms"])
+    ratios = [facts / bare for facts, bare in zip(probe["gpu_facts_ms"], probe["bare_ms"])]
     row = {
         "scenario": scenario,
         "holders": holders,
         "gpus": probe["gpus"],
         "processes": probe["processes"],
         "gpu_facts_ms": facts_ms,
+        "bare_ms": median(probe["bare_ms"]),
+        "facts_over_bare": median(ratios),
+        "floor_differs": probe["floor_differs"],
         "psutil_ms": median(probe["psutil_ms"]),
         "nvml_calls": int(probe["nvml_calls"]),
         "nvml_ms": median(probe["nvml_ms"]),
@@ -39,7 +45,8 @@ def measure(host: SimHost, scenario: str, holders: str, runs: int) -> Dict[str, 
         "runs": len(probe["gpu_facts_ms"]),
         "samples": probe,
     }
-    print(f"  {scenario}: gpu_facts {facts_ms:.2f} ms, nvidia-smi pair {smi_ms:.2f} ms ({row['runs']} runs)", file=sys.stderr)
+    print(f"  {scenario}: gpu_facts {facts_ms:.2f} ms, bare loop {row['bare_ms']:.2f} ms, nvidia-smi pair {smi_ms:.2f} ms"
+          f" ({row['runs']} runs)", file=sys.stderr)
     return row
 
 
@@ -72,18 +79,27 @@ def light_sweep(runs: int) -> List[Dict[str, Any]]:
 
 def report(rows: List[Dict[str, Any]]) -> str:
     lines = [table(
-        ["scenario", "holders", "GPUs", "procs", "gpu_facts ms", "NVML calls", "in NVML ms", "in psutil ms",
-         "nvidia-smi pair ms", "smi/facts"],
-        [[r["scenario"], r["holders"], r["gpus"], r["processes"], r["gpu_facts_ms"], r["nvml_calls"], r["nvml_ms"], r["psutil_ms"],
-          r["smi_pair_ms"], r["smi_pair_ms"] / r["gpu_facts_ms"]] for r in rows])]
+        ["scenario", "holders", "GPUs", "procs", "gpu_facts ms", "bare loop ms", "facts/bare", "NVML calls", "in NVML ms",
+         "in psutil ms", "nvidia-smi pair ms", "smi/facts"],
+        [[r["scenario"], r["holders"], r["gpus"], r["processes"], r["gpu_facts_ms"], r["bare_ms"], r["facts_over_bare"],
+          r["nvml_calls"], r["nvml_ms"], r["psutil_ms"], r["smi_pair_ms"], r["smi_pair_ms"] / r["gpu_facts_ms"]] for r in rows])]
     lines += [
         "times: medians of wall time after warm-up. gpu_facts: open NVML, read every GPU with processes and health, close.",
+        "bare loop: the floor for a Python reader, plain nvidia-ml-py calls and psutil for the same fields of the same GPUs",
+        "and processes (checked: the same NVML calls, as often), timed alternately with gpu_facts in the same interpreter;",
+        "facts/bare: the median of the per-run ratios.",
         "in NVML: time inside the simulated libnvidia-ml, which re-reads the state directory on every call (a real driver",
         "answers most calls in microseconds); in psutil: naming the holders. smi/facts > 1: gpu_facts is faster than the pair;",
         "the fake nvidia-smi is a small C program, a real one takes longer to start.",
         "load average while measuring (1 min): %.2f on %d CPUs" % (os.getloadavg()[0], os.cpu_count() or 0),
     ]
     target = [r for r in rows if (r["gpus"], r["processes"]) == TARGET_SHAPE and r["holders"] == "vllm"]
+    differ = sorted({item for r in rows for item in r["floor_differs"]})
+    if differ:
+        lines.append("WARNING: the bare loop's NVML calls differ from gpu_facts': " + "; ".join(differ))
+    worst = max(rows, key=lambda r: r["facts_over_bare"])
+    lines.append(f"floor: gpu_facts at most {worst['facts_over_bare']:.2f}x the bare loop ({worst['scenario']});"
+                 f" target <= {TARGET_FLOOR_RATIO:g}x: {'PASS' if worst['facts_over_bare'] <= TARGET_FLOOR_RATIO else 'FAIL'}")
     for row in target:
         verdict = "PASS" if row["gpu_facts_ms"] < TARGET_MS else "FAIL"
         lines.append(f"target: {TARGET_SHAPE[0]} GPUs x {TARGET_SHAPE[1]} processes under {TARGET_MS:g} ms:"
