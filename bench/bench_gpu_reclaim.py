@@ -1,17 +1,24 @@
 # Copyright (c) gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""gpu_reclaim's cost above the floor, against the usual shell approach, on the incident's simulated host.
+"""gpu_reclaim's time above the floor, against a careful shell script, on the incident's simulated host.
 
-The floor is the slowest holder's own exit time: the longest seconds_to_exit among the processes the module
-ended. Each run gets a fresh, identical host: an API server with 8 workers at 93,029 MiB (`gpusim vllm
---tp 8`), as found ("full tree") or after the incident's broken cleanup (`gpusim incident`: the server and
-worker 0 SIGKILLed, 7 workers reparented). The shell approach is what the incident's runbook did, done right:
+Each repetition prepares identical hosts (an API server with 8 workers at 93,029 MiB, `gpusim vllm --tp 8`),
+as found ("full tree") or after the incident's broken cleanup ("incident": the server and worker 0
+SIGKILLed, 7 workers reparented), one per approach, and runs, one after the other:
 
-    kill -TERM $(nvidia-smi --query-compute-apps=pid --format=csv,noheader); sleep 5
-    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits
+- floor: the bench itself SIGTERMs every process of the tree at once and polls /proc until the last one has
+  exited: each holder's own exit time, the least any approach can take;
+- gpu_reclaim through its module_utils in a fresh interpreter (`Reclaim(...).run()`), with `settle` 0.5 s
+  (the module's default: two fresh readings 0.5 s apart) and with `settle` 0 (one reading);
+- the shell baseline (SHELL below): signal every PID nvidia-smi lists, then poll nvidia-smi until the memory
+  is back (SIGKILL what is left after the grace), as a careful operator would write it.
+
+The figure of each approach is the median over repetitions of (its elapsed time - that repetition's floor).
+Every approach's "verified" comes from the same independent reading after it finished: the simulator's own
+status (memory used and holders per GPU) and the liveness of every process of the tree.
 
 Run from the repository root: .venv/bin/python bench/bench_gpu_reclaim.py
-Exits non-zero only when something fails (including a reclaim that does not verify), never for slowness.
+Exits non-zero only when something fails (including a run that does not free the GPUs), never for slowness.
 """
 
 from __future__ import annotations
@@ -19,101 +26,167 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import os
+import signal
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 from _benchlib import BenchError, SimHost, ensure_simulator, median, save_results, table
+from gpusim.api import pid_alive
 
 INCIDENT_MIB = 93029
-THRESHOLD_MIB = 1024  # gpu_reclaim's default memory_threshold_mib; v1 memory.used includes the 512 MiB reservation
-SCENARIOS = ("incident after the broken cleanup", "full tree")
-SHELL = ("kill -TERM $(nvidia-smi --query-compute-apps=pid --format=csv,noheader); sleep {sleep};"
-         " nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits")
+SCENARIOS = ("incident", "full tree")
+SHELL = r"""
+smi() { nvidia-smi "$@" --format=csv,noheader,nounits; }
+held() {  # true while any GPU lists a process or uses more than the threshold
+    [ -n "$(smi --query-compute-apps=pid)" ] && return 0
+    smi --query-gpu=memory.used | awk -v t="$THRESHOLD" '$1 > t { busy = 1 } END { exit !busy }'
+}
+pids=$(smi --query-compute-apps=pid | sort -u)
+[ -n "$pids" ] && kill -TERM $pids
+deadline=$((SECONDS + GRACE))
+while held && [ $SECONDS -lt $deadline ]; do sleep 0.05; done
+if held; then
+    left=$(smi --query-compute-apps=pid | sort -u)
+    [ -n "$left" ] && kill -KILL $left
+    deadline=$((SECONDS + GRACE))
+    while held && [ $SECONDS -lt $deadline ]; do sleep 0.05; done
+fi
+held && { echo "GPUs still held" >&2; exit 1; }
+exit 0
+"""
+THRESHOLD_MIB = 1024  # gpu_reclaim's default memory_threshold_mib; v1 memory.used counts the 512 MiB reservation
 
 
-def prepare(host: SimHost, scenario: str) -> None:
+def prepare(host: SimHost, scenario: str) -> List[int]:
+    """An 8-GPU host with the incident's server; the PIDs of its tree that are still running."""
     host.gpusim("create", "--gpus", "8")
-    host.vllm("--tp", "8", "--mib", str(INCIDENT_MIB))
-    if scenario == SCENARIOS[0]:
-        host.gpusim("incident")
+    tree = host.spawn_vllm(8, mib=INCIDENT_MIB)
+    if scenario == "incident":
+        host.incident()
+    return [pid for pid in [tree["parent"], *tree["workers"]] if pid_alive(pid)]
 
 
-def module_run(host: SimHost, grace: float, timeout: float) -> Dict[str, Any]:
-    result: Dict[str, Any] = host.probe("_reclaim_probe.py", "--grace", str(grace), "--timeout", str(timeout))
-    if not result["verified"] or not result["killed"]:
-        raise BenchError(f"gpu_reclaim did not free the incident's GPUs: {result['msg']}")
-    result["floor_s"] = max(entry["seconds_to_exit"] for entry in result["killed"])
+def independent(host: SimHost, tree: List[int]) -> Dict[str, Any]:
+    """The simulator's own reading and /proc, after an approach finished."""
+    used = host.used_mib()
+    left = [pid for pid in tree if pid_alive(pid)]  # e.g. an API server still shutting down after its workers died
+    return {"used_mib_after": used, "tree_left": left, "verified": not host.holders() and max(used) == 0}
+
+
+def floor_run(host: SimHost, tree: List[int]) -> Dict[str, Any]:
+    """SIGTERM every process of the tree at once; elapsed until the last one has exited (polled every ms)."""
+    start = time.perf_counter()
+    for pid in tree:
+        os.kill(pid, signal.SIGTERM)
+    pending = set(tree)
+    while pending:
+        pending = {pid for pid in pending if pid_alive(pid)}
+        if pending:
+            if time.perf_counter() - start > 30:
+                raise BenchError(f"floor: {sorted(pending)} did not exit on SIGTERM within 30 s")
+            time.sleep(0.001)
+    return {"wall_s": time.perf_counter() - start}
+
+
+def module_run(host: SimHost, settle: float, grace: float, timeout: float) -> Dict[str, Any]:
+    result: Dict[str, Any] = host.probe("_reclaim_probe.py", "--grace", str(grace), "--timeout", str(timeout),
+                                        "--settle", str(settle))
     return result
 
 
-def shell_run(host: SimHost, sleep: float) -> Dict[str, Any]:
+def shell_run(host: SimHost, grace: float) -> Dict[str, Any]:
+    env = dict(host.env(), THRESHOLD=str(THRESHOLD_MIB), GRACE=str(int(max(1, grace))))
     start = time.perf_counter()
-    done = subprocess.run(["bash", "-c", SHELL.format(sleep=sleep)], env=host.env(), capture_output=True, text=True,
-                          timeout=sleep + 30, check=False)
+    done = subprocess.run(["bash", "-c", SHELL], env=env, capture_output=True, text=True, timeout=4 * grace + 60,
+                          check=False)
     wall_s = time.perf_counter() - start
-    used = [int(line) for line in done.stdout.split()]
-    if done.returncode != 0 or len(used) != 8:
-        raise BenchError(f"shell approach failed ({done.returncode}): {done.stdout.strip()} {done.stderr.strip()}")
-    return {"wall_s": wall_s, "used_mib_after": used, "freed": all(mib <= THRESHOLD_MIB for mib in used)}
+    return {"wall_s": wall_s, "exit_status": done.returncode, "stderr": done.stderr.strip()}
 
 
-def measure(repeats: Dict[str, int], grace: float, timeout: float, sleep: float) -> Dict[str, Dict[str, List[Dict[str, Any]]]]:
-    """Every run on its own host; hosts are prepared first (in parallel), runs then go one at a time."""
-    runs: List[Tuple[str, str]] = [(scenario, approach) for scenario in SCENARIOS for approach in ("module", "shell")
-                                   for _run in range(repeats[approach])]
-    results: Dict[str, Dict[str, List[Dict[str, Any]]]] = {s: {"module": [], "shell": []} for s in SCENARIOS}
-    with contextlib.ExitStack() as stack:
-        hosts = [stack.enter_context(SimHost()) for _run in runs]
-        print(f"bench_gpu_reclaim: preparing {len(hosts)} simulated hosts ...", file=sys.stderr)
-        with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-            for future in [pool.submit(prepare, host, scenario) for host, (scenario, _approach) in zip(hosts, runs)]:
-                future.result()
-        for host, (scenario, approach) in zip(hosts, runs):
-            run = module_run(host, grace, timeout) if approach == "module" else shell_run(host, sleep)
-            results[scenario][approach].append(run)
-            print(f"  {scenario}, {approach}: {run['wall_s']:.3f} s", file=sys.stderr)
+def approaches(args: argparse.Namespace) -> Dict[str, Callable[[SimHost, List[int]], Dict[str, Any]]]:
+    return {
+        "floor": floor_run,
+        f"gpu_reclaim settle {args.settle:g}": lambda host, _tree: module_run(host, args.settle, args.grace, args.timeout),
+        "gpu_reclaim settle 0": lambda host, _tree: module_run(host, 0.0, args.grace, args.timeout),
+        "shell: signal + poll nvidia-smi": lambda host, _tree: shell_run(host, args.grace),
+    }
+
+
+def measure(args: argparse.Namespace) -> Dict[str, List[Dict[str, Dict[str, Any]]]]:
+    """results[scenario][repetition][approach]; the hosts of a repetition are prepared (in parallel) before its runs."""
+    runners = approaches(args)
+    results: Dict[str, List[Dict[str, Dict[str, Any]]]] = {scenario: [] for scenario in SCENARIOS}
+    for repetition in range(args.repeats):
+        for scenario in SCENARIOS:
+            with contextlib.ExitStack() as stack:
+                hosts = {name: stack.enter_context(SimHost()) for name in runners}
+                print(f"bench_gpu_reclaim: {scenario}, repetition {repetition + 1}: preparing {len(hosts)} hosts",
+                      file=sys.stderr)
+                with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+                    futures = {name: pool.submit(prepare, host, scenario) for name, host in hosts.items()}
+                    trees = {name: future.result() for name, future in futures.items()}
+                runs: Dict[str, Dict[str, Any]] = {}
+                for name, runner in runners.items():
+                    run = runner(hosts[name], trees[name])
+                    run.update(independent(hosts[name], trees[name]))
+                    if not run["verified"]:
+                        raise BenchError(f"{scenario}: {name} left the GPUs held: {run}")
+                    runs[name] = run
+                    print(f"  {name}: {run['wall_s']:.3f} s", file=sys.stderr)
+                results[scenario].append(runs)
     return results
 
 
-def report(results: Dict[str, Dict[str, List[Dict[str, Any]]]], sleep: float) -> str:
+def report(results: Dict[str, List[Dict[str, Dict[str, Any]]]], args: argparse.Namespace) -> Tuple[str, Dict[str, Any]]:
     rows = []
-    for scenario, by_approach in results.items():
-        module, shell = by_approach["module"], by_approach["shell"]
-        floor = median([run["floor_s"] for run in module])
-        module_over = median([run["wall_s"] for run in module]) - floor
-        shell_over = median([run["wall_s"] for run in shell]) - floor
-        rows.append([scenario, "gpu_reclaim", len(module), median([run["wall_s"] for run in module]), floor, module_over,
-                     f"yes ({len(module[0]['killed'])} ended)", shell_over / module_over])
-        rows.append([scenario, f"kill; sleep {sleep:g}", len(shell), median([run["wall_s"] for run in shell]), floor, shell_over,
-                     "no (memory " + ("freed)" if all(run["freed"] for run in shell) else "still held)"), "-"])
-    return "\n".join([
-        table(["scenario", "approach", "runs", "elapsed s", "floor s", "above floor s", "verified", "shell/module"],
-              rows),
-        "medians; floor: the slowest holder's own exit time (max seconds_to_exit in gpu_reclaim's result), the same for both;",
-        "above floor: elapsed - floor; shell/module: the shell's time above the floor over gpu_reclaim's.",
-        "gpu_reclaim's elapsed: open NVML, read, plan, signal (launchers first), verify by a fresh NVML reading, close.",
+    figures: Dict[str, Any] = {}
+    for scenario, repetitions in results.items():
+        names = list(repetitions[0])
+        above = {name: [rep[name]["wall_s"] - rep["floor"]["wall_s"] for rep in repetitions] for name in names}
+        shell_name = names[-1]
+        for name in names:
+            over = median(above[name])
+            ratio = "-" if name in ("floor", shell_name) else f"{median(above[shell_name]) / over:.2f}" if over > 0 else "-"
+            verified = all(rep[name]["verified"] for rep in repetitions)
+            left = max(len(rep[name]["tree_left"]) for rep in repetitions)
+            rows.append([scenario, name, len(repetitions), median([rep[name]["wall_s"] for rep in repetitions]),
+                         "-" if name == "floor" else over, "yes" if verified else "NO", left, ratio])
+            figures[f"{scenario} / {name}"] = {"elapsed_s": median([rep[name]["wall_s"] for rep in repetitions]),
+                                               "above_floor_s": over}
+    load = os.getloadavg()[0]
+    text = "\n".join([
+        table(["scenario", "approach", "runs", "elapsed s", "above floor s", "verified", "tree left", "shell/this"], rows),
+        "elapsed: median wall time. above floor: median over repetitions of (elapsed - the same repetition's floor).",
+        "floor: the bench SIGTERMs every process of the tree itself and waits for the last exit (each holder's own exit).",
+        "verified: the simulator's reading right after the run: no holder, 0 MiB used. tree left: processes of the tree"
+        " still running at that moment (most in any repetition; the shell never ends an API server, it exits later).",
+        f"grace {args.grace:g},"
+        f" timeout {args.timeout:g}; settle is gpu_reclaim's two-reading window (default 0.5 s), inside its elapsed time.",
+        f"shell/this: the shell's time above the floor over gpu_reclaim's. load average (1 min) {load:.2f} on {os.cpu_count()} CPUs.",
     ])
+    return text, figures
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3, help="gpu_reclaim runs per scenario")
-    parser.add_argument("--shell-repeats", type=int, default=2, help="shell runs per scenario (each lasts --sleep)")
+    parser.add_argument("--repeats", type=int, default=3, help="repetitions per scenario (each: floor, module x2, shell)")
     parser.add_argument("--grace", type=float, default=10)
     parser.add_argument("--timeout", type=float, default=30)
-    parser.add_argument("--sleep", type=float, default=5, help="the shell approach's sleep")
+    parser.add_argument("--settle", type=float, default=0.5, help="gpu_reclaim's settle in the first module column")
     args = parser.parse_args()
     try:
         ensure_simulator()
-        results = measure({"module": args.repeats, "shell": args.shell_repeats}, args.grace, args.timeout, args.sleep)
+        results = measure(args)
     except BenchError as exc:
         print(f"bench_gpu_reclaim: error: {exc}", file=sys.stderr)
         return 1
-    text = report(results, args.sleep)
+    text, figures = report(results, args)
     print(text)
-    saved = save_results("gpu_reclaim", {"results": results, "report": text})
+    saved = save_results("gpu_reclaim", {"results": results, "figures": figures, "report": text,
+                                         "load_1min": os.getloadavg()[0], "date": time.strftime("%Y-%m-%d %H:%M %Z")})
     if saved:
         print(f"results: {saved}")
     return 0
