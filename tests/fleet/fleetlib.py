@@ -100,6 +100,11 @@ class Fleet:
         self.gpusim(name, "incident")
         return tree
 
+    def node_exec_out(self, name: str, argv: t.Sequence[str]) -> str:
+        proc = lifecycle.node_exec(self.rec, name, list(argv))
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
     def health(self, name: str, port: int = inventory.VLLM_PORT, timeout: float = 2.0) -> int:
         """GET /health on the node's address, from the machine: the status, or -1 when nothing answers."""
         try:
