@@ -36,7 +36,7 @@ JUNIT := $(OUTPUT)/junit
 STEPS_FILE := $(OUTPUT)/make-test-steps.txt
 PYTEST := $(PY) -m pytest -p no:cacheprovider -ra --timeout=900
 # the checks `make test` runs, in order; a failing one does not stop the others
-TEST_STEPS := units sanity lint simtests integration molecule build-test
+TEST_STEPS := units sanity lint simtests integration molecule build-test fleet
 
 DEMO_SCRIPT := scripts/demo.sh
 BENCH_SCRIPT := bench/run.py
@@ -50,7 +50,7 @@ command -v $(1) >/dev/null 2>&1 || { \
 endef
 
 .PHONY: help venv sim collection-path ansible-test-cache stage setup tools \
-        units sanity lint simtests integration molecule build-test test bench demo demo-clean \
+        units sanity lint simtests integration molecule build-test fleet fleet-tests fleet-tools test bench demo demo-clean \
         constraints clean distclean
 
 help:
@@ -61,6 +61,7 @@ help:
 	@echo "make sim              build the simulated GPU host's fake NVML into simulator/build/"
 	@echo "make collection-path  .collections/ansible_collections/gpuops/fleet -> this checkout (ansible.cfg)"
 	@echo "make units|sanity|lint|simtests|integration|molecule|build-test   one check"
+	@echo "make fleet-tests      playbooks over SSH on a fleet of namespaced nodes (root; installs openssh-server, sudo)"
 	@echo "make bench            benchmarks ($(BENCH_SCRIPT))"
 	@echo "make constraints      re-pin requirements/constraints.txt from .venv"
 	@echo "make clean            remove build outputs; distclean also removes .venv"
@@ -146,6 +147,19 @@ molecule: venv sim collection-path
 
 build-test: venv sim
 	$(PYTEST) tests/build --junitxml=$(JUNIT)/build-test.xml
+
+# the SSH fleet (simulator/gpusim/fleet): namespaces, sshd and sudo on each node
+fleet-tools:
+	@$(call ensure_command,/usr/sbin/sshd,openssh-server)
+	@$(call ensure_command,ssh,openssh-client)
+	@$(call ensure_command,sudo,sudo)
+	@$(call ensure_command,ip,iproute2)
+	@$(call ensure_command,nsenter,util-linux)
+
+fleet: venv sim collection-path fleet-tools
+	$(PYTEST) tests/fleet --junitxml=$(JUNIT)/fleet.xml
+
+fleet-tests: fleet
 
 test: setup
 	@rm -rf $(OUTPUT) && mkdir -p $(JUNIT) && : > $(STEPS_FILE)
