@@ -13,6 +13,8 @@ import os
 import typing as t
 
 KERNEL_LOGS = ("/var/log/kern.log", "/var/log/messages", "/var/log/syslog")
+# Where the NVIDIA device files are (/dev unless told otherwise: a simulated host keeps its own, see docs/simulator.md)
+DEVICE_DIR_ENV = "GPUOPS_NVIDIA_DEVICE_DIR"
 _TAIL_BYTES = 4 * 1024 * 1024
 XID_MARK = "NVRM: Xid"
 
@@ -39,8 +41,15 @@ def survivor(psutil: t.Any, pid: int) -> t.Dict[str, t.Any]:
     return evidence
 
 
-def device_holders(psutil: t.Any, proc_root: str = "/proc") -> t.List[t.Dict[str, t.Any]]:
-    """Processes of this PID namespace with a /dev/nvidia* device open (what fuser would show; NVML can miss them)."""
+def device_prefix() -> str:
+    """The path every NVIDIA device file starts with: /dev/nvidia, or $GPUOPS_NVIDIA_DEVICE_DIR/nvidia."""
+    return os.path.join(os.environ.get(DEVICE_DIR_ENV) or "/dev", "nvidia")
+
+
+def device_holders(psutil: t.Any, proc_root: str = "/proc", prefix: t.Optional[str] = None) -> t.List[t.Dict[str, t.Any]]:
+    """Processes of this PID namespace with an NVIDIA device file open (/dev/nvidia*: what fuser would show; NVML can
+    miss them), each with the device files it holds."""
+    prefix = prefix or device_prefix()
     found = []
     for pid in psutil.pids():
         fd_dir = "%s/%d/fd" % (proc_root, pid)
@@ -54,7 +63,7 @@ def device_holders(psutil: t.Any, proc_root: str = "/proc") -> t.List[t.Dict[str
                 link = os.readlink(os.path.join(fd_dir, name))
             except OSError:
                 continue
-            if link.startswith("/dev/nvidia"):
+            if link.startswith(prefix):
                 devices.add(link)
         if devices:
             found.append({"pid": pid, "name": (_read("%s/%d/comm" % (proc_root, pid)) or "?"), "devices": sorted(devices)})

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from gpusim import procfs
+from gpusim.devices import open_devices
 from gpusim.host import read_host
 from gpusim.statedir import StateDir, StateError, atomic_write, content_lines
 
@@ -119,6 +120,7 @@ def register_own_alloc(state: StateDir, gpu_index: int, used_mib: int, flags: Tu
     assert start is not None  # our own /proc entry exists
     alloc = Alloc(pid, start, gpu_index, used_mib, "C", flags)
     write_alloc(state, alloc)
+    open_devices(state, gpu_index)  # a CUDA process holds its GPU's device files open (see devices.py)
     return alloc
 
 

@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from gpusim import procfs
 from gpusim.cleanup import cleanup as _cleanup
+from gpusim.devices import DEVICE_DIR_ENV
 from gpusim.gpus import DEFAULT_NAME, DEFAULT_RESERVED_MIB, DEFAULT_TOTAL_MIB
 from gpusim.host import create_host, read_host, set_host_key
 from gpusim.incident import replay_incident
@@ -124,8 +125,10 @@ class Host:
     # -- what a process on this host needs to see it
 
     def environment(self, nvidia_smi: bool = False) -> Dict[str, str]:
-        """The variables that point the REAL nvidia-ml-py (and, with nvidia_smi, PATH's nvidia-smi) at this host."""
-        env = {"LD_LIBRARY_PATH": str(SIM_LIB_DIR), "GPUOPS_SIM_STATE": str(self.state)}
+        """The variables that point the REAL nvidia-ml-py (and, with nvidia_smi, PATH's nvidia-smi) at this host, and
+        readers of /dev/nvidia* at its device files."""
+        env = {"LD_LIBRARY_PATH": str(SIM_LIB_DIR), "GPUOPS_SIM_STATE": str(self.state),
+               DEVICE_DIR_ENV: str(self.statedir.dev)}
         if nvidia_smi:
             env["PATH"] = os.pathsep.join([str(SIM_BIN_DIR), os.environ.get("PATH", "")])
         return env
@@ -156,6 +159,28 @@ class Host:
             "holders": [sorted(holder["pid"] for holder in gpu["holders"]) for gpu in status["gpus"]],
             "running": sorted((record.pid, record.starttime) for record in read_records(self.statedir) if record.is_running()),
         }
+
+    def device_holders(self) -> Dict[int, List[str]]:
+        """PID -> this host's device files it holds open, read from /proc/PID/fd (what fuser would say)."""
+        prefix = str(self.statedir.dev) + os.sep
+        found: Dict[int, List[str]] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                fds = os.listdir(f"/proc/{entry}/fd")
+            except OSError:  # gone, or not ours to read
+                continue
+            links = []
+            for fd in fds:
+                try:
+                    links.append(os.readlink(f"/proc/{entry}/fd/{fd}"))
+                except OSError:  # closed meanwhile
+                    pass
+            held = sorted({link for link in links if link.startswith(prefix)})
+            if held:
+                found[int(entry)] = held
+        return found
 
     def host_keys(self) -> Dict[str, str]:
         return read_host(self.statedir)

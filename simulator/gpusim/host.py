@@ -44,10 +44,20 @@ def create_host(  # pylint: disable=too-many-arguments
             conf.unlink()
     state.make_dirs()
     write_gpus(state, new_gpus(state, gpus, memory_mib, reserved_mib, name))
+    make_device_files(state, gpus)
     extra = {"orphans": orphans} if orphans != "reaper" else {}
     if subreaper_title:
         extra["subreaper_title"] = subreaper_title
     write_kv(state.host, dict(HOST_DEFAULTS, topology=topology, **extra))
+
+
+def make_device_files(state: StateDir, gpus: int) -> None:
+    """dev/nvidiactl, dev/nvidia-uvm and dev/nvidia<i>: what a CUDA process holds open (see devices.py)."""
+    state.dev.mkdir(parents=True, exist_ok=True)
+    for old in state.dev.glob("nvidia*"):
+        old.unlink()
+    for name in ["nvidiactl", "nvidia-uvm"] + [f"nvidia{index}" for index in range(gpus)]:
+        (state.dev / name).touch()
 
 
 def read_host(state: StateDir) -> Dict[str, str]:

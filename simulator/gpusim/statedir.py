@@ -41,6 +41,11 @@ class StateDir:
     def logs(self) -> Path:
         return self.root / "logs"
 
+    @property
+    def dev(self) -> Path:
+        """The host's NVIDIA device files (plain files: nvidiactl, nvidia-uvm, nvidia<i>), never the machine's /dev."""
+        return self.root / "dev"
+
     def exists(self) -> bool:
         return self.host.is_file()
 

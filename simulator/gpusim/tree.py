@@ -7,9 +7,10 @@ For the shapes real hosts have and a vLLM tree does not: a Ray node (raylet -> r
 
     {"key": "eval", "title": "python eval.py --shard 0", "comm": "python",
      "hold": [{"gpu": 0, "mib": 20000, "flags": ["mps"]}],
-     "ignore_term": false, "respawn": {"delay": 0.3, "hold": [...]}, "children": [...]}
+     "devices": [1], "ignore_term": false, "respawn": {"delay": 0.3, "hold": [...]}, "children": [...]}
 
-Only `title` is required; `key` defaults to the title. Prints {key: pid} once every node has started
+Only `title` is required; `key` defaults to the title. `devices` opens those GPUs' device files (see devices.py)
+without holding memory. Prints {key: pid} once every node has started
 and holds its memory. Every process is recorded in procs/, so `gpusim cleanup` ends it.
 """
 
@@ -40,6 +41,8 @@ def _check(node: Dict[str, Any], gpus: List[Any], keys: List[str]) -> None:
         unknown = set(item.get("flags", ())) - set(KNOWN_FLAGS)
         if unknown:
             raise StateError(f"tree: unknown allocation flags {sorted(unknown)}")
+    for gpu in node.get("devices", []):
+        gpu_by_index(gpus, int(gpu))
     for child in node.get("children", []):
         _check(child, gpus, keys)
 

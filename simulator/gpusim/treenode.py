@@ -23,6 +23,7 @@ from typing import Any, Dict, List
 import setproctitle
 
 from gpusim.allocs import register_own_alloc
+from gpusim.devices import open_devices
 from gpusim.procs import record_self
 from gpusim.spawn import python3
 from gpusim.statedir import StateDir, resolve_state
@@ -95,6 +96,8 @@ def main() -> int:
         # pylint: disable-next=consider-using-with  # never waited for: SIGCHLD is ignored, so the kernel reaps it
         subprocess.Popen([python3(), "-m", "gpusim.treenode", spec_file, child_path])
     hold(state, node.get("hold", []))
+    for gpu in node.get("devices", []):  # the device files open without memory (a process NVML does not list)
+        open_devices(state, int(gpu))
     if node.get("respawn"):
         signal.signal(signal.SIGTERM, lambda _number, _frame: respawn(state, node))
     elif node.get("ignore_term"):

@@ -18,6 +18,7 @@ import typing as t
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / 'simulator'))
@@ -140,7 +141,8 @@ def test_manifest_describes_the_collection(tarball: Path) -> None:
         member = archive.extractfile('MANIFEST.json')
         assert member is not None
         info = json.load(member)['collection_info']
-    assert (info['namespace'], info['name'], info['version']) == ('gpuops', 'fleet', '0.1.0')
+    galaxy = yaml.safe_load((REPO / 'galaxy.yml').read_text(encoding='utf-8'))
+    assert (info['namespace'], info['name'], info['version']) == ('gpuops', 'fleet', galaxy['version'])
     assert info['license'] == ['GPL-3.0-or-later']
     assert 'infrastructure' in info['tags']
 

@@ -179,8 +179,10 @@ def test_foreign_pid_is_named_and_can_be_ignored(make_host, inventory, tmp_path,
 
 
 def test_memory_held_by_no_process(make_host, inventory, tmp_path, canaries):
+    """Memory no process holds; a process that has GPU 5's device file open (NVML does not list it) is the lead."""
     host = make_host()
     host.orphan(5, 4096)
+    opener = tree(host, node("opener", "python3 /opt/probe/cuda_init_hang.py", devices=[5]))["opener"]
     canaries.hold(host, 1)
     before = host.snapshot()
     result = reclaim(host, inventory, tmp_path, {"gpus": ["4", "5"], "timeout": 2})
@@ -188,6 +190,11 @@ def test_memory_held_by_no_process(make_host, inventory, tmp_path, canaries):
     assert "GPU 5" in result["msg"] and "4096 MiB" in result["msg"] and "no process" in result["msg"]
     assert [g["index"] for g in result["gpus"] if not g["verified"]] == [5]
     assert host.snapshot() == before and used(host)[5] == 4096 and host.holders(5) == []
+    assert pid_alive(opener), "not a holder: never signalled"
+    # the evidence names who has the device files open, exactly as /proc/PID/fd tells it
+    devices = {entry["pid"]: entry["devices"] for entry in result["evidence"]["device_holders"]}
+    assert devices == host.device_holders()
+    assert str(host.state / "dev" / "nvidia5") in devices[opener]
     assert canaries.alive(), canaries.dead()
 
 
@@ -263,6 +270,8 @@ def test_exclude_keeps_a_holder_and_says_so(make_host, inventory, tmp_path, cana
     with open("/proc/%d/wchan" % kept) as handle:
         assert evidence["wchan"] == handle.read().strip()
     assert [p["pid"] for p in evidence["parents"]][0] == parent_pid(kept) == tree["reaper"]
+    devices = {entry["pid"]: entry["devices"] for entry in result["evidence"]["device_holders"]}
+    assert devices == host.device_holders() and str(host.state / "dev" / "nvidia3") in devices[kept]
     assert canaries.alive(), canaries.dead()
 
 

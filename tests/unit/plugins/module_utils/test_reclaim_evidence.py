@@ -119,3 +119,23 @@ def test_xid_lines_of_a_log_with_none_or_no_log_at_all(tmp_path):
     assert xid_lines([str(quiet), str(tmp_path / "x")]) == []
     assert xid_lines([str(tmp_path / "missing")]) == []
     assert xid_lines([str(tmp_path)]) == []  # a folder is not readable as a log
+
+
+def test_device_holders_follow_the_device_directory_of_the_environment(tmp_path, monkeypatch, child):
+    """A simulated host keeps its device files in its own directory; GPUOPS_NVIDIA_DEVICE_DIR points the evidence there."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ("nvidiactl", "nvidia3", "nvidia-not-held"):
+        (dev / name).write_text("")
+    holder = child("python3", "-c", "import sys, time; handles = [open(p) for p in sys.argv[1:]]; time.sleep(60)",
+                   str(dev / "nvidiactl"), str(dev / "nvidia3"))
+    deadline = time.monotonic() + 10
+    while len([n for n in os.listdir("/proc/%d/fd" % holder.pid) if os.readlink("/proc/%d/fd/%s" % (holder.pid, n)).startswith(str(dev))]) < 2:
+        assert time.monotonic() < deadline, "the holder never opened its devices"
+        time.sleep(0.01)
+    monkeypatch.setenv("GPUOPS_NVIDIA_DEVICE_DIR", str(dev))
+    found = {entry["pid"]: entry for entry in device_holders(psutil)}
+    assert found[holder.pid]["devices"] == [str(dev / "nvidia3"), str(dev / "nvidiactl")]
+    assert os.getpid() not in found
+    monkeypatch.delenv("GPUOPS_NVIDIA_DEVICE_DIR")
+    assert holder.pid not in {entry["pid"] for entry in device_holders(psutil)}, "outside the directory: /dev only"
