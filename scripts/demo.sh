@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's demo: the incident of docs/incident.md on a simulated fleet, seen by gpuops.fleet.gpu_facts,
-# then fixed by the headline command, `ansible-playbook playbooks/restart_vllm.yml`.
+# then fixed by the headline command, `ansible-playbook playbooks/restart_vllm.yml`, and measured by
+# `playbooks/benchmark_matrix.yml`.
 #
 #   gpu-node-01  an 8-GPU host after the broken cleanup: API server and worker 0
 #                SIGKILLed, VLLM::Worker_TP1..7 alive, 93,029 MiB held on 7 GPUs
@@ -61,6 +62,18 @@ ansible-playbook -i "$demo/inventory.json" playbooks/gpu_facts.yml
 
 banner "6. The same command without force: the servers match the inventory, nothing changes"
 ansible-playbook -i "$demo/inventory.json" playbooks/restart_vllm.yml -e vllm_restart_force=false
+
+banner "7. benchmark_matrix.yml: NCCL_PROTO unset / LL / LL128 on both hosts, 2 interleaved rounds"
+matrix=$demo/benchmark
+ansible-playbook -i "$demo/inventory.json" playbooks/benchmark_matrix.yml \
+  -e '{"vllm_benchmark_configs": [{"name": "default", "env": {"NCCL_PROTO": null}}, {"name": "LL", "env": {"NCCL_PROTO": "LL"}}, {"name": "LL128", "env": {"NCCL_PROTO": "LL128"}}]}' \
+  -e vllm_benchmark_repeats=2 -e vllm_benchmark_results_dir="$matrix" \
+  -e vllm_server_benchmark_output_len=64 -e vllm_server_benchmark_num_requests=8 -e vllm_server_benchmark_concurrency=4 \
+  -e vllm_server_benchmark_warmup_requests=1 -e vllm_server_benchmark_input_len=32 >"$demo/benchmark.log" 2>&1 \
+  || { tail -40 "$demo/benchmark.log"; exit 1; }
+cat "$matrix/summary.md"
+echo
+echo "report: $matrix/ (results.csv, report.json, raw/, chart.png); the servers run the winner now"
 
 banner "Done"
 if [ "${KEEP:-0}" = 1 ]; then
