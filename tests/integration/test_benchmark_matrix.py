@@ -1,0 +1,250 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""playbooks/benchmark_matrix.yml and the role's benchmark entry point, through real ansible-playbook runs.
+
+The fake vLLM server's pace comes from NCCL_PROTO alone (GPUOPS_SIM_TOKENS_PER_S is never set): unset 47.3,
+LL 57.6, LL128 45.5 tok/s. The report's files are checked against each other (raw JSON, CSV, Markdown), its figures
+against those known paces, and the server left running by reading its /proc environ, the simulator's /sim/pace
+and the simulator's own view of who holds the GPUs, never by the playbook's own claim alone.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import statistics
+import typing as t
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import pid_alive
+from simfleet import REPO, free_port, role_host_vars, run_playbook, write_role_inventory
+
+MATRIX = REPO / "playbooks" / "benchmark_matrix.yml"
+RESTART = REPO / "playbooks" / "restart_vllm.yml"
+PACE = {"baseline": 47.3, "LL": 57.6, "LL128": 45.5}
+# the client times one stream's decode to well under 1% on an idle machine; 4% survives a loaded 2-core one
+TOLERANCE = 0.04
+LOAD = {  # short measurements: 4 requests of 32 tokens, 2 at a time, one warmup request
+    "vllm_server_benchmark_input_len": 16,
+    "vllm_server_benchmark_output_len": 32,
+    "vllm_server_benchmark_num_requests": 4,
+    "vllm_server_benchmark_concurrency": 2,
+    "vllm_server_benchmark_warmup_requests": 1,
+}
+CRASH = {"GPUOPS_SIM_FAIL_AT_START": "crash", "GPUOPS_SIM_FAIL_AFTER_S": "0.5"}
+
+
+@pytest.fixture
+def hosts(make_host):
+    def factory(*names: str) -> t.List[t.Any]:
+        made = []
+        for name in names:
+            host = make_host(name)
+            host.port = free_port()
+            made.append(host)
+        return made
+    return factory
+
+
+def inventory(tmp_path: Path, nodes, **group_vars: t.Any) -> Path:
+    entries = {h.name: role_host_vars(h, h.port) for h in nodes}
+    merged = dict(LOAD, vllm_server_tensor_parallel_size=2, vllm_benchmark_results_dir=str(tmp_path / "results"))
+    merged.update(group_vars)
+    return write_role_inventory(tmp_path / "inventory.json", entries, **merged)
+
+
+def flat(output: str) -> str:
+    return " ".join(output.split())
+
+
+def get_json(port: int, path: str) -> t.Any:
+    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=10) as reply:
+        return json.loads(reply.read())
+
+
+def generation_tokens(port: int) -> float:
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as reply:
+        text = reply.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("vllm:generation_tokens_total{"))
+
+
+def recorded_server(host) -> int:
+    """The PID of the server the role launched last (its record), to be judged by independent readings."""
+    return int(json.loads((host.state / "role" / ("vllm-%d.json" % host.port)).read_text())["pid"])
+
+
+def assert_runs(host, pid: int, gpus: t.Sequence[int]) -> None:
+    """The PID is alive and its own descendants hold exactly `gpus` in the simulator."""
+    assert pid_alive(pid)
+    descendants = {p.pid for p in psutil.Process(pid).children(recursive=True)}
+    for gpu in host.status()["gpus"]:
+        holders = {h["pid"] for h in gpu["holders"]}
+        if gpu["index"] in gpus:
+            assert holders and holders <= descendants, "GPU %d held by %s, not by server %d" % (gpu["index"], holders, pid)
+
+
+def markdown_tables(text: str) -> t.Dict[str, t.Dict[str, t.List[str]]]:
+    """section title ('Fleet' or a host) -> configuration -> the cells of its row."""
+    tables: t.Dict[str, t.Dict[str, t.List[str]]] = {}
+    section = None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            section = line[3:].strip()
+        elif section and line.startswith("| ") and not line.startswith("| configuration") and not line.startswith("| host"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            tables.setdefault(section, {})[cells[0].replace(" (baseline)", "")] = cells
+    return tables
+
+
+def csv_median(rows: t.Sequence[t.Dict[str, str]], column: str) -> float:
+    return statistics.median(float(r[column]) for r in rows)
+
+
+@pytest.mark.timeout(1500)
+def test_matrix_on_two_hosts_ll_wins_crash_is_reported_best_is_left_running(hosts, tmp_path):
+    nodes = hosts("gpu-node-01", "gpu-node-02")
+    configs = [{"name": "baseline"}, {"name": "LL", "env": {"NCCL_PROTO": "LL"}},
+               {"name": "LL128", "env": {"NCCL_PROTO": "LL128"}}, {"name": "crash", "env": CRASH}]
+    inv = inventory(tmp_path, nodes, vllm_benchmark_configs=configs, vllm_benchmark_repeats=2)
+    run = run_playbook(MATRIX, inv, timeout=1400)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    results = tmp_path / "results"
+    names = [c["name"] for c in configs]
+
+    # the files exist and agree with each other: one raw JSON per host x config x round, one CSV row each
+    raw = {p.name: json.loads(p.read_text()) for p in (results / "raw").glob("*.json")}
+    assert len(raw) == 2 * 4 * 2, sorted(raw)
+    with open(results / "results.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == len(raw)
+    for row in rows:
+        cell = raw[Path(row["raw_file"]).name]
+        assert (row["host"], row["config"], int(row["round"]), row["status"]) == (
+            cell["host"], cell["config"], cell["round"], cell["status"])
+        if row["status"] == "ok":
+            run0 = cell["benchmark"]["runs"][0]
+            assert float(row["decode_tok_s"]) == pytest.approx(1000.0 / run0["median_tpot_ms"], rel=1e-9)
+            assert int(row["completed"]) == run0["completed"] == 4 and int(row["failed"]) == 0
+            assert run0["total_output_tokens"] == 4 * 32
+    assert (results / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((results / "plan.json").read_text())["hosts"] == ["gpu-node-01", "gpu-node-02"]
+
+    # interleaved: each host ran round 1 (every config in turn), then round 2, one at a time
+    for node in nodes:
+        mine = sorted((r for r in rows if r["host"] == node.name), key=lambda r: int(r["order"]))
+        assert [r["config"] for r in mine] == names * 2
+        assert [int(r["round"]) for r in mine] == [1] * 4 + [2] * 4
+        assert [r["started"] for r in mine] == sorted(r["started"] for r in mine)
+
+    # the crash is reported, and every other measurement is still there
+    failed = [r for r in rows if r["status"] != "ok"]
+    assert sorted((r["host"], r["config"]) for r in failed) == sorted([(n.name, "crash") for n in nodes] * 2)
+    assert all(r["stage"] == "restart" for r in failed)
+    summary = (results / "summary.md").read_text()
+    failures = summary.split("## Failures", 1)[1].split("## Files", 1)[0]
+    assert failures.count("| crash |") == 4 and "exited while starting" in failures
+
+    # Markdown medians == CSV medians, per host and across the fleet; the paces are NCCL_PROTO's
+    tables = markdown_tables(summary)
+    for section, subset in [("Fleet", rows)] + [(n.name, [r for r in rows if r["host"] == n.name]) for n in nodes]:
+        for name in ["baseline", "LL", "LL128"]:
+            ok = [r for r in subset if r["config"] == name and r["status"] == "ok"]
+            assert len(ok) == len(subset) // 4
+            decode, tpot = csv_median(ok, "decode_tok_s"), csv_median(ok, "median_tpot_ms")
+            cells = tables[section][name]
+            assert float(cells[3]) == pytest.approx(decode, abs=0.006), (section, name, cells)
+            assert float(cells[6]) == pytest.approx(tpot, abs=0.006), (section, name, cells)
+            assert decode == pytest.approx(PACE[name], rel=TOLERANCE), (section, name, decode)
+        assert tables[section]["crash"][2].startswith("0 / ")
+        base = csv_median([r for r in subset if r["config"] == "baseline" and r["status"] == "ok"], "decode_tok_s")
+        ll = csv_median([r for r in subset if r["config"] == "LL" and r["status"] == "ok"], "decode_tok_s")
+        assert tables[section]["LL"][5] == "%+.1f%%" % ((ll - base) / base * 100)
+    report = json.loads((results / "report.json").read_text())
+    assert report["winner"]["config"] == "LL" and report["winner"]["runner_up"] == "baseline"
+    assert report["winner"]["significant"] is True
+    fleet_part = summary.split("## gpu-node-01", 1)[0]
+    assert "Winner: **LL**" in fleet_part and "larger than the run-to-run spread" in fleet_part
+    assert "discourages setting `NCCL_PROTO` in production" in fleet_part and "LL128" in fleet_part
+    assert "| LL | NCCL_PROTO=LL |" in run.stdout  # the table is printed at the end
+
+    # the best configuration is left running: the record's server, by /proc, /sim/pace and the simulator's GPUs
+    left = {e["host"]: e for e in json.loads((results / "left_running.json").read_text())}
+    for node in nodes:
+        pid = recorded_server(node)
+        assert left[node.name]["status"] == "ok" and int(left[node.name]["pid"]) == pid
+        assert psutil.Process(pid).environ().get("NCCL_PROTO") == "LL"
+        pace = get_json(node.port, "/sim/pace")
+        assert (pace["nccl_proto"], pace["source"], pace["tokens_per_s"]) == ("LL", "NCCL_PROTO", 57.6)
+        assert_runs(node, pid, [0, 1])
+    assert "- gpu-node-01: runs **LL**" in summary
+
+
+@pytest.mark.timeout(900)
+def test_matrix_leaves_the_baseline_and_a_null_removes_an_inventory_variable(hosts, tmp_path):
+    (node,) = hosts("gpu-node-01")
+    configs = [{"name": "unset", "env": {"NCCL_PROTO": None}}, {"name": "LL", "env": {"NCCL_PROTO": "LL"}}]
+    inv = inventory(tmp_path, [node], vllm_server_env={"NCCL_PROTO": "LL128"}, vllm_benchmark_configs=configs,
+                    vllm_benchmark_repeats=1, vllm_benchmark_leave="baseline", vllm_server_tensor_parallel_size=1)
+    run = run_playbook(MATRIX, inv, timeout=800)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    results = tmp_path / "results"
+    cells = {c["config"]: c for c in (json.loads(p.read_text()) for p in (results / "raw").glob("*.json"))}
+    assert cells["unset"]["summary"]["decode_tok_s"] == pytest.approx(PACE["baseline"], rel=TOLERANCE)
+    assert cells["LL"]["summary"]["decode_tok_s"] == pytest.approx(PACE["LL"], rel=TOLERANCE)
+    summary = (results / "summary.md").read_text()
+    assert "Winner: **LL**" in summary and "spread is unknown (one round)" in summary
+    assert "Configuration to leave running: **unset** (vllm_benchmark_leave=baseline)" in summary
+    pid = recorded_server(node)
+    assert pid != int(cells["LL"]["server"]["pid"])  # LL ran last: leaving the baseline restarted it
+    assert "NCCL_PROTO" not in psutil.Process(pid).environ()
+    assert get_json(node.port, "/sim/pace")["nccl_proto"] is None
+    assert_runs(node, pid, [0])
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ({"vllm_benchmark_configs": []}, "must be a non-empty list"),
+    ({"vllm_benchmark_configs": [{"name": "a b"}]}, "distinct names"),
+    ({"vllm_benchmark_configs": [{"name": "a"}, {"name": "a"}]}, "distinct names"),
+    ({"vllm_benchmark_configs": [{"name": "a", "args": "--x"}]}, "args a list"),
+    ({"vllm_benchmark_configs": [{"name": "a"}], "vllm_benchmark_baseline": "b"}, "must be one of the names"),
+    ({"vllm_benchmark_configs": [{"name": "a"}], "vllm_benchmark_leave": "worst"}, "must be best or baseline"),
+])
+def test_bad_matrix_fails_before_anything_is_touched(hosts, tmp_path, bad, needle):
+    (node,) = hosts("gpu-node-01")
+    run = run_playbook(MATRIX, inventory(tmp_path, [node], **bad))
+    assert run.returncode != 0
+    assert needle in flat(run.stdout), run.stdout[-3000:]
+    assert not (node.state / "role").exists()  # the role never ran
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.timeout(600)
+def test_restart_with_benchmark_prints_its_figures_and_they_are_the_servers(hosts, tmp_path):
+    (node,) = hosts("gpu-node-01")
+    inv = inventory(tmp_path, [node], vllm_server_env={"NCCL_PROTO": "LL128"}, vllm_server_benchmark_repeats=2,
+                    vllm_server_benchmark_output_len=24)
+    run = run_playbook(RESTART, inv, "-e", "vllm_restart_benchmark=true")
+    assert run.returncode == 0, run.stdout[-4000:]
+    out = flat(run.stdout)
+    found = re.search(r"gpu-node-01: benchmark: ([\d.]+) tok/s per stream \(median TPOT ([\d.]+) ms.*?"
+                      r"(\d+) completed, (\d+) failed, (\d+) repeat", out)
+    assert found, out[-3000:]
+    decode, tpot, completed, failed, repeats = found.groups()
+    assert float(decode) == pytest.approx(PACE["LL128"], rel=TOLERANCE)
+    assert float(decode) == pytest.approx(1000.0 / float(tpot), rel=0.01)
+    assert (int(completed), int(failed), int(repeats)) == (8, 0, 2)
+    pid = recorded_server(node)
+    assert psutil.Process(pid).environ()["NCCL_PROTO"] == "LL128"
+    # the server's own counter: one warmup request and 2 x 4 measured ones, 24 tokens each
+    assert generation_tokens(node.port) == (1 + 2 * 4) * 24
+
+    again = run_playbook(RESTART, inv, "-e", "vllm_restart_force=false")  # benchmark off by default
+    assert again.returncode == 0, again.stdout[-4000:]
+    assert "UNCHANGED" in again.stdout and "benchmark:" not in again.stdout
+    assert recorded_server(node) == pid and generation_tokens(node.port) == (1 + 2 * 4) * 24
