@@ -224,6 +224,13 @@ def test_bad_matrix_fails_before_anything_is_touched(hosts, tmp_path, bad, needl
     assert not (tmp_path / "results").exists()
 
 
+def test_check_mode_is_refused_before_anything_is_touched(hosts, tmp_path):
+    (node,) = hosts("gpu-node-01")
+    run = run_playbook(MATRIX, inventory(tmp_path, [node], vllm_benchmark_configs=[{"name": "a"}]), "--check")
+    assert run.returncode != 0 and "there is no check mode" in flat(run.stdout), run.stdout[-3000:]
+    assert not (node.state / "role").exists() and not (tmp_path / "results").exists()
+
+
 @pytest.mark.timeout(600)
 def test_restart_with_benchmark_prints_its_figures_and_they_are_the_servers(hosts, tmp_path):
     (node,) = hosts("gpu-node-01")
