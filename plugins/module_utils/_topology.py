@@ -36,6 +36,8 @@ def read_topology(session: NvmlSession, bus_ids: t.Mapping[int, t.Optional[str]]
 
     A cell is ``X`` on the diagonal, ``NV<n>`` for n active NvLinks between the pair,
     else the PCIe level (PIX, PXB, PHB, NODE, SYS); null where NVML does not answer (e.g. a lost GPU).
+    A link to an NVSwitch reaches every GPU that links to the same switch (an HGX baseboard: NV18 between
+    every pair), as ``nvidia-smi topo -m`` counts it.
     """
     indices = sorted(bus_ids)
     by_bus = {bus_key(bus): index for index, bus in bus_ids.items() if bus is not None}
@@ -44,7 +46,8 @@ def read_topology(session: NvmlSession, bus_ids: t.Mapping[int, t.Optional[str]]
     for row_pos, row in enumerate(indices):
         cells: t.List[t.Optional[str]] = []
         for col_pos, col in enumerate(indices):
-            links = nvlinks[row].get(col, 0)
+            direct, switches = nvlinks[row]
+            links = direct.get(col, 0) + sum(count for switch, count in switches.items() if switch in nvlinks[col][1])
             if row == col:
                 cells.append("X")
             elif links:
@@ -65,9 +68,23 @@ def _pcie_level(session: NvmlSession, first: int, second: int) -> t.Optional[str
     return _LEVELS.get(level)
 
 
-def _nvlink_peers(session: NvmlSession, index: int, by_bus: t.Mapping[t.Tuple[int, str], int]) -> t.Dict[int, int]:
-    """Number of active NvLinks from GPU ``index`` to each other GPU (empty without NvLink)."""
+def _is_switch(session: NvmlSession, handle: t.Any, link: int) -> bool:
+    """True when NVML says the link's far end is an NVSwitch (False when it is a GPU, or NVML cannot say)."""
+    switch = getattr(session.lib, "NVML_NVLINK_DEVICE_TYPE_SWITCH", 2)
+    try:
+        return session.call("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link) == switch
+    except NvmlError:
+        return False
+
+
+def _nvlink_peers(session: NvmlSession, index: int, by_bus: t.Mapping[t.Tuple[int, str], int]
+                  ) -> t.Tuple[t.Dict[int, int], t.Dict[t.Tuple[int, str], int]]:
+    """Active NvLinks from GPU ``index``: per other GPU reached directly, and per NVSwitch (by PCI bus id).
+
+    Both are empty without NvLink.
+    """
     peers: t.Dict[int, int] = {}
+    switches: t.Dict[t.Tuple[int, str], int] = {}
     for link in range(getattr(session.lib, "NVML_NVLINK_MAX_LINKS", 18)):
         try:
             handle = session.handle(index)
@@ -76,7 +93,10 @@ def _nvlink_peers(session: NvmlSession, index: int, by_bus: t.Mapping[t.Tuple[in
             remote = session.call("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
         except NvmlError:
             break  # NOT_SUPPORTED: no NvLink; INVALID_ARGUMENT: past the last link; GPU_IS_LOST: reported in its facts
-        peer = by_bus.get(bus_key(text(remote.busId)))
+        far = bus_key(text(remote.busId))
+        peer = by_bus.get(far)
         if peer is not None:
             peers[peer] = peers.get(peer, 0) + 1
-    return peers
+        elif _is_switch(session, handle, link):
+            switches[far] = switches.get(far, 0) + 1
+    return peers, switches

@@ -531,10 +531,136 @@ static const char *option_value(int argc, char **argv, int *i, const char *name)
     return NULL;
 }
 
+/* ---- topo -m ---- */
+
+#define TOPO_LINKS 18U
+#define TOPO_MAX_FAR 64U
+#define TOPO_BUS_LEN 32
+
+typedef struct {
+    char bus[TOPO_MAX_FAR][TOPO_BUS_LEN];
+    unsigned int links[TOPO_MAX_FAR];
+    int is_switch[TOPO_MAX_FAR];
+    unsigned int n;
+} far_ends;
+
+/* Every active NvLink of a GPU, counted per far end (a GPU or an NVSwitch, by PCI bus id). */
+static void read_far_ends(nvmlDevice_t device, far_ends *ends)
+{
+    memset(ends, 0, sizeof *ends);
+    for (unsigned int link = 0; link < TOPO_LINKS; link++) {
+        unsigned int active = 0;
+        nvmlPciInfo_t pci;
+        unsigned int type = 0;
+        if (nvmlDeviceGetNvLinkState(device, link, &active) != NVML_SUCCESS)
+            break;
+        if (!active || nvmlDeviceGetNvLinkRemotePciInfo_v2(device, link, &pci) != NVML_SUCCESS)
+            continue;
+        int is_switch = nvmlDeviceGetNvLinkRemoteDeviceType(device, link, &type) == NVML_SUCCESS && type == 2;
+        unsigned int k = 0;
+        while (k < ends->n && strcmp(ends->bus[k], pci.busId) != 0)
+            k++;
+        if (k == ends->n) {
+            if (ends->n == TOPO_MAX_FAR)
+                continue;
+            snprintf(ends->bus[k], sizeof ends->bus[k], "%s", pci.busId);
+            ends->is_switch[k] = is_switch;
+            ends->n++;
+        }
+        ends->links[k]++;
+    }
+}
+
+/* NvLinks from `a` to GPU `b`: direct ones, plus those to an NVSwitch that `b` also links to. */
+static unsigned int links_between(const far_ends *a, const far_ends *b, const char *b_bus)
+{
+    unsigned int total = 0;
+    for (unsigned int k = 0; k < a->n; k++) {
+        if (!a->is_switch[k]) {
+            if (strcmp(a->bus[k], b_bus) == 0)
+                total += a->links[k];
+            continue;
+        }
+        for (unsigned int m = 0; m < b->n; m++)
+            if (b->is_switch[m] && strcmp(b->bus[m], a->bus[k]) == 0)
+                total += a->links[k];
+    }
+    return total;
+}
+
+static const char *pcie_level(nvmlDevice_t a, nvmlDevice_t b)
+{
+    int level;
+    if (nvmlDeviceGetTopologyCommonAncestor(a, b, &level) != NVML_SUCCESS)
+        return "N/A";
+    switch (level) {
+    case 0: case 10: return "PIX";
+    case 20: return "PXB";
+    case 30: return "PHB";
+    case 40: return "NODE";
+    default: return "SYS";
+    }
+}
+
+/* `nvidia-smi topo -m`: the link between each pair, then CPU and NUMA affinity (modelled: the first half of
+ * the GPUs on NUMA node 0, CPUs 0-31; the rest on node 1, CPUs 32-63), then the legend. */
+static int topo_matrix(const unsigned int *ids, unsigned int n)
+{
+    nvmlDevice_t *devices = calloc(n, sizeof *devices);
+    far_ends *ends = calloc(n, sizeof *ends);
+    char (*buses)[TOPO_BUS_LEN] = calloc(n, sizeof *buses);
+    if (devices == NULL || ends == NULL || buses == NULL) {
+        free(devices), free(ends), free(buses);
+        return EXIT_OTHER;
+    }
+    unsigned int count = 0;
+    nvmlDeviceGetCount_v2(&count);
+    for (unsigned int r = 0; r < n; r++) {
+        nvmlPciInfo_t pci;
+        nvmlDeviceGetHandleByIndex_v2(ids[r], &devices[r]);
+        if (nvmlDeviceGetPciInfo_v3(devices[r], &pci) == NVML_SUCCESS)
+            snprintf(buses[r], sizeof buses[r], "%s", pci.busId);
+        read_far_ends(devices[r], &ends[r]);
+    }
+    for (unsigned int c = 0; c < n; c++)
+        printf("\tGPU%u", ids[c]);
+    printf("\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n");
+    for (unsigned int r = 0; r < n; r++) {
+        printf("GPU%u", ids[r]);
+        for (unsigned int c = 0; c < n; c++) {
+            unsigned int links = r == c ? 0 : links_between(&ends[r], &ends[c], buses[c]);
+            if (r == c)
+                printf("\t X ");
+            else if (links > 0)
+                printf("\tNV%u", links);
+            else
+                printf("\t%s", pcie_level(devices[r], devices[c]));
+        }
+        int node = ids[r] >= count / 2 && count > 1;
+        printf("\t%s\t%d\t\tN/A\n", node ? "32-63" : "0-31", node);
+    }
+    printf("\nLegend:\n\n"
+           "  X    = Self\n"
+           "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)\n"
+           "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node\n"
+           "  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)\n"
+           "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)\n"
+           "  PIX  = Connection traversing at most a single PCIe bridge\n"
+           "  NV#  = Connection traversing a bonded set of # NVLinks\n");
+    free(devices), free(ends), free(buses);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *query_gpu = NULL, *query_apps_spec = NULL, *format = NULL, *ids_spec = NULL;
-    int list = 0;
+    int list = 0, topo = 0;
+    if (argc > 1 && strcmp(argv[1], "topo") == 0) {
+        if (argc != 3 || (strcmp(argv[2], "-m") != 0 && strcmp(argv[2], "--matrix") != 0))
+            return bad_args("Only 'topo -m' is simulated.");
+        topo = 1;
+        argc = 1;
+    }
     for (int i = 1; i < argc; i++) {
         const char *v;
         if ((v = option_value(argc, argv, &i, "--query-gpu")) != NULL)
@@ -583,6 +709,8 @@ int main(int argc, char **argv)
     } else if (count == 0 || select_gpus(ids_spec, count, ids, &count) != 0) {
         printf("No devices were found\n");
         status = EXIT_NOT_FOUND;
+    } else if (topo) {
+        status = topo_matrix(ids, count);
     } else if (query_gpu != NULL) {
         status = query_gpus(ids, count, &fields, &fmt);
     } else if (query_apps_spec != NULL) {

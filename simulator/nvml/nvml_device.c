@@ -514,7 +514,13 @@ NVML_API nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t first, nv
     return NVML_SUCCESS;
 }
 
-/* Remote GPU index of an active link, -1 for a disabled one; rc on error. */
+#define NVLINK_DEVICE_TYPE_GPU 0U
+#define NVLINK_DEVICE_TYPE_SWITCH 2U
+#define NVSWITCH_PCI_DEVICE_ID 0x22A310DEU /* an NVSwitch of an HGX baseboard */
+#define NVSWITCH_FIRST_BUS 0x04U          /* below every GPU's bus (gpus.py starts at 0x10) */
+
+/* What an active link reaches: peer >= 0 is a GPU index, peer == -1 a disabled link, and with
+ * topology=nvswitch peer <= -2 is NVSwitch (-2 - peer). rc on error. */
 static nvmlReturn_t nvlink_peer(nvmlDevice_t device, unsigned int link, int *peer)
 {
     sim_gpu gpu;
@@ -523,10 +529,14 @@ static nvmlReturn_t nvlink_peer(nvmlDevice_t device, unsigned int link, int *pee
     if (rc != NVML_SUCCESS)
         return rc;
     sim_read_host(&host);
-    if (!host.nvlink)
+    if (!host.nvlink && !host.nvswitch)
         return NVML_ERROR_NOT_SUPPORTED;
     if (link >= NVLINK_MAX_LINKS)
         return NVML_ERROR_INVALID_ARGUMENT;
+    if (host.nvswitch) {
+        *peer = -2 - (int)(link % SIM_NVSWITCHES);
+        return NVML_SUCCESS;
+    }
     unsigned int self = (unsigned int)sim_handle_index(device);
     unsigned int count = sim_gpu_count();
     if (count < 2 || link > count - 2)
@@ -534,6 +544,32 @@ static nvmlReturn_t nvlink_peer(nvmlDevice_t device, unsigned int link, int *pee
     else
         *peer = (int)(link < self ? link : link + 1);
     return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link,
+                                                          unsigned int *type)
+{
+    int peer;
+    nvmlReturn_t rc = nvlink_peer(device, link, &peer);
+    if (rc == NVML_SUCCESS && type == NULL)
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    if (rc == NVML_SUCCESS && peer == -1)
+        rc = NVML_ERROR_NOT_SUPPORTED;
+    if (rc == NVML_SUCCESS)
+        *type = peer >= 0 ? NVLINK_DEVICE_TYPE_GPU : NVLINK_DEVICE_TYPE_SWITCH;
+    return rc;
+}
+
+/* The PCI identity of NVSwitch `number`: domain 0, bus NVSWITCH_FIRST_BUS + number. */
+static void fill_switch_pci(unsigned int number, nvmlPciInfo_t *pci)
+{
+    memset(pci, 0, sizeof *pci);
+    pci->domain = 0;
+    pci->bus = NVSWITCH_FIRST_BUS + number;
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "0000:%02X:00.0", pci->bus & 0xFFU);
+    snprintf(pci->busId, sizeof pci->busId, "00000000:%02X:00.0", pci->bus & 0xFFU);
+    pci->pciDeviceId = NVSWITCH_PCI_DEVICE_ID;
+    pci->pciSubSystemId = NVSWITCH_PCI_DEVICE_ID;
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
@@ -544,36 +580,48 @@ NVML_API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int
     if (rc == NVML_SUCCESS && active == NULL)
         rc = NVML_ERROR_INVALID_ARGUMENT;
     if (rc == NVML_SUCCESS)
-        *active = peer >= 0;
+        *active = peer != -1;
     return rc;
 }
 
-static nvmlReturn_t remote_gpu(nvmlDevice_t device, unsigned int link, const void *out,
-                               sim_gpu *remote)
+/* The PCI identity of what an active link reaches: a GPU or an NVSwitch. */
+static nvmlReturn_t remote_pci(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci)
 {
     int peer;
+    sim_gpu remote;
     nvmlReturn_t rc = nvlink_peer(device, link, &peer);
     if (rc != NVML_SUCCESS)
         return rc;
-    if (out == NULL)
+    if (pci == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    if (peer < 0 || sim_read_gpu((unsigned int)peer, remote) != 0)
+    if (peer <= -2) {
+        fill_switch_pci((unsigned int)(-2 - peer), pci);
+        return NVML_SUCCESS;
+    }
+    if (peer < 0 || sim_read_gpu((unsigned int)peer, &remote) != 0)
         return NVML_ERROR_NOT_SUPPORTED;
-    return NVML_SUCCESS;
+    return fill_pci(&remote, pci);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link,
                                                           nvmlPciInfo_t *pci)
 {
-    sim_gpu remote;
-    nvmlReturn_t rc = remote_gpu(device, link, pci, &remote);
-    return rc != NVML_SUCCESS ? rc : fill_pci(&remote, pci);
+    return remote_pci(device, link, pci);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t device, unsigned int link,
                                                        pci_info_v1 *pci)
 {
-    sim_gpu remote;
-    nvmlReturn_t rc = remote_gpu(device, link, pci, &remote);
-    return rc != NVML_SUCCESS ? rc : fill_pci_v1(&remote, pci);
+    nvmlPciInfo_t full;
+    nvmlReturn_t rc = pci == NULL ? NVML_ERROR_INVALID_ARGUMENT : remote_pci(device, link, &full);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    memset(pci, 0, sizeof *pci);
+    memcpy(pci->busId, full.busIdLegacy, sizeof pci->busId);
+    pci->domain = full.domain;
+    pci->bus = full.bus;
+    pci->device = full.device;
+    pci->pciDeviceId = full.pciDeviceId;
+    pci->pciSubSystemId = full.pciSubSystemId;
+    return NVML_SUCCESS;
 }

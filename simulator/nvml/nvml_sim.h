@@ -17,13 +17,15 @@
 #define SIM_MAX_GPUS 1024
 #define SIM_NAME_LEN 96
 #define SIM_BUSID_LEN 32
+#define SIM_NVSWITCHES 4
 
 typedef struct {
     int driver_loaded;
     char driver_version[80];
     char nvml_version[80];
     int cuda_driver_version;
-    int nvlink;
+    int nvlink;   /* topology=nvlink: direct GPU-to-GPU links */
+    int nvswitch; /* topology=nvswitch: every link goes to one of SIM_NVSWITCHES switches (HGX) */
     int mig_supported;
     long long teardown_lag_ms;
 } sim_host;

@@ -148,8 +148,10 @@ static void host_key(const char *key, const char *value, void *ctx)
         copy_field(host->nvml_version, sizeof host->nvml_version, value);
     else if (strcmp(key, "cuda_driver_version") == 0)
         host->cuda_driver_version = atoi(value);
-    else if (strcmp(key, "topology") == 0)
+    else if (strcmp(key, "topology") == 0) {
         host->nvlink = strcmp(value, "nvlink") == 0;
+        host->nvswitch = strcmp(value, "nvswitch") == 0;
+    }
     else if (strcmp(key, "mig_supported") == 0)
         host->mig_supported = atoi(value);
     else if (strcmp(key, "teardown_lag_ms") == 0)

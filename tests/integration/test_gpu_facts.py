@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from simfleet import REPO, run_module, run_playbook
 
 INCIDENT_MIB = 93029
@@ -151,3 +153,29 @@ def test_bad_gpus_fail_naming_the_value(make_host, inventory, tmp_path):
     for value in ("\u00b2", "\u0663"):
         result = run_module("gpu_facts", inventory(host), tmp_path / "out", {"gpus": [value]})["gpu-node-01"]
         assert result["failed"] is True and result["msg"].startswith("gpus: %r" % value), result["msg"]
+
+
+def smi_topology(host):
+    """The fake `nvidia-smi topo -m` (a C program reading NVML on its own): GPU name -> cells."""
+    import subprocess
+    from gpusim.api import SIM_BIN_DIR
+
+    env = dict(host.environment())
+    out = subprocess.run([str(SIM_BIN_DIR / "nvidia-smi"), "topo", "-m"], env=env, capture_output=True, text=True,
+                         timeout=30, check=True).stdout
+    lines = out.split("\n\nLegend:")[0].splitlines()
+    columns = len(lines[0].split("\t")) - 4
+    return [[cell.strip() for cell in line.split("\t")[1:columns + 1]] for line in lines[1:]]
+
+
+@pytest.mark.parametrize("topology, pair", [("nvswitch", "NV18"), ("nvlink", "NV1"), ("pcie", None)])
+def test_topology_as_nvidia_smi_prints_it(make_host, inventory, tmp_path, topology, pair):
+    """HGX: every GPU's links go to NVSwitches, and each pair counts as NV18; gpu_facts agrees with nvidia-smi topo -m."""
+    host = make_host("gpu-node-01", "--topology", topology)
+    got = facts(run_module("gpu_facts", inventory(host), tmp_path / "out", {"topology": True})["gpu-node-01"])
+    matrix = got["gpu_topology"]["matrix"]
+    assert got["gpu_topology"]["gpus"] == list(range(8))
+    assert [row[i] for i, row in enumerate(matrix)] == ["X"] * 8
+    if pair:
+        assert {cell for i, row in enumerate(matrix) for j, cell in enumerate(row) if i != j} == {pair}
+    assert matrix == smi_topology(host)

@@ -299,6 +299,27 @@ def test_topology_nvlink(sim: SimState, nvml: PynvmlSession) -> None:
     assert nvml("nvmlDeviceGetTopologyCommonAncestor(h(0), h(1))") == 20
 
 
+def test_topology_nvswitch(sim: SimState, nvml: PynvmlSession) -> None:
+    """HGX: each GPU's 18 links are active and go to one of 4 NVSwitches (remote type switch, the switch's PCI info)."""
+    sim.host(topology="nvswitch")
+    assert nvml("[nvmlDeviceGetNvLinkState(h(5), k) for k in range(18)]") == [1] * 18
+    assert nvml("[nvmlDeviceGetNvLinkRemoteDeviceType(h(5), k) for k in range(18)]") == [2] * 18  # ..._TYPE_SWITCH
+    remote = nvml("[nvmlDeviceGetNvLinkRemotePciInfo(h(5), k).busId for k in range(18)]")
+    switches = sorted(set(remote))
+    assert switches == [f"00000000:{bus:02X}:00.0" for bus in (4, 5, 6, 7)]
+    assert not set(switches) & {gpu_bus_id(g) for g in range(8)}, "a switch is no GPU"
+    assert nvml("[nvmlDeviceGetNvLinkRemotePciInfo(h(0), k).busId for k in range(18)]") == remote, "one fabric"
+    assert nvml("nvmlDeviceGetNvLinkRemotePciInfo(h(5), 0).pciDeviceId") == 0x22A310DE
+    assert nvml.error("nvmlDeviceGetNvLinkState(h(5), 18)") == "NVMLError_InvalidArgument"
+    assert nvml("nvmlDeviceGetTopologyCommonAncestor(h(0), h(7))") == 50  # PCIe is still there
+
+
+def test_nvlink_remote_type_is_a_gpu(sim: SimState, nvml: PynvmlSession) -> None:
+    sim.host(topology="nvlink")
+    assert nvml("[nvmlDeviceGetNvLinkRemoteDeviceType(h(2), k) for k in range(7)]") == [0] * 7
+    assert nvml.error("nvmlDeviceGetNvLinkRemoteDeviceType(h(2), 7)") == "NVMLError_NotSupported"
+
+
 # ---- scale ----
 
 def test_scale_64_gpus_512_processes(sim: SimState, nvml: PynvmlSession, holders: Holders) -> None:
@@ -375,6 +396,27 @@ def test_smi_list_table_and_bad_input(sim: SimState, holders: Holders) -> None:
     assert bad_field.returncode == 2 and 'Field "bogus" is not a valid field to query.' in bad_field.stderr
     missing = smi(sim.root, "-L", "-i", "9")
     assert missing.returncode == 6 and "No devices were found" in missing.stdout
+
+
+def topo_cells(out: str) -> dict[str, list[str]]:
+    lines = out.split("\n\nLegend:")[0].splitlines()
+    header = lines[0].split("\t")
+    assert header[0] == "" and header[-3:] == ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"], header
+    gpus = header[1:-3]
+    return {row.split("\t")[0]: [cell.strip() for cell in row.split("\t")[1:len(gpus) + 1]] for row in lines[1:]}
+
+
+def test_smi_topo_matrix(sim: SimState) -> None:
+    """`nvidia-smi topo -m`: NV18 between every pair of an HGX host, NV1 with direct links, the PCIe level without."""
+    for topology, cell in (("nvswitch", lambda i, j: "NV18"), ("nvlink", lambda i, j: "NV1"),
+                           ("pcie", lambda i, j: "PXB" if i // 2 == j // 2 else "NODE" if (i < 4) == (j < 4) else "SYS")):
+        sim.host(topology=topology)
+        result = smi(sim.root, "topo", "-m")
+        assert result.returncode == 0, result.stderr
+        assert "NV#  = Connection traversing a bonded set of # NVLinks" in result.stdout
+        cells = topo_cells(result.stdout)
+        assert cells == {f"GPU{i}": ["X" if i == j else cell(i, j) for j in range(8)] for i in range(8)}, topology
+    assert smi(sim.root, "topo", "-p2p", "r").returncode != 0
 
 
 def test_smi_driver_not_loaded(sim: SimState) -> None:

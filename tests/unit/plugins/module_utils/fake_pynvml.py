@@ -213,4 +213,10 @@ class FakeNvml:
 
     def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: int, link: int) -> types.SimpleNamespace:
         peer = self._dev("nvmlDeviceGetNvLinkRemotePciInfo", handle)["nvlinks"][link]
+        if isinstance(peer, str):  # "switch:<n>": a link to NVSwitch n (an HGX baseboard)
+            return types.SimpleNamespace(busId="00000000:%02X:00.0" % (4 + int(peer.split(":")[1])))
         return types.SimpleNamespace(busId=self.devices[peer]["bus"])
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: int, link: int) -> int:
+        peer = self._dev("nvmlDeviceGetNvLinkRemoteDeviceType", handle)["nvlinks"][link]
+        return 2 if isinstance(peer, str) else 0  # NVML_NVLINK_DEVICE_TYPE_SWITCH / _GPU

@@ -44,6 +44,31 @@ def test_nvlink_counts_links_per_pair_and_ignores_inactive_links():
     assert got["matrix"] == [["X", "NV2", "NV1"], ["NV2", "X", "NODE"], ["NV1", "NODE", "X"]]
 
 
+def test_nvswitch_links_reach_every_gpu_on_the_same_switches():
+    """HGX: each GPU's 18 links go to 4 NVSwitches; nvidia-smi topo -m prints NV18 for every pair."""
+    devices = pcie_host(4)
+    for dev in devices[:3]:
+        dev["nvlinks"] = ["switch:%d" % (link % 4) for link in range(18)]
+    devices[3]["nvlinks"] = ["switch:%d" % (4 + link % 2) for link in range(2)]  # another fabric: shares no switch
+    with open_nvml(FakeNvml(devices)) as session:
+        got = read_topology(session, bus_ids(devices))
+    assert got["matrix"] == [
+        ["X", "NV18", "NV18", "SYS"],
+        ["NV18", "X", "NV18", "SYS"],
+        ["NV18", "NV18", "X", "PXB"],
+        ["SYS", "SYS", "PXB", "X"],
+    ]
+
+
+def test_links_split_between_switches_count_only_shared_ones():
+    devices = pcie_host(2)
+    devices[0]["nvlinks"] = ["switch:0", "switch:0", "switch:1", None, 1]  # 2 to switch 0, 1 to switch 1, 1 direct
+    devices[1]["nvlinks"] = ["switch:0", 0]
+    with open_nvml(FakeNvml(devices)) as session:
+        got = read_topology(session, bus_ids(devices))
+    assert got["matrix"] == [["X", "NV3"], ["NV2", "X"]]
+
+
 def test_selected_subset_and_lost_gpu_give_null_cells():
     devices = pcie_host(4)
     devices[2]["lost"] = True
