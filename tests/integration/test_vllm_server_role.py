@@ -341,3 +341,17 @@ def test_rolling_restart_halts_after_a_failed_batch(fleet, tmp_path):
     assert "gpu-node-02: NOT RESTARTED: halted" in text, text[-2000:]
     assert not (second.state / "role" / ("vllm-%d.json" % second.port)).exists()
     assert recap(run.stdout)["gpu-node-02"]["failed"] == 1
+
+
+def test_check_mode_changes_nothing_and_says_what_it_would_do(fleet, tmp_path):
+    (node,) = fleet("gpu-node-01")
+    tree = node.gpusim_json("vllm", "--tp", "8", "--mib", str(MIB))
+    node.gpusim("incident")
+    before = node.status()
+    inventory = inventory_for(tmp_path, [node], vllm_server_tensor_parallel_size=8)
+    run = run_playbook(RESTART, inventory, "--check")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "CHECK MODE: would be started" in flat(run.stdout) and "would end 7 process(es) holding 651203 MiB" in flat(run.stdout)
+    assert node.status() == before
+    assert all(pid_alive(pid) for pid in tree["workers"][1:])
+    assert not (node.state / "role" / ("vllm-%d.json" % node.port)).exists()
