@@ -108,6 +108,23 @@ def test_orphans_of_a_killed_server_under_a_subreaper_or_pid_1(make_host, invent
     assert canaries.alive(), canaries.dead()
 
 
+def test_reclaim_during_start_up_while_workers_are_still_untitled(make_host, inventory, tmp_path, canaries):
+    """Real workers run as `python3 -c "from multiprocessing.spawn import spawn_main; ..."` for a while, holding a CUDA
+    context, before they set their VLLM::Worker_TP<i> title: a reclaim then must still end the whole server."""
+    host = make_host()
+    window = {"GPUOPS_SIM_WORKER_SPAWN_S": "60", "GPUOPS_SIM_WORKER_SPAWN_MIB": "500"}
+    tree = serve(host, canaries, 4, mib=MIB, env=window)
+    assert used(host)[:4] == [500] * 4
+    assert all("spawn_main" in title(w) and "--multiprocessing-fork" in title(w) for w in tree["workers"])
+    result = reclaim(host, inventory, tmp_path)
+    assert result.get("verified") is True, result
+    killed = {k["pid"]: k for k in result["killed"]}
+    assert set(killed) == {tree["parent"], *tree["workers"]} and killed[tree["parent"]]["role"] == "launcher"
+    assert all("spawn_main" in " ".join(killed[w]["cmdline"]) for w in tree["workers"]), "ended before titling itself"
+    assert used(host) == [0] * 8 and none_alive(members(tree))
+    assert canaries.alive(), canaries.dead()
+
+
 def test_v1_tree_with_engine_core_launchers_first(make_host, inventory, tmp_path, canaries):
     host = make_host()
     tree = serve(host, canaries, 8, engine_core=True, entrypoint="serve", mib=MIB)

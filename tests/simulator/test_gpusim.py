@@ -309,3 +309,20 @@ def test_state_option_before_or_after_the_command(tmp_path: Path) -> None:
     assert "GPU 1 " in gpusim("status", "--state", str(state)).stdout
     missing = gpusim("status")
     assert missing.returncode == 1 and "pass --state DIR or set GPUOPS_SIM_STATE" in missing.stderr
+
+
+def test_workers_start_untitled_through_spawn_main(simhost: SimHost) -> None:
+    """GPUOPS_SIM_WORKER_SPAWN_S: workers run under multiprocessing's spawn command line, holding a CUDA context, then
+    take their title and their memory, as vLLM's spawned workers do."""
+    tree = simhost.spawn_vllm(2, mib=20000, env={"GPUOPS_SIM_WORKER_SPAWN_S": "2", "GPUOPS_SIM_WORKER_SPAWN_MIB": "500"})
+    early = [title(pid) for pid in tree["workers"]]
+    assert all(re.fullmatch(r"\S*python3? (-\S+ )*-c from multiprocessing\.spawn import spawn_main; "
+                            r"spawn_main\(tracker_fd=\d+, pipe_handle=\d+\) --multiprocessing-fork", t) for t in early), early
+    assert [gpu["used_mib"] for gpu in simhost.nvml_gpus()[:2]] == [500, 500]
+    assert {role for pid, _start, role in simhost.records() if pid in tree["workers"]} == {"worker"}
+    assert wait_for(lambda: [title(pid) for pid in tree["workers"]] == ["VLLM::Worker_TP0", "VLLM::Worker_TP1"], 20)
+    assert wait_for(lambda: simhost.used_mib()[:2] == [20000, 20000])
+    assert [holders(gpu) for gpu in simhost.nvml_gpus()[:2]] == [[pid] for pid in tree["workers"]]
+    simhost.kill(tree["parent"], signal.SIGTERM)
+    assert wait_for(lambda: not any(is_running(pid) for pid in [tree["parent"], *tree["workers"]]), 20)
+    assert simhost.used_mib() == [0] * 8

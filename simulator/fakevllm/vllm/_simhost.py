@@ -8,6 +8,10 @@ Knobs (environment, so `vllm serve ...` keeps vLLM's own command line):
   GPUOPS_SIM_ENGINE_CORE       1: v1 tree, API server -> VLLM::EngineCore -> workers
   GPUOPS_SIM_IGNORE_SIGTERM    1: workers ignore SIGTERM (only SIGKILL ends them)
   GPUOPS_SIM_SHUTDOWN_GRACE_S  seconds between SIGTERM and SIGKILL of the tree (default 5, as vLLM)
+  GPUOPS_SIM_WORKER_SPAWN_S    seconds each worker runs as `python3 -c "from multiprocessing.spawn import
+                               spawn_main; ..."` before it sets its title and takes its memory (default 0:
+                               workers start as `python -m` children and title themselves at once)
+  GPUOPS_SIM_WORKER_SPAWN_MIB  MiB a worker holds during that window (a CUDA context; default 0)
   CUDA_VISIBLE_DEVICES         which GPUs the ranks use, as with real CUDA (indices or UUIDs)
 """
 
@@ -33,6 +37,8 @@ WORKER_MIB_ENV = "GPUOPS_SIM_WORKER_MIB"
 ENGINE_CORE_ENV = "GPUOPS_SIM_ENGINE_CORE"
 IGNORE_SIGTERM_ENV = "GPUOPS_SIM_IGNORE_SIGTERM"
 GRACE_ENV = "GPUOPS_SIM_SHUTDOWN_GRACE_S"
+SPAWN_S_ENV = "GPUOPS_SIM_WORKER_SPAWN_S"
+SPAWN_MIB_ENV = "GPUOPS_SIM_WORKER_SPAWN_MIB"
 DEFAULT_GRACE_S = 5.0
 
 
@@ -54,6 +60,14 @@ def ignore_sigterm() -> bool:
 
 def shutdown_grace_s() -> float:
     return float(os.environ.get(GRACE_ENV, DEFAULT_GRACE_S))
+
+
+def worker_spawn_s() -> float:
+    return float(os.environ.get(SPAWN_S_ENV) or 0)
+
+
+def worker_spawn_mib() -> int:
+    return int(os.environ.get(SPAWN_MIB_ENV) or 0)
 
 
 def state_dir() -> StateDir:
