@@ -25,7 +25,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from gpusim import procfs
 from gpusim.cleanup import cleanup as _cleanup
@@ -159,6 +159,19 @@ class Host:
             "holders": [sorted(holder["pid"] for holder in gpu["holders"]) for gpu in status["gpus"]],
             "running": sorted((record.pid, record.starttime) for record in read_records(self.statedir) if record.is_running()),
         }
+
+    def nested_pid_namespace(self, argv: Sequence[str]) -> Tuple[List[str], Dict[str, str]]:
+        """argv run inside a new PID namespace (`unshare --pid --fork --mount-proc`, needs root), and the variables
+        that keep the fake NVML's view of the machine's PIDs (a driver knows them whatever the caller's namespace).
+
+        The machine's procfs stays readable to the library through a bind mount in a private mount namespace
+        (`<state>/outer-proc`, gone with the namespace); the command's own /proc shows only its namespace.
+        """
+        outer = self.state / "outer-proc"
+        outer.mkdir(exist_ok=True)
+        wrapped = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                   'mount --bind /proc "$0" && exec unshare --pid --fork --mount-proc "$@"', str(outer), *argv]
+        return wrapped, {"GPUOPS_SIM_PROC_ROOT": str(outer)}
 
     def device_holders(self) -> Dict[int, List[str]]:
         """PID -> this host's device files it holds open, read from /proc/PID/fd (what fuser would say)."""

@@ -69,6 +69,7 @@ typedef struct {
 
 /* 0 and fills *host when the host file exists, -1 otherwise. */
 int sim_read_host(sim_host *host);
+const char *sim_proc_root(void);
 /* Number of GPUs in the gpus file (0 when it is missing). */
 unsigned int sim_gpu_count(void);
 /* 0 and fills *gpu when the gpus file has that index, -1 otherwise. */

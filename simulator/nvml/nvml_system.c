@@ -132,12 +132,12 @@ NVML_API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *version)
 /* First NUL-separated field of /proc/PID/cmdline, else comm. */
 NVML_API nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length)
 {
-    char path[64], buf[4096];
+    char path[4096], buf[4096];
     if (!sim_initialized())
         return NVML_ERROR_UNINITIALIZED;
     if (name == NULL || length == 0)
         return NVML_ERROR_INVALID_ARGUMENT;
-    snprintf(path, sizeof path, "/proc/%u/cmdline", pid);
+    snprintf(path, sizeof path, "%s/%u/cmdline", sim_proc_root(), pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return NVML_ERROR_NOT_FOUND;
@@ -145,7 +145,7 @@ NVML_API nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, uns
     close(fd);
     buf[n > 0 ? n : 0] = '\0';
     if (buf[0] == '\0') {
-        snprintf(path, sizeof path, "/proc/%u/comm", pid);
+        snprintf(path, sizeof path, "%s/%u/comm", sim_proc_root(), pid);
         fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
             return NVML_ERROR_NOT_FOUND;

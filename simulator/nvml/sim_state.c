@@ -282,11 +282,19 @@ void sim_read_conf(unsigned int index, int busy, sim_gpu_conf *conf)
         read_key_values(path, conf_key, conf);
 }
 
+/* The procfs of the PID namespace the driver sees (the machine's): GPUOPS_SIM_PROC_ROOT, else /proc.
+ * A caller inside a nested PID namespace has its own /proc; the driver still knows the outer PIDs. */
+const char *sim_proc_root(void)
+{
+    const char *root = getenv("GPUOPS_SIM_PROC_ROOT");
+    return root != NULL && root[0] == '/' ? root : "/proc";
+}
+
 /* Reads state and starttime (field 22) of /proc/<pid>/stat; 0 on success. */
 static int proc_stat(unsigned int pid, char *state, unsigned long long *starttime)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%u/stat", pid);
+    char path[4096], buf[1024];
+    snprintf(path, sizeof path, "%s/%u/stat", sim_proc_root(), pid);
     if (read_small(path, buf, sizeof buf) <= 0)
         return -1;
     char *p = strrchr(buf, ')');

@@ -15,13 +15,14 @@ import json
 import os
 import pwd
 import signal
+import subprocess
 import time
 
 import pytest
 
 from conftest import pid_alive
 from gpusim.api import orphan_parent, parent_pid, proc_state, title
-from simfleet import REPO, run_module, run_playbook
+from simfleet import BIN, REPO, ansible_env, run_module, run_playbook
 
 MIB = 93029
 FAST = {"grace": 2, "timeout": 10}
@@ -122,6 +123,32 @@ def test_reclaim_during_start_up_while_workers_are_still_untitled(make_host, inv
     assert set(killed) == {tree["parent"], *tree["workers"]} and killed[tree["parent"]]["role"] == "launcher"
     assert all("spawn_main" in " ".join(killed[w]["cmdline"]) for w in tree["workers"]), "ended before titling itself"
     assert used(host) == [0] * 8 and none_alive(members(tree))
+    assert canaries.alive(), canaries.dead()
+
+
+def adhoc_in_nested_pid_namespace(host, module, args):
+    """`ansible localhost -m MODULE -a ARGS` run inside `unshare --pid --fork --mount-proc`: its result."""
+    argv, extra = host.nested_pid_namespace([str(BIN / "ansible"), "localhost", "--one-line", "-m", module, "-a", args])
+    env = dict(ansible_env(), **host.environment(), **extra)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180, check=False)
+    assert " => " in done.stdout, (done.stdout, done.stderr)
+    status, _sep, answer = done.stdout.partition(" => ")
+    return dict(json.loads(answer), failed="FAILED!" in status)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="unshare --pid --mount-proc needs root")
+def test_module_in_a_nested_pid_namespace_sees_outer_pids_and_touches_nothing(make_host, tmp_path, canaries):
+    """The module runs in a container-like PID namespace; NVML lists the machine's PIDs, which it cannot see."""
+    host = make_host()
+    tree = serve(host, canaries, 2, mib=MIB)
+    before = host.snapshot()
+    facts = adhoc_in_nested_pid_namespace(host, "gpuops.fleet.gpu_facts", "gpus=0,1")
+    listed = [(p["pid"], p["visible"]) for g in facts["ansible_facts"]["gpus"] for p in g["processes"]]
+    assert listed == [(w, False) for w in tree["workers"]], listed
+    result = adhoc_in_nested_pid_namespace(host, "gpuops.fleet.gpu_reclaim", "gpus=0,1 grace=1 timeout=3")
+    assert result["failed"] is True and result.get("changed") is False and result["killed"] == []
+    assert "PID namespace" in result["msg"] and str(tree["workers"][0]) in result["msg"], result["msg"]
+    assert host.snapshot() == before and all(pid_alive(p) for p in members(tree))
     assert canaries.alive(), canaries.dead()
 
 
