@@ -75,20 +75,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     hosts: Dict[str, Dict[str, Any]] = {}
     for text in args.hosts:
-        state, _, port = text.rpartition(":")
+        state, port = text.rpartition(":")[::2]
         if not state or not port.isdigit():
             parser.error("host %r: expected STATE_DIR:PORT" % text)
         path = Path(state).resolve()
         hosts[path.name] = host_vars(path, int(port))
     for item in args.host_var:
-        target, _, value = item.partition("=")
-        name, _, key = target.partition(".")
+        target, value = item.partition("=")[::2]
+        name, key = target.partition(".")[::2]
         if name not in hosts or not key:
             parser.error("--host-var %r: expected HOST.KEY=VALUE for one of %s" % (item, ", ".join(hosts)))
         hosts[name][key] = _value(value)
     group_vars = {}
     for item in args.var:
-        key, _, value = item.partition("=")
+        key, value = item.partition("=")[::2]
         group_vars[key] = _value(value)
     Path(args.out).write_text(json.dumps(role_inventory(hosts, **group_vars), indent=2) + "\n", encoding="utf-8")
     print(args.out)

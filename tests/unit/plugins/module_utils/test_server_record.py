@@ -54,7 +54,7 @@ def test_same_process_needs_the_same_start_time():
 def test_a_zombie_is_not_the_server():
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     created = psutil.Process(child.pid).create_time()
-    for _ in range(200):
+    for _attempt in range(200):
         if psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE:
             break
         time.sleep(0.05)
