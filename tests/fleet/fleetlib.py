@@ -68,7 +68,7 @@ class Fleet:
         assert proc.returncode == 0, proc.stderr
         found = {}
         for line in proc.stdout.splitlines():
-            pid, _, args = line.strip().partition(" ")
+            pid, _space, args = line.strip().partition(" ")
             found[int(pid)] = args
         return found
 

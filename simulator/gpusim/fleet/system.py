@@ -89,4 +89,4 @@ def kill_and_wait(targets: t.Sequence[t.Tuple[int, int]], timeout: float = 15.0)
     while left and time.monotonic() < deadline:
         time.sleep(0.05)
         left = [(pid, start) for pid, start in left if alive(pid, start)]
-    return [pid for pid, _ in left]
+    return [pid for pid, _start in left]
