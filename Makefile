@@ -50,7 +50,7 @@ command -v $(1) >/dev/null 2>&1 || { \
 endef
 
 .PHONY: help venv sim collection-path ansible-test-cache stage setup tools \
-        units sanity lint simtests integration molecule build-test fleet fleet-tests fleet-tools test bench demo demo-clean \
+        units sanity lint simtests integration molecule build-test fleet fleet-tests fleet-tools fleet-down test bench demo demo-clean \
         constraints clean distclean
 
 help:
@@ -161,6 +161,10 @@ fleet: venv sim collection-path fleet-tools
 
 fleet-tests: fleet
 
+# ends a fleet left by `python -m gpusim.fleet --dir build/fleet up`, by its record
+fleet-down:
+	@if [ -f build/fleet/fleet.json ]; then PYTHONPATH=simulator $(PY) -m gpusim.fleet --dir build/fleet down; fi
+
 test: setup
 	@rm -rf $(OUTPUT) && mkdir -p $(JUNIT) && : > $(STEPS_FILE)
 	@for step in $(TEST_STEPS); do \
@@ -193,7 +197,7 @@ constraints: venv
 	   $(PY) -m pip freeze --disable-pip-version-check | LC_ALL=C sort -f; } > requirements/constraints.txt.new
 	@mv requirements/constraints.txt.new requirements/constraints.txt
 
-clean: demo-clean
+clean: demo-clean fleet-down
 	rm -rf build dist .collections .ansible simulator/build tests/output bench/results gpuops-fleet-*.tar.gz
 
 distclean: clean
