@@ -1,0 +1,101 @@
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The role's modules as Ansible runs them: bad input fails naming the option and the value, before anything is touched."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.gpuops.fleet.plugins.modules import vllm_drain, vllm_lock, vllm_process, vllm_ready, vllm_server_check
+
+
+class Exit(Exception):
+    def __init__(self, result):
+        super().__init__(result)
+        self.result = result
+
+
+@pytest.fixture(autouse=True)
+def capture(monkeypatch):
+    def exit_json(self, **result):
+        raise Exit(dict(result, failed=False))
+
+    def fail_json(self, msg, **result):
+        raise Exit(dict(result, failed=True, msg=msg))
+
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
+
+
+def run(module, args):
+    with patch_module_args(args):
+        with pytest.raises(Exit) as info:
+            module.main()
+    return info.value.result
+
+
+@pytest.mark.parametrize("module, args, needle", [
+    (vllm_process, {"state": "running", "state_file": "/tmp/x.json", "log_file": "/tmp/x.log", "argv": []}, "argv"),
+    (vllm_process, {"state": "running", "state_file": "/tmp/x.json", "argv": ["vllm"]}, "log_file"),
+    (vllm_process, {"state": "started", "state_file": "/tmp/x.json"}, "state"),
+    (vllm_process, {"state": "stopped", "state_file": "/tmp/x.json", "stop_timeout": -1}, "stop_timeout"),
+    (vllm_process, {"state": "stopped", "state_file": "/tmp/x.json", "stop_timeout": 99999}, "stop_timeout"),
+    (vllm_ready, {"url": "127.0.0.1:8000"}, "url"),
+    (vllm_ready, {"url": "http://127.0.0.1:8000", "timeout": -5}, "timeout"),
+    (vllm_ready, {"url": "http://127.0.0.1:8000", "interval": 0}, "interval"),
+    (vllm_ready, {"url": "http://127.0.0.1:8000", "pid": 1, "unit": "x.service"}, "pid"),
+    (vllm_ready, {"url": "http://127.0.0.1:8000", "create_time": 3.0}, "create_time"),
+    (vllm_drain, {"url": "ftp://host"}, "url"),
+    (vllm_drain, {"url": "http://127.0.0.1:1", "timeout": 1e9}, "timeout"),
+    (vllm_drain, {"url": "http://127.0.0.1:1", "interval": 0}, "interval"),
+    (vllm_lock, {"path": "/tmp/l", "token": "  "}, "token"),
+    (vllm_lock, {"path": "/tmp/l", "token": "t", "stale_after": 0}, "stale_after"),
+    (vllm_lock, {"path": "/tmp/l", "token": "t", "state": "open"}, "state"),
+    (vllm_server_check, {"pid": 1, "gpus": [], "tensor_parallel_size": 1}, "gpus"),
+    (vllm_server_check, {"pid": 1, "gpus": [0, 0], "tensor_parallel_size": 2}, "gpus"),
+    (vllm_server_check, {"pid": 1, "gpus": [-1], "tensor_parallel_size": 1}, "gpus"),
+    (vllm_server_check, {"pid": 1, "gpus": [0], "tensor_parallel_size": 0}, "tensor_parallel_size"),
+    (vllm_server_check, {"pid": 0, "gpus": [0], "tensor_parallel_size": 1}, "pid"),
+    (vllm_server_check, {"pid": 1, "gpus": ["zero"], "tensor_parallel_size": 1}, "gpus"),
+])
+def test_bad_input_names_the_option(module, args, needle):
+    result = run(module, args)
+    assert result["failed"] and needle in result["msg"], result
+
+
+def test_malformed_record_is_refused_and_nothing_is_signalled(tmp_path):
+    state = tmp_path / "vllm-8000.json"
+    state.write_text(json.dumps({"pid": os.getpid()}))
+    result = run(vllm_process, {"state": "stopped", "state_file": str(state)})
+    assert result["failed"] and str(state) in result["msg"]
+    assert state.exists()
+
+
+def test_running_launches_then_is_idempotent_then_refuses_another_configuration_then_stops(tmp_path):
+    state, log = str(tmp_path / "s.json"), str(tmp_path / "s.log")
+    args = {"state": "running", "state_file": state, "log_file": log, "config_hash": "h1",
+            "argv": [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"], "env": {"X": 1}}
+    first = run(vllm_process, args)
+    try:
+        assert first["changed"] and first["launched"] and first["pid"]
+        assert open("/proc/%d/environ" % first["pid"], "rb").read().split(b"\0").count(b"X=1") == 1
+        again = run(vllm_process, args)
+        assert not again["changed"] and again["pid"] == first["pid"]
+        other = run(vllm_process, dict(args, config_hash="h2"))
+        assert other["failed"] and "another configuration" in other["msg"]
+        status = run(vllm_process, {"state": "status", "state_file": state, "config_hash": "h2"})
+        assert status["running"] and status["config_matches"] is False
+    finally:
+        stopped = run(vllm_process, {"state": "stopped", "state_file": state})
+    assert stopped["changed"] and [s["pid"] for s in stopped["stopped"]] == [first["pid"]]
+    assert not os.path.exists(state)
+    assert subprocess.run(["kill", "-0", str(first["pid"])], capture_output=True, check=False).returncode != 0 or \
+        open("/proc/%d/stat" % first["pid"]).read().split(")")[1].split()[0] == "Z"
