@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import typing as t
@@ -117,3 +118,26 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def flat(output: str) -> str:
+    """The output with every run of whitespace made one space (the YAML callback wraps long lines)."""
+    return " ".join(output.split())
+
+
+def recap(output: str) -> t.Dict[str, t.Dict[str, int]]:
+    """PLAY RECAP counters per host."""
+    found = {}
+    for host, counters in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.M):
+        found[host] = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", counters)}
+    return found
+
+
+def hosts_with_ports(make_host: t.Callable[..., SimHost], *names: str) -> t.List[SimHost]:
+    """Simulated hosts, each with a free loopback port for its server (host.port)."""
+    made = []
+    for name in names:
+        host = make_host(name)
+        host.port = free_port()  # type: ignore[attr-defined]
+        made.append(host)
+    return made

@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from conftest import pid_alive
-from simfleet import REPO, free_port, role_host_vars, run_playbook, write_role_inventory
+from simfleet import REPO, flat, hosts_with_ports, role_host_vars, run_playbook, write_role_inventory
 
 MATRIX = REPO / "playbooks" / "benchmark_matrix.yml"
 RESTART = REPO / "playbooks" / "restart_vllm.yml"
@@ -41,14 +41,7 @@ CRASH = {"GPUOPS_SIM_FAIL_AT_START": "crash", "GPUOPS_SIM_FAIL_AFTER_S": "0.5"}
 
 @pytest.fixture
 def hosts(make_host):
-    def factory(*names: str) -> t.List[t.Any]:
-        made = []
-        for name in names:
-            host = make_host(name)
-            host.port = free_port()
-            made.append(host)
-        return made
-    return factory
+    return lambda *names: hosts_with_ports(make_host, *names)
 
 
 def inventory(tmp_path: Path, nodes, **group_vars: t.Any) -> Path:
@@ -58,8 +51,6 @@ def inventory(tmp_path: Path, nodes, **group_vars: t.Any) -> Path:
     return write_role_inventory(tmp_path / "inventory.json", entries, **merged)
 
 
-def flat(output: str) -> str:
-    return " ".join(output.split())
 
 
 def get_json(port: int, path: str) -> t.Any:

@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from conftest import pid_alive
-from simfleet import BIN, REPO, ansible_env, free_port, role_host_vars, run_playbook, write_role_inventory
+from simfleet import BIN, REPO, ansible_env, flat, hosts_with_ports, recap, role_host_vars, run_playbook, write_role_inventory
 
 RESTART = REPO / "playbooks" / "restart_vllm.yml"
 MIB = 93029
@@ -58,19 +58,6 @@ def environ(pid: int) -> t.Dict[str, str]:
     return psutil.Process(pid).environ()
 
 
-def flat(output: str) -> str:
-    """The output with every run of whitespace made one space (the YAML callback wraps long lines)."""
-    return " ".join(output.split())
-
-
-def recap(output: str) -> t.Dict[str, t.Dict[str, int]]:
-    """PLAY RECAP counters per host."""
-    found = {}
-    for host, counters in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.M):
-        found[host] = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", counters)}
-    return found
-
-
 def assert_server_owns_gpus(host, gpus: t.Sequence[int], tp: int) -> t.Tuple[int, t.List[int]]:
     """The recorded server runs, answers /health, and its own descendants (tp of them) hold exactly `gpus`."""
     server = record(host)["pid"]
@@ -88,16 +75,9 @@ def assert_server_owns_gpus(host, gpus: t.Sequence[int], tp: int) -> t.Tuple[int
 
 
 @pytest.fixture
-def fleet(make_host, tmp_path):
-    """fleet(**hosts) -> (inventory writer, hosts); each host gets a free port."""
-    def factory(*names: str) -> t.List[t.Any]:
-        made = []
-        for name in names:
-            host = make_host(name)
-            host.port = free_port()
-            made.append(host)
-        return made
-    return factory
+def fleet(make_host):
+    """fleet(*names) -> simulated hosts, each with its own port."""
+    return lambda *names: hosts_with_ports(make_host, *names)
 
 
 def inventory_for(tmp_path: Path, hosts, per_host: t.Optional[t.Mapping[str, t.Dict[str, t.Any]]] = None, **group_vars):
