@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHES = ("bench_gpu_facts.py", "bench_gpu_reclaim.py", "bench_vllm_benchmark.py", "bench_restart_vllm.py")
+BENCHES = ("bench_gpu_facts.py", "bench_gpu_reclaim.py", "bench_vllm_benchmark.py", "bench_restart_vllm.py", "bench_fleet.py")
 
 
 def main() -> int:
