@@ -10,7 +10,7 @@ The per-host marginal cost is the least-squares slope of wall time over N with f
 slope is the figure. Then gpu_facts.yml on 4 nodes with pipelining and ControlPersist each on and off.
 Every run starts cold: the controller's ControlPersist masters are asked to exit before it.
 
-    .venv/bin/python bench/bench_fleet.py            # ~8 min on 2 cores
+    .venv/bin/python bench/bench_fleet.py            # ~12 min on 2 cores
     .venv/bin/python bench/bench_fleet.py --quick    # N = 1, 2, 4 only
 """
 
