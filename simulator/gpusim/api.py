@@ -114,7 +114,7 @@ class Host:
         self.tree_env: Dict[str, str] = dict(env or {})  # more environment for every tree this host starts
 
     @classmethod
-    def create(cls, state: Union[str, Path], gpus: int = 8, *, memory_mib: int = DEFAULT_TOTAL_MIB,  # noqa: PLR0913
+    def create(cls, state: Union[str, Path], gpus: int = 8, *, memory_mib: int = DEFAULT_TOTAL_MIB,
                reserved_mib: int = DEFAULT_RESERVED_MIB, name: str = DEFAULT_NAME, topology: str = "pcie",
                orphans: str = "reaper", subreaper_title: str = "", force: bool = False,
                env: Optional[Mapping[str, str]] = None) -> "Host":
@@ -204,7 +204,7 @@ class Host:
 
     # -- starting things
 
-    def spawn_vllm(self, tp: int = 8, *, first_gpu: int = 0, gpus: Optional[Sequence[int]] = None,  # noqa: PLR0913
+    def spawn_vllm(self, tp: int = 8, *, first_gpu: int = 0, gpus: Optional[Sequence[int]] = None,
                    mib: int = DEFAULT_WORKER_MIB, engine_core: bool = False, entrypoint: str = "api_server",
                    model: str = DEFAULT_MODEL, ignore_sigterm: bool = False, port: Optional[int] = None,
                    wrapper: Optional[str] = None, sibling: Optional[str] = None,
