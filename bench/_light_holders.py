@@ -4,33 +4,25 @@
 
 A fake vLLM worker is a Python interpreter (seconds to start a TP=8 tree on two cores), so 512 of them
 do not fit a one-minute bench. A holder here is a `sleep` process this bench starts, with an
-`allocs/<pid>-<gpu>` record written through gpusim's own API, as docs/simulator.md defines it: NVML
+`allocs/<pid>-<gpu>` record written through gpusim's API (gpusim.api.Host.record_alloc), as docs/simulator.md defines it: NVML
 and nvidia-smi list it exactly like a worker, and psutil reads it the same way.
 """
 
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import List
 
-from _benchlib import SIM_DIR, BenchError
-
-if str(SIM_DIR) not in sys.path:
-    sys.path.insert(0, str(SIM_DIR))
-
-# pylint: disable=wrong-import-position  # gpusim is found through the path added above
-from gpusim import procfs  # noqa: E402
-from gpusim.allocs import Alloc, write_alloc  # noqa: E402
-from gpusim.statedir import StateDir  # noqa: E402
+from _benchlib import BenchError
+from gpusim.api import Host, StateError
 
 
 class LightHolders:
     """Holders this bench started; on exit each is killed through its own Popen (its PID cannot be reused before we reap it)."""
 
     def __init__(self, state: Path) -> None:
-        self.state = StateDir(state)
+        self.host = Host(state)
         self.procs: List["subprocess.Popen[bytes]"] = []
 
     def __enter__(self) -> "LightHolders":
@@ -48,7 +40,7 @@ class LightHolders:
             for _holder in range(per_gpu):
                 proc = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL)  # pylint: disable=consider-using-with
                 self.procs.append(proc)
-                start = procfs.starttime(proc.pid)
-                if start is None:
-                    raise BenchError(f"holder {proc.pid} exited at once")
-                write_alloc(self.state, Alloc(proc.pid, start, gpu, mib))
+                try:
+                    self.host.record_alloc(proc.pid, gpu, mib)
+                except StateError as error:
+                    raise BenchError(f"holder {proc.pid}: {error}") from None

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from gpusim import procfs
+from gpusim.allocs import Alloc, write_alloc
 from gpusim.cleanup import cleanup as _cleanup
 from gpusim.devices import DEVICE_DIR_ENV
 from gpusim.gpus import DEFAULT_NAME, DEFAULT_RESERVED_MIB, DEFAULT_TOTAL_MIB
@@ -223,6 +224,14 @@ class Host:
     def spawn_stuck(self, gpu: int, mib: int = 4096) -> Dict[str, Any]:
         """A holder that no signal frees (a zombie with a sticky allocation); returns keeper and holder."""
         return spawn_stuck(self.statedir, gpu, mib)
+
+    def record_alloc(self, pid: int, gpu: int, mib: int, flags: Sequence[str] = ()) -> None:
+        """Let a running process hold `mib` on `gpu` (its allocation record, with its start time now): a cheap
+        holder for large shapes (a `sleep` the caller started), listed by NVML like a worker."""
+        start = starttime(pid)
+        if start is None:
+            raise StateError(f"PID {pid} is not running")
+        write_alloc(self.statedir, Alloc(pid, start, gpu, mib, "C", tuple(flags)))
 
     # -- faults
 
