@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
 from gpusim.spawn import FAKEVLLM_DIR, SIMULATOR_DIR, python3
-from gpusim.statedir import STATE_ENV
+from gpusim.devices import DEVICE_DIR_ENV
+from gpusim.statedir import STATE_ENV, StateDir
 
 GROUP = "vllm_servers"
 SIM_LIB = SIMULATOR_DIR / "build" / "lib"
@@ -26,7 +27,8 @@ SIM_LIB = SIMULATOR_DIR / "build" / "lib"
 def host_vars(state: Path, port: int, **extra: Any) -> Dict[str, Any]:
     """The variables that make one simulated host a target of the role: its port, state, GPUs' library."""
     found: Dict[str, Any] = {
-        "gpuops_fleet_environment": {"LD_LIBRARY_PATH": str(SIM_LIB), STATE_ENV: str(state)},
+        "gpuops_fleet_environment": {"LD_LIBRARY_PATH": str(SIM_LIB), STATE_ENV: str(state),
+                                     DEVICE_DIR_ENV: str(StateDir(state).dev)},
         "vllm_server_port": port,
         "vllm_server_state_dir": str(state / "role"),
         "vllm_server_host_env": {STATE_ENV: str(state)},

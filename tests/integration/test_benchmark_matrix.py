@@ -51,8 +51,6 @@ def inventory(tmp_path: Path, nodes, **group_vars: t.Any) -> Path:
     return write_role_inventory(tmp_path / "inventory.json", entries, **merged)
 
 
-
-
 def get_json(port: int, path: str) -> t.Any:
     with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=10) as reply:
         return json.loads(reply.read())
