@@ -142,6 +142,9 @@ options:
         run in the host PID namespace); their memory is then not counted. They are never signalled either way.
     type: bool
     default: false
+notes:
+  - The evidence's C(device_holders) lists the processes with C(/dev/nvidia*) open. The environment variable
+    C(GPUOPS_NVIDIA_DEVICE_DIR) makes it look in another directory instead (the simulated GPU host keeps its device files there).
 seealso:
   - module: gpuops.fleet.gpu_facts
 """
