@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import typing as t
 
-from ansible_collections.gpuops.fleet.plugins.module_utils import _smi
+from ansible_collections.gpuops.fleet.plugins.module_utils import _pid_trust, _smi
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import Holder, NvmlSession
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_device import empty_device, read_device
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import NvmlError
@@ -43,6 +43,8 @@ def _attach_processes(psutil: t.Any, devices: t.List[t.Dict[str, t.Any]], holder
 
     ``reread(index)``: a second NVML reading of a GPU, asked for when a listed PID is not in this namespace; a PID
     that it no longer lists exited during the reading and is left out (it is not another namespace's process).
+    Where NVML's PIDs are not trusted (see _pid_trust), a local process without an NVIDIA device file open is not
+    named as the holder: its entry says ``unverified`` and has only what NVML said.
     """
     infos = describe_processes(psutil, (holder.pid for found in holders.values() for holder in found))
     holders = dict(holders)
@@ -53,6 +55,11 @@ def _attach_processes(psutil: t.Any, devices: t.List[t.Dict[str, t.Any]], holder
             except NvmlError:
                 continue
             holders[index] = [holder for holder in found if infos[holder.pid]["visible"] or holder.pid in listed]
+    trust = _pid_trust.assess({holder.pid for found in holders.values() for holder in found if not infos[holder.pid]["visible"]})
+    for pid, info in infos.items():
+        info["unverified"] = bool(info["visible"] and not trust.verified(pid))
+        if info["unverified"]:
+            info.update(name=None, cmdline=None, username=None, state=None, ppid=None, create_time=None, visible=False)
     for device in devices:
         found = holders.get(device["index"])
         device["processes"] = None if found is None else [process_fact(holder, infos[holder.pid]) for holder in found]

@@ -128,18 +128,22 @@ def _tree(table: ProcessTable, root: int, root_role: str, spec: ReclaimSpec,
 
 def plan_targets(psutil: t.Any, spec: ReclaimSpec, holders: t.Mapping[int, t.Dict[str, t.Any]],
                  selected_gpus: t.Set[int], other_holders: t.Mapping[int, t.List[int]],
-                 table: t.Optional[ProcessTable] = None) -> Plan:
+                 table: t.Optional[ProcessTable] = None, unverifiable: t.Optional[t.Mapping[int, str]] = None) -> Plan:
     """Decide what to signal.
 
     ``holders``: visible holder pid -> its description (name, cmdline, username, create_time, gpus);
     ``other_holders``: pid -> GPUs it holds outside the selection. A tree (a launcher's, or a holder's own
     descendants) is taken only when every GPU holder inside it is itself a target; otherwise only the holder.
+    ``unverifiable``: holder pid -> why the local process with that PID may not be the GPU process NVML lists
+    (see _pid_trust); such a holder is left alone.
     """
     protected = protected_pids(psutil)
     left_alone: t.Dict[int, str] = {}
     chosen: t.Dict[int, t.Dict[str, t.Any]] = {}
     for pid, info in holders.items():
-        if pid in protected:
+        if unverifiable and pid in unverifiable:
+            left_alone[pid] = unverifiable[pid]
+        elif pid in protected:
             left_alone[pid] = "protected: PID 1, this module or its ancestors (the Ansible connection)"
         elif pid in other_holders:
             left_alone[pid] = "also holds GPU %s, outside `gpus`" % ", ".join(str(g) for g in other_holders[pid])

@@ -13,6 +13,7 @@ import os
 import time
 import typing as t
 
+from ansible_collections.gpuops.fleet.plugins.module_utils import _pid_trust
 from ansible_collections.gpuops.fleet.plugins.module_utils import _reclaim_evidence as evidence
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import NvmlSession
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import NvmlError
@@ -112,13 +113,24 @@ class Reclaim:
                     others.setdefault(holder.pid, []).append(index)
             except NvmlError as exc:
                 unread.append("GPU %d (outside `gpus`) could not be read, so a launcher tree ended here may also hold it: %s" % (index, exc))
+        unverifiable = self._unverifiable(before, holders, others)
         self._protected = protected_pids(self.psutil)
-        plan = plan_targets(self.psutil, self.spec, holders, selected, others, self._table)
+        plan = plan_targets(self.psutil, self.spec, holders, selected, others, self._table, unverifiable)
         plan.warnings.extend(unread)
         # a process the targets fork during the ladder shares their process group (unless it is one of ours)
         ours = {self.getpgid(pid) for pid in self._protected if pid > 1}
         self._pgids = {pgid for pgid in (self.getpgid(tg.pid) for tg in plan.targets) if pgid not in ours and pgid not in (None, 0, 1)}
         return plan
+
+    def _unverifiable(self, before: t.Mapping[int, Reading], holders: t.Mapping[int, t.Any],
+                      others: t.Mapping[int, t.List[int]]) -> t.Dict[int, str]:
+        """Holders that may not be signalled on NVML's word alone (see _pid_trust): pid -> why."""
+        if not holders:
+            return {}
+        missing = {h.pid for reading in before.values() for h in reading.holders if not self.describe(h.pid)["visible"]}
+        missing |= {pid for pid in others if not (self._table is not None and pid in self._table.info) and not self.describe(pid)["visible"]}
+        trust = _pid_trust.assess(missing)
+        return {pid: trust.reason(pid, holders[pid]["name"]) for pid in sorted(holders) if not trust.verified(pid)}
 
     def _discover(self, known: t.Set[int]) -> t.List[Target]:
         """Processes started since the plan's process table whose parent is a target or that share a target's

@@ -13,6 +13,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import Holder, Memory, NvmlSession
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import NvmlError
+from ansible_collections.gpuops.fleet.plugins.module_utils._pid_trust import UNVERIFIABLE
 
 
 class Reading(t.NamedTuple):
@@ -100,6 +101,11 @@ def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tupl
                                         where, _mib(holder.used_memory_mib)), False))
             counted_holders += 1
             continue
+        if left_alone.get(holder.pid, "").startswith(UNVERIFIABLE):
+            # NVML's number may be another namespace's process: the local one is not named as the holder
+            counted_holders += 1
+            problems.append(Problem(reading.index, "%s holds %s: %s" % (where, _mib(holder.used_memory_mib), left_alone[holder.pid]), False))
+            continue
         if excluded(info):
             # left alone on purpose; it keeps the GPU busy only if the memory says so (judged below)
             kept.append("pid %d (%s, excluded, %s)" % (holder.pid, info["name"], _mib(holder.used_memory_mib)))
@@ -157,6 +163,8 @@ def predict(reading: Reading, threshold_mib: int, going: t.Mapping[int, str], le
         mib = _mib(holder.used_memory_mib)
         if not info["visible"]:
             failures.append("%s holds %s but is not visible in this PID namespace (a container's process?)" % (where, mib))
+        elif left_alone.get(holder.pid, "").startswith(UNVERIFIABLE):
+            failures.append("%s holds %s: %s" % (where, mib, left_alone[holder.pid]))
         elif state == "zombie" or (info["state"] == "zombie" and holder.pid not in left_alone):
             failures.append("%s (%s) holds %s but is a zombie: no signal ends it, its memory stays until its parent reaps it" % (
                 where, info["name"], mib))

@@ -53,6 +53,13 @@ options:
         clock event reasons, performance state).
     type: bool
     default: true
+notes:
+  - "PIDs that NVML lists are not trusted when this task runs in a nested PID namespace (a container: C(NSpid) in
+    C(/proc/self/status) has more than one entry) or when NVML lists a PID that this namespace does not have: NVML may then
+    report the machine's PIDs, and such a number can belong to an unrelated local process. A local process is then named as
+    the holder only with evidence that it uses a GPU, an NVIDIA device file open (C(/dev/nvidia*), or
+    C($GPUOPS_NVIDIA_DEVICE_DIR/nvidia*) when that variable is set); otherwise its entry has V(unverified=true),
+    V(visible=false) and no name. M(gpuops.fleet.gpu_reclaim) applies the same rule before it signals anything."
 seealso:
   - name: NVML API reference
     description: The NVIDIA Management Library calls this module makes.
@@ -301,6 +308,14 @@ ansible_facts:
               type: bool
               returned: always
               sample: true
+            unverified:
+              description:
+                - V(true) when NVML's PIDs are not trusted here (see the notes) and the local process with this PID has no NVIDIA
+                  device file open, so it may be an unrelated process that only shares the number. Then name, cmdline, username, state,
+                  ppid and create_time are V(null) and RV(ansible_facts.gpus[].processes[].visible) is V(false).
+              type: bool
+              returned: always
+              sample: false
         error:
           description: V(null), or why this GPU could not be read, for example a lost GPU.
           type: str

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import yaml
 
+from gpusim.devices import DEVICE_DIR_ENV
 from gpusim.fleet.nodefiles import OPERATOR_USER
 from gpusim.fleet.record import FleetRecord, NodeRecord
+from gpusim.statedir import StateDir
 
 VLLM_PORT = 8000
 
@@ -40,7 +42,9 @@ def ssh_vars(rec: FleetRecord, user: str = "root", pipelining: bool = True, cont
 
 
 def node_vars(rec: FleetRecord, node: NodeRecord) -> t.Dict[str, t.Any]:
-    sim_env = {"LD_LIBRARY_PATH": str(Path(rec.repo) / "simulator" / "build" / "lib"), "GPUOPS_SIM_STATE": str(node.gpu_state)}
+    sim_env = {"LD_LIBRARY_PATH": str(Path(rec.repo) / "simulator" / "build" / "lib"), "GPUOPS_SIM_STATE": str(node.gpu_state),
+               # the node's own device files: in its nested PID namespace the modules ask for that evidence
+               DEVICE_DIR_ENV: str(StateDir(node.gpu_state).dev)}
     return {
         "ansible_host": node.node_ip,
         "gpuops_fleet_environment": sim_env,

@@ -13,7 +13,7 @@ import yaml
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
+from ansible_collections.gpuops.fleet.plugins.module_utils import _deps, _pid_trust
 from ansible_collections.gpuops.fleet.plugins.doc_fragments import nvml as nvml_fragment
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu_facts import ARGUMENT_SPEC
 from ansible_collections.gpuops.fleet.plugins.modules import gpu_facts
@@ -48,9 +48,27 @@ def run_module(args, monkeypatch):
     return caught.value.result
 
 
+@pytest.fixture(autouse=True)
+def host_pid_namespace(monkeypatch):
+    """These fake hosts run in the host PID namespace, whatever namespace pytest itself runs in."""
+    monkeypatch.setattr(_pid_trust, "nested_pid_namespace", lambda status_path=None: False)
+
+
 @pytest.fixture
-def nvml(monkeypatch):
-    """An 8-GPU host in the incident's state: every GPU held at 93,029 MiB; GPU 2 also by an invisible PID."""
+def device_file(tmp_path, monkeypatch):
+    """This test process holds an NVIDIA device file open, as a CUDA process does (in a device directory of its own,
+    named by GPUOPS_NVIDIA_DEVICE_DIR): the evidence that it uses a GPU."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    monkeypatch.setenv("GPUOPS_NVIDIA_DEVICE_DIR", str(dev))
+    with open(dev / "nvidia0", "w", encoding="utf-8") as handle:
+        yield handle
+
+
+@pytest.fixture
+def nvml(monkeypatch, device_file):
+    """An 8-GPU host in the incident's state: every GPU held at 93,029 MiB (by this test process, which has a device
+    file open); GPU 2 also by an invisible PID."""
     devices = [device(i, used_mib=93029, compute=[proc(os.getpid(), 93029)]) for i in range(8)]
     devices[2]["compute"].append(proc(MISSING_PID, None))
     lib = FakeNvml(devices)
@@ -198,7 +216,7 @@ def test_missing_psutil_names_the_package_unless_processes_are_off(nvml, monkeyp
     assert not run_module({"processes": False}, monkeypatch).get("failed")
 
 
-def test_nvidia_smi_fallback(monkeypatch):
+def test_nvidia_smi_fallback(monkeypatch, device_file):
     monkeypatch.setattr(_deps.PYNVML, "module", None)
     monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, *args, **kwargs: "/usr/bin/" + name)
     apps = APPS_CSV.replace("4242", str(os.getpid())).replace("4300", str(MISSING_PID))
@@ -217,3 +235,34 @@ def test_nvidia_smi_fallback(monkeypatch):
     assert facts["gpu_topology"] is None
     warnings = " ".join(result["warnings"])
     assert "nvidia-ml-py is not installed" in warnings and "GPU is lost" in warnings and "topology" in warnings
+
+
+def test_local_pid_without_device_files_is_not_named_when_nvml_lists_missing_pids(nvml, monkeypatch, device_file):
+    """NVML lists a PID this namespace does not have, so its PIDs may be the machine's: this process, with no device
+    file open, may only share a number with the real holder, and is not named as it."""
+    device_file.close()
+    gpus = run_module({}, monkeypatch)["ansible_facts"]["gpus"]
+    holder = gpus[0]["processes"][0]
+    assert holder["pid"] == os.getpid() and holder["unverified"] is True and holder["visible"] is False
+    assert holder["used_memory_mib"] == 93029 and holder["type"] == "compute"
+    assert [holder[key] for key in ("name", "cmdline", "username", "state", "ppid", "create_time")] == [None] * 6
+    assert gpus[2]["processes"][1]["pid"] == MISSING_PID and gpus[2]["processes"][1]["unverified"] is False
+
+
+def test_holder_with_a_device_file_open_is_named_when_pids_are_not_trusted(nvml, monkeypatch):
+    gpus = run_module({}, monkeypatch)["ansible_facts"]["gpus"]
+    holder = gpus[0]["processes"][0]
+    assert holder["unverified"] is False and holder["visible"] is True and holder["name"] and holder["create_time"]
+
+
+def test_nested_pid_namespace_needs_the_evidence_too(monkeypatch, device_file):
+    lib = FakeNvml([device(0, used_mib=4000, compute=[proc(os.getpid(), 4000)])])
+    monkeypatch.setattr(_deps.PYNVML, "module", lib)
+    monkeypatch.setattr(_pid_trust, "nested_pid_namespace", lambda status_path=None: True)
+    assert run_module({}, monkeypatch)["ansible_facts"]["gpus"][0]["processes"][0]["unverified"] is False
+    device_file.close()
+    unverified = run_module({}, monkeypatch)["ansible_facts"]["gpus"][0]["processes"][0]
+    assert unverified["unverified"] is True and unverified["name"] is None
+    monkeypatch.setattr(_pid_trust, "nested_pid_namespace", lambda status_path=None: False)
+    trusted = run_module({}, monkeypatch)["ansible_facts"]["gpus"][0]["processes"][0]
+    assert trusted["unverified"] is False and trusted["name"], "in the host namespace with every PID here, NVML's word is enough"

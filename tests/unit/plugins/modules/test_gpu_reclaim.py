@@ -14,7 +14,7 @@ import yaml
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpuops.fleet.plugins.module_utils import _deps, _process_tree, _reclaim
+from ansible_collections.gpuops.fleet.plugins.module_utils import _deps, _pid_trust, _process_tree, _reclaim
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import NvmlSession
 from ansible_collections.gpuops.fleet.plugins.doc_fragments import nvml as nvml_fragment
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import ARGUMENT_SPEC, build_spec
@@ -89,6 +89,17 @@ def run_module(monkeypatch, host, args):
             gpu_reclaim.main()
     json.dumps(caught.value.result)  # what the module returns must be JSON
     return caught.value.result
+
+
+@pytest.fixture(autouse=True)
+def host_pid_namespace(monkeypatch):
+    """These fake hosts run in the host PID namespace, whatever namespace pytest itself runs in."""
+    monkeypatch.setattr(_pid_trust, "nested_pid_namespace", lambda status_path=None: False)
+
+
+def device_files(monkeypatch, pids):
+    """The fake host's evidence: these PIDs (and no other) have an NVIDIA device file open."""
+    monkeypatch.setattr(_pid_trust, "holds_device_file", lambda pid, proc_root="/proc", prefix=None: pid in set(pids))
 
 
 def incident(**worker):
@@ -265,8 +276,9 @@ def test_memory_held_by_no_process_fails_after_waiting_for_it(monkeypatch):
 
 
 def test_foreign_pid_fails_at_once_naming_gpu_and_mib(monkeypatch):
-    host, _workers = incident()
+    host, workers = incident()
     host.hold(MISSING_PID, 2, 20000)
+    device_files(monkeypatch, workers)
     result = run_module(monkeypatch, host, {"timeout": 1})
     assert result["failed"] is True and result["changed"] is True
     assert "GPU 2: pid %d holds 20000 MiB but is not visible in this PID namespace" % MISSING_PID in result["msg"]
@@ -278,6 +290,7 @@ def test_foreign_pid_fails_at_once_naming_gpu_and_mib(monkeypatch):
 def test_check_mode_says_what_a_real_run_could_not_fix(monkeypatch):
     host, workers = incident()
     host.hold(MISSING_PID, 2, 20000)
+    device_files(monkeypatch, workers)
     result = run_module(monkeypatch, host, {"_ansible_check_mode": True})
     assert result["changed"] is True and not result.get("failed")
     assert len(result["would_fail"]) == 1 and "GPU 2: pid %d holds 20000 MiB but is not visible" % MISSING_PID in result["would_fail"][0]
@@ -288,8 +301,9 @@ def test_check_mode_says_what_a_real_run_could_not_fix(monkeypatch):
 
 
 def test_foreign_pid_ignored_on_request(monkeypatch):
-    host, _workers = incident()
+    host, workers = incident()
     host.hold(MISSING_PID, 2, 20000)
+    device_files(monkeypatch, workers)
     result = run_module(monkeypatch, host, {"ignore_foreign": True})
     assert not result.get("failed") and result["verified"] is True
 
@@ -443,3 +457,68 @@ def test_unknown_gpu_index_fails_before_any_signal(monkeypatch):
     assert result["failed"] is True and result["changed"] is False
     assert result["msg"] == "gpus: no GPU has index 8; this host has 8 GPUs (indices 0-7)"
     assert host.psutil.signals == []
+
+
+def distrusted_host(monkeypatch):
+    """A TP=6 server on GPUs 0-5 whose workers have their device files open; GPU 6 held by a PID this namespace does not
+    have; GPU 7 listed under PID 900, which here is a plain sleep with no device file open (a host PID that collides)."""
+    rows, workers = vllm_server(1000, range(6))
+    host = Host(rows, workers)
+    host.hold(MISSING_PID, 6, 20000)
+    host.hold(900, 7, 4000)
+    device_files(monkeypatch, workers)
+    return host, workers
+
+
+def test_local_pid_without_device_files_is_unverifiable_when_nvml_lists_missing_pids(monkeypatch):
+    host, workers = distrusted_host(monkeypatch)
+    result = run_module(monkeypatch, host, dict(FAST, ignore_foreign=True))
+    assert result["failed"] is True and result["verified"] is False
+    assert "GPU 7: pid 900" in result["msg"] and "unverifiable" in result["msg"] and str(MISSING_PID) in result["msg"]
+    assert 900 not in {pid for pid, _number in host.psutil.signals} and 900 in host.psutil.table
+    assert 900 not in {k["pid"] for k in result["killed"]}
+    assert {k["pid"] for k in result["killed"]} == {1000, 1001, 1002} | set(workers), "the verified workers' tree is still ended"
+    assert host.used() == [0] * 6 + [20000, 4000]
+    assert_bystanders_untouched(host)
+
+
+def test_nested_pid_namespace_asks_for_evidence_even_when_every_pid_exists(monkeypatch):
+    rows, workers = vllm_server(1000, range(7))
+    host = Host(rows, workers)
+    host.hold(900, 7, 4000)
+    device_files(monkeypatch, workers)
+    monkeypatch.setattr(_pid_trust, "nested_pid_namespace", lambda status_path=None: True)
+    result = run_module(monkeypatch, host, FAST)
+    assert result["failed"] is True and "GPU 7: pid 900" in result["msg"] and "nested PID namespace" in result["msg"]
+    assert 900 not in {pid for pid, _number in host.psutil.signals}
+    assert host.used() == [0] * 7 + [4000]
+    assert [g["verified"] for g in result["gpus"]] == [True] * 7 + [False]
+
+
+def test_unverifiable_pid_in_check_mode_would_fail_and_is_not_a_target(monkeypatch):
+    host, workers = distrusted_host(monkeypatch)
+    result = run_module(monkeypatch, host, {"_ansible_check_mode": True, "ignore_foreign": True})
+    assert not result.get("failed") and host.psutil.signals == []
+    assert {k["pid"] for k in result["would_kill"]} == {1000, 1001, 1002} | set(workers)
+    assert [text for text in result["would_fail"] if "pid 900" in text and "unverifiable" in text], result["would_fail"]
+
+
+def test_unverifiable_holder_keeps_its_launcher_tree_alive(monkeypatch):
+    """A launcher's tree is taken only when every holder inside it is a target: an unverifiable one protects it."""
+    host, workers = distrusted_host(monkeypatch)
+    host.psutil.table[900].ppid = 1001  # the sleep sits below the EngineCore
+    result = run_module(monkeypatch, host, dict(FAST, ignore_foreign=True))
+    signalled = {pid for pid, _number in host.psutil.signals}
+    assert result["failed"] is True and 900 not in signalled and 1000 not in signalled and 1001 not in signalled
+    assert set(workers) <= signalled and host.used()[:6] == [0] * 6
+
+
+def test_trusted_pids_need_no_device_file(monkeypatch):
+    """In the host PID namespace with every listed PID here, NVML's word is enough (as before)."""
+    rows, workers = vllm_server(1000, range(7))
+    host = Host(rows, workers)
+    host.hold(900, 7, 4000)
+    device_files(monkeypatch, [])
+    result = run_module(monkeypatch, host, FAST)
+    assert not result.get("failed") and result["verified"] is True and 900 in {k["pid"] for k in result["killed"]}
+    assert host.used() == [0] * 8
