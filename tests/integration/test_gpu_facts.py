@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -79,6 +80,29 @@ def test_foreign_pid_is_listed_as_invisible(make_host, inventory, tmp_path):
     assert proc["used_memory_mib"] == 20000
     assert gpus[2]["memory_used_mib"] == 20000
     assert all(g["processes"] == [] for g in gpus if g["index"] != 2)
+
+
+def test_local_pid_without_device_files_is_not_named_when_nvml_lists_missing_pids(make_host, inventory, tmp_path):
+    """NVML lists a PID this namespace does not have, so a PID it also lists may be the machine's: a local sleep with
+    that number and no device file open is not named as the holder; the fake vLLM workers (device files open) are."""
+    host = make_host("gpu-node-01")
+    host.foreign(2, 20000)
+    sleeper = subprocess.Popen(["sleep", "600"])
+    try:
+        host.record_alloc(sleeper.pid, 3, 7000, flags=["foreign"])
+        tree = host.spawn_vllm(2, mib=30000)
+        devices = host.device_holders()
+        assert sleeper.pid not in devices and all(worker in devices for worker in tree["workers"])
+        gpus = facts(run_module("gpu_facts", inventory(host), tmp_path / "out")["gpu-node-01"])["gpus"]
+        (unverified,) = gpus[3]["processes"]
+        assert unverified["pid"] == sleeper.pid and unverified["unverified"] is True and unverified["visible"] is False
+        assert unverified["name"] is None and unverified["cmdline"] is None and unverified["used_memory_mib"] == 7000
+        named = [(p["pid"], p["name"], p["unverified"]) for g in gpus[:2] for p in g["processes"]]
+        assert named == [(worker, "VLLM::Worker_TP%d" % rank, False) for rank, worker in enumerate(tree["workers"])]
+        assert sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
 
 
 def test_orphan_memory_has_no_process(make_host, inventory, tmp_path):

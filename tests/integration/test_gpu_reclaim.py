@@ -222,6 +222,34 @@ def test_foreign_pid_is_named_and_can_be_ignored(make_host, inventory, tmp_path,
     assert canaries.alive(), canaries.dead()
 
 
+def test_local_pid_without_device_files_is_unverifiable_when_nvml_lists_missing_pids(make_host, inventory, tmp_path, canaries):
+    """NVML lists a PID this namespace does not have, so its PIDs may be the machine's (a container's view): a PID it also
+    lists that belongs here to a plain sleep (no device file open) is never signalled on NVML's word; the task fails naming
+    it, while the fake vLLM workers, which hold their device files open, are still ended."""
+    host = make_host()
+    host.foreign(2, 20000)
+    sleeper = subprocess.Popen(["sleep", "600"])
+    canaries.procs.append(sleeper)  # checked alive at the end, ended by its handle whatever happens
+    host.record_alloc(sleeper.pid, 3, 7000, flags=["foreign"])
+    tree = serve(host, canaries, 2, mib=30000)
+    canaries.hold(host, 6)
+    devices = host.device_holders()
+    assert sleeper.pid not in devices and all(worker in devices for worker in tree["workers"])
+    result = reclaim(host, inventory, tmp_path, {"gpus": ["0", "1", "2", "3"], "ignore_foreign": True})
+    assert result["failed"] is True and result["verified"] is False
+    assert "GPU 3: pid %d holds 7000 MiB: unverifiable" % sleeper.pid in result["msg"], result["msg"]
+    assert sleeper.pid not in {k["pid"] for k in result["killed"]}
+    assert {k["pid"] for k in result["killed"]} == {tree["parent"], *tree["workers"]}
+    # the independent reading: the sleep runs on and NVML still lists it; the server's GPUs are free, its processes gone
+    assert sleeper.poll() is None and pid_alive(sleeper.pid)
+    assert used(host)[:4] == [0, 0, 20000, 7000] and host.holders(3) == [sleeper.pid]
+    assert none_alive(members(tree))
+    checked = reclaim(host, inventory, tmp_path, {"gpus": ["3"], "ignore_foreign": True}, "--check")
+    assert checked["would_kill"] == [] and [text for text in checked["would_fail"] if "pid %d" % sleeper.pid in text]
+    assert sleeper.poll() is None
+    assert canaries.alive(), canaries.dead()
+
+
 def test_memory_held_by_no_process(make_host, inventory, tmp_path, canaries):
     """Memory no process holds; a process that has GPU 5's device file open (NVML does not list it) is the lead."""
     host = make_host()
