@@ -3,8 +3,9 @@
 """Run by bench_gpu_facts.py inside the simulated host's environment: times gpu_facts' work, its floor and the
 nvidia-smi pair.
 
-gpu_facts' in-module time is what the module does between its options being parsed and exit_json:
-open NVML, read every GPU with its processes and health (the module's defaults), close NVML.
+gpu_facts' in-module time is what the module does between AnsibleModule's parsing and exit_json
+(module_utils._gpu_facts.run_facts): check the options, open NVML, read every GPU with its processes and health (the
+module's defaults), close NVML.
 The floor is a bare nvidia-ml-py loop reading the same fields of the same GPUs and processes (bare_read: no
 structure, no error mapping beyond skipping what the device does not support); before timing, the probe checks
 that it makes the same NVML calls as gpu_facts, the same number of times.
@@ -23,19 +24,22 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import psutil
 import pynvml
-from ansible_collections.gpuops.fleet.plugins.module_utils._gpu_facts import Options, from_nvml
-from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import open_nvml
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu_facts import run_facts
 from ansible_collections.gpuops.fleet.plugins.module_utils._processes import describe_processes
-
-# gpu_facts' defaults: every GPU, processes and health on, topology off
-MODULE_DEFAULTS = Options(gpus=None, processes=True, topology=False, health=True)
 SMI_GPUS = ["--query-gpu=index,uuid,name,memory.used,memory.total", "--format=csv,noheader"]
 SMI_APPS = ["--query-compute-apps=pid,process_name,gpu_uuid,used_memory", "--format=csv,noheader"]
 
 
+def _missing(name: str) -> None:
+    raise SystemExit("%s is not importable" % name)
+
+
 def gather() -> Dict[str, Any]:
-    with open_nvml(pynvml) as session:
-        facts: Dict[str, Any] = from_nvml(session, MODULE_DEFAULTS, psutil)
+    """gpu_facts with its defaults (every GPU, processes and health on, topology off), as the module runs it."""
+    result, _warnings, failed = run_facts({}, pynvml, psutil, _missing)
+    if failed:
+        raise SystemExit("gpu_facts failed: %s" % result["msg"])
+    facts: Dict[str, Any] = result["ansible_facts"]
     return facts
 
 

@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Run by bench_gpu_reclaim.py inside the simulated host's environment: one gpu_reclaim run, timed.
 
-The time is the module's work: open NVML, Reclaim(...).run() (read, plan, signal, verify), close NVML.
+The time is the module's work, as the module does it (module_utils._reclaim_run.run_reclaim): check the parameters,
+open NVML, read, plan, signal, verify, close NVML.
 Prints one JSON object on stdout.
 """
 
@@ -14,9 +15,7 @@ import time
 
 import psutil
 import pynvml
-from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import open_nvml
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import Reclaim
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import build_spec
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_run import run_reclaim
 
 
 def main() -> int:
@@ -25,11 +24,12 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=30)
     parser.add_argument("--settle", type=float, default=0.5)
     args = parser.parse_args()
-    spec = build_spec({"signals": ["TERM", "KILL"], "grace": args.grace, "timeout": args.timeout, "settle": args.settle})
+    params = {"signals": ["TERM", "KILL"], "grace": args.grace, "timeout": args.timeout, "settle": args.settle}
     start = time.perf_counter()
-    with open_nvml(pynvml) as session:
-        result = Reclaim(session, psutil, spec, check_mode=False).run()
+    result, _warnings, _failed = run_reclaim(params, False, False, lambda: (pynvml, psutil))
     wall_s = time.perf_counter() - start
+    if "gpus" not in result:
+        raise SystemExit("gpu_reclaim failed before reading the GPUs: %s" % result["msg"])
     print(json.dumps({
         "wall_s": wall_s,
         "elapsed_s": result["elapsed_s"],

@@ -12,11 +12,11 @@ from __future__ import annotations
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _pid_trust, _smi
-from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import Holder, NvmlSession
+from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import Holder, NvmlSession, open_nvml
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_device import empty_device, read_device
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import NvmlError
 from ansible_collections.gpuops.fleet.plugins.module_utils._processes import describe_processes, process_fact
-from ansible_collections.gpuops.fleet.plugins.module_utils._selection import GpuRef, resolve_gpus
+from ansible_collections.gpuops.fleet.plugins.module_utils._selection import GpuRef, SelectionError, parse_gpus, resolve_gpus
 from ansible_collections.gpuops.fleet.plugins.module_utils._topology import read_topology
 
 
@@ -35,6 +35,14 @@ class Options(t.NamedTuple):
     processes: bool
     topology: bool
     health: bool
+
+    @classmethod
+    def from_params(cls, params: t.Mapping[str, t.Any]) -> "Options":
+        """The module's parameters (a missing one takes its default from ARGUMENT_SPEC). Raises SelectionError."""
+        def get(option: str) -> t.Any:
+            return params[option] if option in params else ARGUMENT_SPEC[option].get("default")
+
+        return cls(parse_gpus(get("gpus")), bool(get("processes")), bool(get("topology")), bool(get("health")))
 
 
 def _attach_processes(psutil: t.Any, devices: t.List[t.Dict[str, t.Any]], holders: t.Mapping[int, t.List[Holder]],
@@ -118,3 +126,47 @@ def from_smi(run: _smi.RunCommand, smi: str, options: Options, psutil: t.Any) ->
         facts["gpu_topology"] = None
         warnings.append("topology is not read without nvidia-ml-py: gpu_topology is null")
     return facts, warnings
+
+
+SMI_WARNING = ("nvidia-ml-py is not installed: facts come from nvidia-smi, which cannot see graphics processes, lost GPUs,"
+               " remapped rows, retired pages, clock event reasons or topology. Install nvidia-ml-py on this host.")
+
+
+def run_facts(params: t.Mapping[str, t.Any], pynvml: t.Any, psutil: t.Any, require: t.Callable[[str], None],
+              find_smi: t.Callable[[], t.Optional[str]] = lambda: None,
+              run_command: t.Optional[_smi.RunCommand] = None) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+    """One gpu_facts run, from its parameters: (result, warnings, failed), the result as the module returns it.
+
+    ``pynvml``, ``psutil``: the imported modules, or None when missing; ``require(name)`` ("psutil", "pynvml") is
+    called for one that is missing but needed (a module fails there, naming the package; if it returns, the run
+    fails saying what is missing). Without nvidia-ml-py,
+    ``find_smi()`` gives nvidia-smi's path (None: not installed) and ``run_command`` runs it.
+    Bad input fails before anything is read.
+    """
+    try:
+        options = Options.from_params(params)
+    except SelectionError as exc:
+        return {"msg": str(exc)}, [], True
+    if options.processes and psutil is None:
+        require("psutil")
+        return {"msg": "psutil is needed to name the processes that hold GPU memory"}, [], True
+    smi = None if pynvml is not None else find_smi()
+    if smi is None and pynvml is None:
+        require("pynvml")
+        return {"msg": "nvidia-ml-py (or nvidia-smi) is needed to read GPU state"}, [], True
+    warnings: t.List[str] = []
+    try:
+        if smi is None:
+            with open_nvml(pynvml) as session:
+                facts = from_nvml(session, options, psutil)
+                warnings.extend("NVML_ERROR_NO_PERMISSION: %s was refused, so its value is null: run the task with become: true,"
+                                " or as a user with access to /dev/nvidia*" % denied for denied in session.denied)
+        else:
+            if run_command is None:
+                raise _smi.SmiError("nvidia-smi: no way to run it was given")
+            warnings.append(SMI_WARNING)
+            facts, smi_warnings = from_smi(run_command, smi, options, psutil)
+            warnings.extend(smi_warnings)
+    except (NvmlError, SelectionError, _smi.SmiError) as exc:
+        return {"msg": str(exc)}, warnings, True
+    return {"changed": False, "ansible_facts": facts}, warnings, False

@@ -379,40 +379,20 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
-from ansible_collections.gpuops.fleet.plugins.module_utils._gpu_facts import ARGUMENT_SPEC, Options, from_nvml, from_smi
-from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import open_nvml
-from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import NvmlError
-from ansible_collections.gpuops.fleet.plugins.module_utils._selection import SelectionError, parse_gpus
-from ansible_collections.gpuops.fleet.plugins.module_utils._smi import SmiError
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu_facts import ARGUMENT_SPEC, run_facts
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    try:
-        options = Options(parse_gpus(module.params["gpus"]), module.params["processes"], module.params["topology"], module.params["health"])
-    except SelectionError as exc:
-        module.fail_json(msg=str(exc))
-    if options.processes:
-        _deps.require(module, _deps.PSUTIL)
-    smi = None if _deps.PYNVML.found else module.get_bin_path("nvidia-smi")
-    if smi is None:
-        _deps.require(module, _deps.PYNVML)
-    try:
-        if smi is None:
-            with open_nvml(_deps.PYNVML.module) as session:
-                facts = from_nvml(session, options, _deps.PSUTIL.module)
-                for denied in session.denied:
-                    module.warn("NVML_ERROR_NO_PERMISSION: %s was refused, so its value is null: run the task with become: true,"
-                                " or as a user with access to /dev/nvidia*" % denied)
-        else:
-            module.warn("nvidia-ml-py is not installed: facts come from nvidia-smi, which cannot see graphics processes, lost GPUs,"
-                        " remapped rows, retired pages, clock event reasons or topology. Install nvidia-ml-py on this host.")
-            facts, warnings = from_smi(module.run_command, smi, options, _deps.PSUTIL.module)
-            for warning in warnings:
-                module.warn(warning)
-    except (NvmlError, SelectionError, SmiError) as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, ansible_facts=facts)
+    deps = {"pynvml": _deps.PYNVML, "psutil": _deps.PSUTIL}
+    result, warnings, failed = run_facts(module.params, _deps.PYNVML.module, _deps.PSUTIL.module,
+                                         lambda name: _deps.require(module, deps[name]),
+                                         lambda: module.get_bin_path("nvidia-smi"), module.run_command)
+    for warning in warnings:
+        module.warn(warning)
+    if failed:
+        module.fail_json(**result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -380,34 +380,21 @@ msg:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
-from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import open_nvml
-from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import NvmlError
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import Reclaim
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_diff import reclaim_diff
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import ARGUMENT_SPEC, SpecError, budget_warning, build_spec
-from ansible_collections.gpuops.fleet.plugins.module_utils._selection import SelectionError
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_run import run_reclaim
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import ARGUMENT_SPEC
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    try:
-        spec = build_spec(module.params)
-    except SpecError as exc:
-        module.fail_json(msg=str(exc), changed=False)
-    warning = budget_warning(spec)
-    if warning:
+
+    def libraries():
+        _deps.require(module, _deps.PYNVML, _deps.PSUTIL)
+        return _deps.PYNVML.module, _deps.PSUTIL.module
+
+    result, warnings, failed = run_reclaim(module.params, module.check_mode, module._diff, libraries)
+    for warning in warnings:
         module.warn(warning)
-    _deps.require(module, _deps.PYNVML, _deps.PSUTIL)
-    try:
-        with open_nvml(_deps.PYNVML.module) as session:
-            result = Reclaim(session, _deps.PSUTIL.module, spec, module.check_mode).run()
-    except (NvmlError, SelectionError) as exc:
-        module.fail_json(msg=str(exc), changed=False)
-    for warning in result.pop("warnings_list"):
-        module.warn(warning)
-    if module._diff:
-        result["diff"] = reclaim_diff(result["gpus"], module.check_mode)
-    if result.get("verified") is False:
+    if failed:
         module.fail_json(**result)
     module.exit_json(**result)
 

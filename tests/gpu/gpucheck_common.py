@@ -125,44 +125,28 @@ class Modules:
         return result
 
 
+def _missing(name: str) -> None:
+    raise CheckError(f"{name} is not importable in this Python")
+
+
 def _direct_facts(args: Dict[str, Any]) -> Dict[str, Any]:
+    """gpu_facts without Ansible: the module's own steps (module_utils._gpu_facts.run_facts)."""
     import psutil  # pylint: disable=import-outside-toplevel  # after sys.path is set
     import pynvml  # pylint: disable=import-outside-toplevel
-    from ansible_collections.gpuops.fleet.plugins.module_utils._gpu_facts import Options, from_nvml  # pylint: disable=import-outside-toplevel
-    from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import open_nvml  # pylint: disable=import-outside-toplevel
-    from ansible_collections.gpuops.fleet.plugins.module_utils._selection import parse_gpus  # pylint: disable=import-outside-toplevel
+    from ansible_collections.gpuops.fleet.plugins.module_utils._gpu_facts import run_facts  # pylint: disable=import-outside-toplevel
 
-    from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import NvmlError  # pylint: disable=import-outside-toplevel
-    from ansible_collections.gpuops.fleet.plugins.module_utils._selection import SelectionError  # pylint: disable=import-outside-toplevel
-
-    try:
-        options = Options(parse_gpus(args.get("gpus")), args.get("processes", True), args.get("topology", False), args.get("health", True))
-        with open_nvml(pynvml) as session:
-            return {"changed": False, "failed": False, "ansible_facts": from_nvml(session, options, psutil)}
-    except (NvmlError, SelectionError) as exc:  # what the module reports with fail_json
-        return {"changed": False, "failed": True, "msg": str(exc)}
+    result, warnings, failed = run_facts(args, pynvml, psutil, _missing)
+    return dict(result, failed=failed, warnings=warnings)
 
 
 def _direct_reclaim(args: Dict[str, Any]) -> Dict[str, Any]:
+    """gpu_reclaim without Ansible: the module's own steps (module_utils._reclaim_run.run_reclaim), its defaults."""
     import psutil  # pylint: disable=import-outside-toplevel  # after sys.path is set
     import pynvml  # pylint: disable=import-outside-toplevel
-    from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import open_nvml  # pylint: disable=import-outside-toplevel
-    from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import Reclaim  # pylint: disable=import-outside-toplevel
-    from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import build_spec  # pylint: disable=import-outside-toplevel
+    from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_run import run_reclaim  # pylint: disable=import-outside-toplevel
 
-    from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import NvmlError  # pylint: disable=import-outside-toplevel
-    from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import SpecError  # pylint: disable=import-outside-toplevel
-    from ansible_collections.gpuops.fleet.plugins.module_utils._selection import SelectionError  # pylint: disable=import-outside-toplevel
-
-    params = {"signals": ["TERM", "KILL"], "grace": 10, "timeout": 60}
-    params.update(args)
-    try:
-        with open_nvml(pynvml) as session:
-            result: Dict[str, Any] = Reclaim(session, psutil, build_spec(params), check_mode=False).run()
-    except (NvmlError, SelectionError, SpecError) as exc:  # what the module reports with fail_json
-        return {"changed": False, "failed": True, "msg": str(exc)}
-    result["failed"] = result.get("verified") is False
-    return result
+    result, warnings, failed = run_reclaim(args, False, False, lambda: (pynvml, psutil))
+    return dict(result, failed=failed, warnings=warnings)
 
 
 _DIRECT = {"gpu_facts": _direct_facts, "gpu_reclaim": _direct_reclaim}

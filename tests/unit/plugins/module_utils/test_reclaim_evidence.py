@@ -129,8 +129,17 @@ def test_device_holders_follow_the_device_directory_of_the_environment(tmp_path,
         (dev / name).write_text("")
     holder = child("python3", "-c", "import sys, time; handles = [open(p) for p in sys.argv[1:]]; time.sleep(60)",
                    str(dev / "nvidiactl"), str(dev / "nvidia3"))
+    def held():
+        links = []
+        for name in os.listdir("/proc/%d/fd" % holder.pid):
+            try:
+                links.append(os.readlink("/proc/%d/fd/%s" % (holder.pid, name)))
+            except FileNotFoundError:  # closed while Python starts up
+                pass
+        return [link for link in links if link.startswith(str(dev))]
+
     deadline = time.monotonic() + 10
-    while len([n for n in os.listdir("/proc/%d/fd" % holder.pid) if os.readlink("/proc/%d/fd/%s" % (holder.pid, n)).startswith(str(dev))]) < 2:
+    while len(held()) < 2:
         assert time.monotonic() < deadline, "the holder never opened its devices"
         time.sleep(0.01)
     monkeypatch.setenv("GPUOPS_NVIDIA_DEVICE_DIR", str(dev))

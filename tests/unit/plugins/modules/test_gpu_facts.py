@@ -15,7 +15,7 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps, _pid_trust
 from ansible_collections.gpuops.fleet.plugins.doc_fragments import nvml as nvml_fragment
-from ansible_collections.gpuops.fleet.plugins.module_utils._gpu_facts import ARGUMENT_SPEC
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu_facts import ARGUMENT_SPEC, run_facts
 from ansible_collections.gpuops.fleet.plugins.modules import gpu_facts
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_pynvml import FakeNvml, device, proc
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.test_smi import APPS_CSV, GPU_CSV
@@ -266,3 +266,18 @@ def test_nested_pid_namespace_needs_the_evidence_too(monkeypatch, device_file):
     monkeypatch.setattr(_pid_trust, "nested_pid_namespace", lambda status_path=None: False)
     trusted = run_module({}, monkeypatch)["ansible_facts"]["gpus"][0]["processes"][0]
     assert trusted["unverified"] is False and trusted["name"], "in the host namespace with every PID here, NVML's word is enough"
+
+
+def test_run_facts_is_the_module_without_ansible(nvml, monkeypatch):
+    """bench/ and tests/gpu/ call module_utils' run_facts: the same steps, defaults and facts as the module."""
+    missing = []
+    result, warnings, failed = run_facts({"gpus": ["²"]}, None, None, missing.append)
+    assert failed is True and "gpus" in result["msg"] and missing == [] and warnings == []
+    import psutil  # pylint: disable=import-outside-toplevel
+    result, warnings, failed = run_facts({}, nvml, psutil, missing.append)
+    module = run_module({}, monkeypatch)
+    assert failed is False and warnings == [] and missing == []
+    assert result["ansible_facts"]["gpus"] == module["ansible_facts"]["gpus"] and result["changed"] is False
+    result, warnings, failed = run_facts({"processes": False}, None, None, missing.append)
+    assert missing == ["pynvml"], "without nvidia-ml-py nor nvidia-smi, the caller is told which library is missing"
+    assert failed is True and "nvidia-ml-py" in result["msg"]

@@ -17,6 +17,7 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps, _pid_trust, _process_tree, _reclaim
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import NvmlSession
 from ansible_collections.gpuops.fleet.plugins.doc_fragments import nvml as nvml_fragment
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_run import run_reclaim
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import ARGUMENT_SPEC, build_spec
 from ansible_collections.gpuops.fleet.plugins.modules import gpu_reclaim
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_psutil import (
@@ -522,3 +523,21 @@ def test_trusted_pids_need_no_device_file(monkeypatch):
     result = run_module(monkeypatch, host, FAST)
     assert not result.get("failed") and result["verified"] is True and 900 in {k["pid"] for k in result["killed"]}
     assert host.used() == [0] * 8
+
+
+def test_run_reclaim_is_the_module_without_ansible(monkeypatch):
+    """bench/ and tests/gpu/ call module_utils' run_reclaim: the same steps, defaults and result as the module."""
+    asked = []
+    result, warnings, failed = run_reclaim({"signals": ["STOP"]}, False, False, lambda: asked.append(1))
+    assert failed is True and result["changed"] is False and "STOP" in result["msg"] and warnings == []
+    assert asked == [], "bad input fails before the libraries (NVML, psutil) are asked for"
+    host, workers = incident()
+    monkeypatch.setattr(_process_tree, "os", types.SimpleNamespace(getpid=lambda: ME))
+    monkeypatch.setattr(_reclaim, "_getpgid", host.psutil.getpgid)
+    result, warnings, failed = run_reclaim({"grace": 0.2, "timeout": 0.3}, False, True, lambda: (host.lib, host.psutil))
+    assert failed is False and result["verified"] is True and "warnings_list" not in result
+    assert {k["pid"] for k in result["killed"]} == {1000, 1001, 1002} | set(workers)
+    assert result["diff"]["after"].count("0 MiB used, no holder") == 8 and host.used() == [0] * 8
+    assert [w for w in warnings if "timeout" in w], "grace x signals above timeout: the budget warning comes back"
+    again = run_module(monkeypatch, host, {})
+    assert again["verified"] is True and again["killed"] == [] and again["changed"] is False
