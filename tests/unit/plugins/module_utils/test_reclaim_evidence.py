@@ -129,6 +129,7 @@ def test_device_holders_follow_the_device_directory_of_the_environment(tmp_path,
         (dev / name).write_text("")
     holder = child("python3", "-c", "import sys, time; handles = [open(p) for p in sys.argv[1:]]; time.sleep(60)",
                    str(dev / "nvidiactl"), str(dev / "nvidia3"))
+
     def held():
         links = []
         for name in os.listdir("/proc/%d/fd" % holder.pid):
