@@ -6,7 +6,8 @@
 
 Inside a container (a nested PID namespace) NVML may report the machine's PIDs, and such a number can belong to an
 unrelated local process. NVML's PIDs are not trusted when this process runs in a nested PID namespace (its
-/proc/self/status ``NSpid`` has more than one entry) or when NVML lists a PID that does not exist here. A local
+/proc/self/status ``NSpid`` has more than one entry, or /proc/self/ns/pid is not the kernel's initial PID
+namespace) or when NVML lists a PID that does not exist here. A local
 process then counts as the GPU process only with evidence that it uses the GPU: an NVIDIA device file open
 (``/dev/nvidia*``, or ``$GPUOPS_NVIDIA_DEVICE_DIR/nvidia*``).
 
@@ -21,19 +22,27 @@ import typing as t
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_evidence import device_prefix
 
 STATUS_PATH = "/proc/self/status"
+NS_PATH = "/proc/self/ns/pid"
+# the kernel's initial PID namespace (PROC_PID_INIT_INO), as /proc/self/ns/pid names it
+INITIAL_PID_NAMESPACE = "pid:[4026531836]"
 UNVERIFIABLE = "unverifiable"
 
 
-def nested_pid_namespace(status_path: str = STATUS_PATH) -> bool:
-    """True when ``NSpid`` names more than one PID: this process sees itself from a namespace below another."""
+def nested_pid_namespace(status_path: str = STATUS_PATH, ns_path: str = NS_PATH) -> bool:
+    """True when this process runs below the kernel's initial PID namespace: ``NSpid`` names more than one PID (a
+    /proc mounted outside this namespace), or ``ns_path`` is not the initial namespace (a container mounts its own
+    /proc, where ``NSpid`` shows one entry only)."""
     try:
         with open(status_path, "r", encoding="utf-8", errors="replace") as handle:
             for line in handle:
-                if line.startswith("NSpid:"):
-                    return len(line.split()) > 2
+                if line.startswith("NSpid:") and len(line.split()) > 2:
+                    return True
     except OSError:
         pass
-    return False
+    try:
+        return os.readlink(ns_path) != INITIAL_PID_NAMESPACE
+    except OSError:  # no such link (a kernel before 3.8) or not readable: NSpid alone decides
+        return False
 
 
 def holds_device_file(pid: int, proc_root: str = "/proc", prefix: t.Optional[str] = None) -> bool:

@@ -54,12 +54,13 @@ options:
     type: bool
     default: true
 notes:
-  - "PIDs that NVML lists are not trusted when this task runs in a nested PID namespace (a container: C(NSpid) in
-    C(/proc/self/status) has more than one entry) or when NVML lists a PID that this namespace does not have: NVML may then
-    report the machine's PIDs, and such a number can belong to an unrelated local process. A local process is then named as
-    the holder only with evidence that it uses a GPU, an NVIDIA device file open (C(/dev/nvidia*), or
-    C($GPUOPS_NVIDIA_DEVICE_DIR/nvidia*) when that variable is set); otherwise its entry has V(unverified=true),
-    V(visible=false) and no name. M(gpuops.fleet.gpu_reclaim) applies the same rule before it signals anything."
+  - "PIDs that NVML lists are not trusted when this task runs in a nested PID namespace (a container: C(/proc/self/ns/pid) is
+    not the kernel's initial PID namespace, or C(NSpid) in C(/proc/self/status) has more than one entry) or when NVML lists a
+    PID that this namespace does not have: NVML may then report the machine's PIDs, and such a number can belong to an unrelated
+    local process. A local process is then named as the holder only with evidence that it uses a GPU, an NVIDIA device file open
+    (C(/dev/nvidia*), or C($GPUOPS_NVIDIA_DEVICE_DIR/nvidia*) when that variable is set); otherwise its entry has
+    V(unverified=true), V(visible=false) and no name. M(gpuops.fleet.gpu_reclaim) applies the same rule before it signals
+    anything."
 seealso:
   - name: NVML API reference
     description: The NVIDIA Management Library calls this module makes.

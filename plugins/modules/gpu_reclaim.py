@@ -143,12 +143,13 @@ options:
     type: bool
     default: false
 notes:
-  - "PIDs that NVML lists are not trusted when this task runs in a nested PID namespace (a container: C(NSpid) in
-    C(/proc/self/status) has more than one entry) or when NVML lists a PID that this namespace does not have: NVML may then
-    report the machine's PIDs, and such a number can belong to an unrelated local process. A holder is then signalled only
-    when the local process with its PID has an NVIDIA device file open (C(/dev/nvidia*), or C($GPUOPS_NVIDIA_DEVICE_DIR/nvidia*));
-    otherwise it is left alone and the task fails naming the PID as unverifiable (check mode puts it in RV(would_fail)),
-    whatever O(ignore_foreign) says. M(gpuops.fleet.gpu_facts) applies the same rule."
+  - "PIDs that NVML lists are not trusted when this task runs in a nested PID namespace (a container: C(/proc/self/ns/pid) is
+    not the kernel's initial PID namespace, or C(NSpid) in C(/proc/self/status) has more than one entry) or when NVML lists a
+    PID that this namespace does not have: NVML may then report the machine's PIDs, and such a number can belong to an unrelated
+    local process. A holder is then signalled only when the local process with its PID has an NVIDIA device file open
+    (C(/dev/nvidia*), or C($GPUOPS_NVIDIA_DEVICE_DIR/nvidia*)); otherwise it is left alone and the task fails naming the PID as
+    unverifiable (check mode puts it in RV(would_fail)), whatever O(ignore_foreign) says. M(gpuops.fleet.gpu_facts) applies the
+    same rule."
   - The evidence's C(device_holders) lists the processes with C(/dev/nvidia*) open. The environment variable
     C(GPUOPS_NVIDIA_DEVICE_DIR) makes it look in another directory instead (the simulated GPU host keeps its device files there).
 seealso:

@@ -152,6 +152,24 @@ def test_module_in_a_nested_pid_namespace_sees_outer_pids_and_touches_nothing(ma
     assert canaries.alive(), canaries.dead()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="unshare --pid --mount-proc needs root")
+def test_in_a_nested_pid_namespace_a_local_process_that_shares_a_listed_pid_is_unverifiable(make_host, tmp_path, canaries):
+    """NVML lists the machine's PID 1 (its init); inside the namespace PID 1 is the ansible command itself, which has no
+    device file open: gpu_facts does not name it as the holder, and gpu_reclaim names the PID as unverifiable."""
+    host = make_host()
+    host.record_alloc(1, 3, 5000, flags=["foreign"])
+    tree = serve(host, canaries, 2, mib=MIB)
+    before = host.snapshot()
+    facts = adhoc_in_nested_pid_namespace(host, "gpuops.fleet.gpu_facts", "gpus=3")
+    (listed,) = facts["ansible_facts"]["gpus"][0]["processes"]
+    assert listed["pid"] == 1 and listed["unverified"] is True and listed["name"] is None and listed["cmdline"] is None, listed
+    result = adhoc_in_nested_pid_namespace(host, "gpuops.fleet.gpu_reclaim", "gpus=3 grace=1 timeout=3")
+    assert result["failed"] is True and result.get("changed") is False and result["killed"] == []
+    assert "GPU 3: pid 1 holds 5000 MiB: unverifiable" in result["msg"] and "nested PID namespace" in result["msg"], result["msg"]
+    assert host.snapshot() == before and all(pid_alive(p) for p in members(tree))
+    assert canaries.alive(), canaries.dead()
+
+
 def test_v1_tree_with_engine_core_launchers_first(make_host, inventory, tmp_path, canaries):
     host = make_host()
     tree = serve(host, canaries, 8, engine_core=True, entrypoint="serve", mib=MIB)

@@ -22,23 +22,35 @@ def status_file(tmp_path, nspid):
     return str(path)
 
 
+def ns_link(tmp_path, target):
+    link = tmp_path / "pid"
+    link.symlink_to(target)
+    return str(link)
+
+
 @pytest.mark.parametrize("nspid, nested", [("4242", False), ("812345 17", True), ("900001 5012 7", True)])
 def test_nested_pid_namespace_reads_nspid(tmp_path, nspid, nested):
-    assert nested_pid_namespace(status_file(tmp_path, nspid)) is nested
+    assert nested_pid_namespace(status_file(tmp_path, nspid), ns_link(tmp_path, "pid:[4026531836]")) is nested
+
+
+@pytest.mark.parametrize("target, nested", [("pid:[4026531836]", False), ("pid:[4026532461]", True)])
+def test_a_container_with_its_own_proc_is_told_by_its_namespace(tmp_path, target, nested):
+    """A container mounts its own /proc: NSpid shows one entry there, but its PID namespace is not the initial one."""
+    assert nested_pid_namespace(status_file(tmp_path, "7"), ns_link(tmp_path, target)) is nested
 
 
 def test_nested_pid_namespace_without_nspid_or_status_is_not_assumed(tmp_path):
     (tmp_path / "old").write_text("Name:\tpython3\nPid:\t12\n")  # a kernel older than 4.1 has no NSpid line
-    assert nested_pid_namespace(str(tmp_path / "old")) is False
-    assert nested_pid_namespace(str(tmp_path / "missing")) is False
+    missing = str(tmp_path / "no-link")
+    assert nested_pid_namespace(str(tmp_path / "old"), missing) is False
+    assert nested_pid_namespace(str(tmp_path / "missing"), missing) is False
 
 
-def test_this_process_agrees_with_its_own_status():
+def test_this_process_agrees_with_its_own_proc():
     with open("/proc/self/status", encoding="utf-8") as handle:
         line = [text for text in handle if text.startswith("NSpid:")]
-    if not line:
-        pytest.skip("this kernel has no NSpid")
-    assert nested_pid_namespace() is (len(line[0].split()) > 2)
+    expected = os.readlink("/proc/self/ns/pid") != "pid:[4026531836]" or bool(line and len(line[0].split()) > 2)
+    assert nested_pid_namespace() is expected
 
 
 @pytest.fixture
