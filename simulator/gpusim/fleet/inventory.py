@@ -14,10 +14,9 @@ from pathlib import Path
 
 import yaml
 
-from gpusim.devices import DEVICE_DIR_ENV
+from gpusim import inventory as local_inventory
 from gpusim.fleet.nodefiles import OPERATOR_USER
 from gpusim.fleet.record import FleetRecord, NodeRecord
-from gpusim.statedir import StateDir
 
 VLLM_PORT = 8000
 
@@ -42,31 +41,22 @@ def ssh_vars(rec: FleetRecord, user: str = "root", pipelining: bool = True, cont
 
 
 def node_vars(rec: FleetRecord, node: NodeRecord) -> t.Dict[str, t.Any]:
-    sim_env = {"LD_LIBRARY_PATH": str(Path(rec.repo) / "simulator" / "build" / "lib"), "GPUOPS_SIM_STATE": str(node.gpu_state),
-               # the node's own device files: in its nested PID namespace the modules ask for that evidence
-               DEVICE_DIR_ENV: str(StateDir(node.gpu_state).dev)}
-    return {
-        "ansible_host": node.node_ip,
-        "gpuops_fleet_environment": sim_env,
-        "vllm_server_host_env": {"GPUOPS_SIM_STATE": str(node.gpu_state)},
-        "vllm_server_state_dir": str(node.path / "role"),
-    }
+    """A local simulated host's variables (gpusim.inventory), reached at the node's address, its role state in the node."""
+    del rec
+    found = local_inventory.host_vars(Path(node.gpu_state), VLLM_PORT, ansible_host=node.node_ip,
+                                      vllm_server_state_dir=str(node.path / "role"))
+    del found["vllm_server_port"]  # the same on every node: a group variable (role_vars)
+    return found
 
 
 def role_vars(rec: FleetRecord) -> t.Dict[str, t.Any]:
     """The role's variables that drive the fake vLLM; it listens on the node's address too, for the machine to watch."""
-    return {
-        "vllm_server_command": [rec.python, str(Path(rec.repo) / "simulator" / "fakevllm" / "bin" / "vllm"), "serve"],
-        "vllm_server_model": "zai-org/GLM-5-GGUF",
-        "vllm_server_tensor_parallel_size": rec.gpus,
-        "vllm_server_port": VLLM_PORT,
-        "vllm_server_args": ["--host", "0.0.0.0"],
-        "vllm_server_launch_mode": "process",
-        "vllm_server_ready_timeout": 120,
-        "vllm_server_reclaim_grace": 2,
-        "vllm_server_reclaim_timeout": 20,
-        "vllm_server_stop_timeout": 10,
-    }
+    found = local_inventory.common_vars(rec.python)
+    for how_reached in ("ansible_connection", "ansible_python_interpreter"):  # ssh_vars says that
+        del found[how_reached]
+    found.update(vllm_server_tensor_parallel_size=rec.gpus, vllm_server_port=VLLM_PORT,
+                 vllm_server_args=["--host", "0.0.0.0"], vllm_server_ready_timeout=120)
+    return found
 
 
 def build(rec: FleetRecord, group_vars: t.Optional[t.Mapping[str, t.Any]] = None,
