@@ -143,7 +143,7 @@ integration: venv tools sim collection-path
 
 # the role's molecule scenario (extensions/molecule/default): one simulated host, converge, idempotence, verify
 molecule: venv sim collection-path
-	molecule test
+	molecule reset && molecule test
 
 build-test: venv sim
 	$(PYTEST) tests/build --junitxml=$(JUNIT)/build-test.xml
