@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from _benchlib import REPO, BenchError, SimHost, ensure_simulator, median, save_results, table
+from gpusim.api import free_port
 
 FAKE_VLLM = REPO / "simulator" / "fakevllm" / "bin" / "vllm"
 MODEL = "org/ingest"
@@ -28,10 +28,6 @@ CLIENTS = ("gpuops", "aiohttp")
 TARGET_TOK_S = 20000.0
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class FakeServer:

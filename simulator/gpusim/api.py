@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +54,13 @@ __all__ = [
 
 
 # ---- liveness, from /proc alone ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on right now (for a fake server a test or bench starts)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def starttime(pid: int) -> Optional[int]:

@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "simulator"))
 
 from gpusim import inventory as sim_inventory  # noqa: E402  # pylint: disable=wrong-import-position
+from gpusim.api import free_port  # noqa: E402,F401  # pylint: disable=wrong-import-position,unused-import  # re-exported
 from gpusim.api import SIM_LIB_DIR, Host  # noqa: E402  # pylint: disable=wrong-import-position
 
 SIM_LIB = SIM_LIB_DIR
@@ -112,12 +113,6 @@ def write_role_inventory(path: Path, hosts: t.Mapping[str, t.Dict[str, t.Any]], 
     return path
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def flat(output: str) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from simfleet import REPO, SimHost, run_module, write_inventory
+from simfleet import REPO, SimHost, free_port, run_module, write_inventory
 
 FAKE_VLLM = REPO / "simulator" / "fakevllm" / "bin" / "vllm"
 MODEL = "org/bench-model"
@@ -37,10 +36,6 @@ PACKED_TTFT_MS = 200.0
 PACKED_PACE = 400.0
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class FakeVllm:

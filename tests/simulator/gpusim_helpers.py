@@ -24,6 +24,7 @@ if str(SIMULATOR) not in sys.path:
 # pylint: disable=wrong-import-position  # gpusim is found through the path added above
 from gpusim import api  # noqa: E402
 from gpusim.api import pid_alive as is_running  # noqa: E402,F401  # pylint: disable=unused-import  # re-exported
+from gpusim.api import free_port  # noqa: E402,F401  # pylint: disable=unused-import  # re-exported
 
 LIB_DIR = api.SIM_LIB_DIR
 GRACE_S = 0.5  # vLLM's 5 s shutdown grace, shortened so the suite stays fast
@@ -143,11 +144,6 @@ class SimHost(api.Host):
 FAKE_VLLM = SIMULATOR / "fakevllm" / "bin" / "vllm"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 @dataclass
