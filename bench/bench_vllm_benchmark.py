@@ -28,8 +28,6 @@ CLIENTS = ("gpuops", "aiohttp")
 TARGET_TOK_S = 20000.0
 
 
-
-
 class FakeServer:
     """The fake vLLM at a fast pace, one token per chunk (the most events per token), pinned to its own core."""
 

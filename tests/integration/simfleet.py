@@ -113,8 +113,6 @@ def write_role_inventory(path: Path, hosts: t.Mapping[str, t.Dict[str, t.Any]], 
     return path
 
 
-
-
 def flat(output: str) -> str:
     """The output with every run of whitespace made one space (the YAML callback wraps long lines)."""
     return " ".join(output.split())

@@ -36,8 +36,6 @@ PACKED_TTFT_MS = 200.0
 PACKED_PACE = 400.0
 
 
-
-
 class FakeVllm:
     """One fake vLLM server this test starts on a simulated host, stopped by its own Popen handle."""
 

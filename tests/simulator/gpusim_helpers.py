@@ -144,8 +144,6 @@ class SimHost(api.Host):
 FAKE_VLLM = SIMULATOR / "fakevllm" / "bin" / "vllm"
 
 
-
-
 @dataclass
 class StreamResult:
     """One SSE response read by http.client: its events (JSON objects, or the string "[DONE]") and arrival times."""
