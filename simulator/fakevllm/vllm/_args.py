@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import List, Optional
+import os
+from typing import List, Mapping, Optional, Tuple
 
 DEFAULT_MAX_MODEL_LEN = 32768
 
@@ -20,6 +21,8 @@ class ServerArgs:  # pylint: disable=too-many-instance-attributes
     port: Optional[int]
     served_model_names: List[str]
     max_model_len: int
+    # keys a client must present as `Authorization: Bearer KEY` on /v1/*: --api-key, else VLLM_API_KEY (as vLLM)
+    api_keys: Tuple[str, ...] = ()
 
 
 def _parser(prog: str, positional_model: bool) -> argparse.ArgumentParser:
@@ -34,10 +37,20 @@ def _parser(prog: str, positional_model: bool) -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=None)
     parser.add_argument("--served-model-name", nargs="+", default=None)
     parser.add_argument("--max-model-len", type=int, default=DEFAULT_MAX_MODEL_LEN)
+    parser.add_argument("--api-key", nargs="+", action="append", default=None)
     return parser
 
 
-def parse_server_args(argv: List[str], prog: str, positional_model: bool) -> ServerArgs:
+def api_keys(given: Optional[List[List[str]]], env: Mapping[str, str]) -> Tuple[str, ...]:
+    """--api-key's keys (every occurrence), else VLLM_API_KEY; vLLM ignores an empty key."""
+    keys = [key for group in given or [] for key in group if key]
+    if not keys and env.get("VLLM_API_KEY"):
+        keys = [env["VLLM_API_KEY"]]
+    return tuple(keys)
+
+
+def parse_server_args(argv: List[str], prog: str, positional_model: bool,
+                      env: Optional[Mapping[str, str]] = None) -> ServerArgs:
     parser = _parser(prog, positional_model)
     known, _unknown = parser.parse_known_args(argv)
     model = getattr(known, "model_tag", None) or known.model or "facebook/opt-125m"
@@ -47,4 +60,4 @@ def parse_server_args(argv: List[str], prog: str, positional_model: bool) -> Ser
         parser.error("--max-model-len must be at least 2")
     names = known.served_model_name or [model]
     return ServerArgs(model, known.tensor_parallel_size, known.gpu_memory_utilization, known.host, known.port,
-                      names, known.max_model_len)
+                      names, known.max_model_len, api_keys(known.api_key, os.environ if env is None else env))

@@ -8,6 +8,7 @@ not held back by Nagle's algorithm). The port is bound when the API server start
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import socket
@@ -98,6 +99,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (http.server's names)
         path, _sep, query = self.path.partition("?")
         serving = self.server.serving
+        if not self._authorized(path):
+            return
         try:
             if path == "/health":
                 ok = serving.is_ready() and not serving.stopping.is_set()
@@ -123,7 +126,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         path = self.path.partition("?")[0]
         try:
-            raw = self._read_body()
+            raw = self._read_body()  # read first, so a refused request leaves the connection usable
+            if not self._authorized(path):
+                return
             if path in GENERATION_PATHS:
                 self._generate(raw, GENERATION_PATHS[path])
             elif path == "/sim/faults":
@@ -136,11 +141,25 @@ class Handler(BaseHTTPRequestHandler):
             self.reply_json(error.status, error.body())
 
     def do_DELETE(self) -> None:  # noqa: N802
+        if not self._authorized(self.path.partition("?")[0]):
+            return
         if self.path.partition("?")[0] == "/sim/faults":
             cleared = self.server.serving.faults.clear()
             self.reply_json(200, dumps({"cleared": cleared, "queued": []}))
         else:
             self.reply_json(404, b'{"detail":"Not Found"}')
+
+    def _authorized(self, path: str) -> bool:
+        """As vLLM with --api-key or VLLM_API_KEY: /v1/* needs `Authorization: Bearer KEY`, anything else is open.
+        Answers 401 and returns False when the header is missing or names no key."""
+        keys = self.server.serving.args.api_keys
+        if not keys or not path.startswith("/v1"):
+            return True
+        given = self.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+        if any(hmac.compare_digest(given, ("Bearer " + key).encode("utf-8", "surrogateescape")) for key in keys):
+            return True
+        self.reply_json(401, b'{"error":"Unauthorized"}')
+        return False
 
     # -- endpoints -----------------------------------------------------------------------------------------
 

@@ -102,6 +102,8 @@ def run_server(args: ServerArgs) -> int:
             return 1
         supervisor.on_stop(lambda: stop_http(server))
         log(f"APIServer: listening on http://{args.host}:{args.port} (ready once the engine is up)")
+        if args.api_keys:
+            log("APIServer: /v1/* answers only requests with an API key (Authorization: Bearer)")
     if _simhost.engine_core_enabled():
         core_args = engine_core_args(args.tensor_parallel_size, args.gpu_memory_utilization)
         supervisor.adopt([start_child("vllm.v1.engine.core", core_args)])
