@@ -18,6 +18,7 @@ import os
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._processes import trim_cmdline
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_owner import FOREIGN, GetSid, Ownership, Verdict, getsid
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import ReclaimSpec, always_excluded, is_excluded, matches_any
 
 _ATTRS = ["name", "cmdline", "username", "create_time", "ppid", "status"]
@@ -40,6 +41,7 @@ class Plan(t.NamedTuple):
     targets: t.List[Target]
     left_alone: t.Dict[int, str]  # holder pid -> why it is not signalled
     warnings: t.List[str]
+    foreign: t.Dict[int, Verdict] = {}  # under orphans_only: holder pid -> the verdict that makes it someone else's
 
 
 class ProcessTable:
@@ -96,18 +98,26 @@ def is_cluster_daemon(spec: ReclaimSpec, info: t.Mapping[str, t.Any]) -> bool:
     return matches_any(spec.cluster_daemons, info["name"], info["cmdline"])
 
 
-def find_launcher(table: ProcessTable, pid: int, spec: ReclaimSpec, protected: t.Set[int]) -> t.Optional[int]:
-    """The launcher of holder ``pid``: the highest process of the unbroken chain of launcher-shaped ancestors
-    that starts at its parent; None when its parent is not one."""
-    found = None
+def climb(table: ProcessTable, pid: int, spec: ReclaimSpec, protected: t.Set[int]) -> t.Tuple[t.List[int], t.Optional[int]]:
+    """The unbroken chain of launcher-shaped ancestors of ``pid`` that starts at its parent (nearest first), and
+    the process that ended it (an ordinary, protected, excluded or cluster-daemon process; None when the
+    chain's top has no parent in the table)."""
+    chain: t.List[int] = []
     for parent in table.ancestors(pid):
         info = table.info[parent]
         if parent in protected or is_excluded(spec, info["name"], info["cmdline"]) or is_cluster_daemon(spec, info):
-            break
+            return chain, parent
         if not matches_any(spec.launcher_patterns, info["name"], info["cmdline"]):
-            break
-        found = parent
-    return found
+            return chain, parent
+        chain.append(parent)
+    return chain, None
+
+
+def find_launcher(table: ProcessTable, pid: int, spec: ReclaimSpec, protected: t.Set[int]) -> t.Optional[int]:
+    """The launcher of holder ``pid``: the highest process of the unbroken chain of launcher-shaped ancestors
+    that starts at its parent; None when its parent is not one."""
+    chain, _stop = climb(table, pid, spec, protected)
+    return chain[-1] if chain else None
 
 
 def _tree(table: ProcessTable, root: int, root_role: str, spec: ReclaimSpec,
@@ -128,7 +138,8 @@ def _tree(table: ProcessTable, root: int, root_role: str, spec: ReclaimSpec,
 
 def plan_targets(psutil: t.Any, spec: ReclaimSpec, holders: t.Mapping[int, t.Dict[str, t.Any]],
                  selected_gpus: t.Set[int], other_holders: t.Mapping[int, t.List[int]],
-                 table: t.Optional[ProcessTable] = None, unverifiable: t.Optional[t.Mapping[int, str]] = None) -> Plan:
+                 table: t.Optional[ProcessTable] = None, unverifiable: t.Optional[t.Mapping[int, str]] = None,
+                 sid_of: GetSid = getsid) -> Plan:
     """Decide what to signal.
 
     ``holders``: visible holder pid -> its description (name, cmdline, username, create_time, gpus);
@@ -136,10 +147,18 @@ def plan_targets(psutil: t.Any, spec: ReclaimSpec, holders: t.Mapping[int, t.Dic
     descendants) is taken only when every GPU holder inside it is itself a target; otherwise only the holder.
     ``unverifiable``: holder pid -> why the local process with that PID may not be the GPU process NVML lists
     (see _pid_trust); such a holder is left alone.
+    With ``orphans_only``, a holder that passes ``match`` is taken only when it is the owner's or an orphan (see
+    _reclaim_owner); another job's is left alone and returned in ``Plan.foreign``.
     """
     protected = protected_pids(psutil)
     left_alone: t.Dict[int, str] = {}
     chosen: t.Dict[int, t.Dict[str, t.Any]] = {}
+    foreign: t.Dict[int, Verdict] = {}
+    ownership = None
+    if spec.orphans_only and holders:
+        if table is None:
+            table = ProcessTable(psutil)
+        ownership = Ownership(table, spec, sid_of)
     for pid, info in holders.items():
         if unverifiable and pid in unverifiable:
             left_alone[pid] = unverifiable[pid]
@@ -153,8 +172,15 @@ def plan_targets(psutil: t.Any, spec: ReclaimSpec, holders: t.Mapping[int, t.Dic
             left_alone[pid] = "matches `exclude`"
         elif spec.match and not matches_any(spec.match, info["name"], info["cmdline"]):
             left_alone[pid] = "does not match `match`"
+        elif ownership is not None and pid not in ownership.table.info:
+            left_alone[pid] = "not in the process table, so whose it is cannot be told (orphans_only)"
         else:
-            chosen[pid] = info
+            verdict = None if ownership is None else ownership.judge(pid, *climb(ownership.table, pid, spec, protected))
+            if verdict is not None and verdict.kind == FOREIGN:
+                left_alone[pid] = verdict.why
+                foreign[pid] = verdict
+            else:
+                chosen[pid] = info
 
     if not spec.kill_tree:
         table = None
@@ -189,4 +215,4 @@ def plan_targets(psutil: t.Any, spec: ReclaimSpec, holders: t.Mapping[int, t.Dic
             targets[tpid] = Target(tpid, tinfo["create_time"], tinfo["name"], tinfo["cmdline"], tinfo["username"],
                                    role, depth, sorted(chosen.get(tpid, {}).get("gpus", [])))
     ordered = sorted(targets.values(), key=lambda tg: (tg.role != "launcher", tg.depth, tg.pid))
-    return Plan(ordered, left_alone, warnings)
+    return Plan(ordered, left_alone, warnings, foreign)

@@ -19,6 +19,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import NvmlSess
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import NvmlError
 from ansible_collections.gpuops.fleet.plugins.module_utils._process_tree import Plan, ProcessTable, Target, plan_targets, protected_pids
 from ansible_collections.gpuops.fleet.plugins.module_utils._processes import describe_process, trim_cmdline
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_owner import GetSid, Verdict, getsid, label
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import ReclaimSpec, is_excluded
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_verify import Problem, Reading, drop_exited, judge, predict, read_gpu
 from ansible_collections.gpuops.fleet.plugins.module_utils._selection import resolve_gpus
@@ -38,13 +39,15 @@ class Reclaim:
     """One reclaim run. ``run()`` returns the module result, with the warnings as ``warnings_list``."""
 
     def __init__(self, session: NvmlSession, psutil: t.Any, spec: ReclaimSpec, check_mode: bool,
-                 clock: t.Callable[[], float] = time.monotonic, getpgid: t.Optional[t.Callable[[int], t.Optional[int]]] = None) -> None:
+                 clock: t.Callable[[], float] = time.monotonic, getpgid: t.Optional[t.Callable[[int], t.Optional[int]]] = None,
+                 sid_of: GetSid = getsid) -> None:
         self.session = session
         self.psutil = psutil
         self.spec = spec
         self.check_mode = check_mode
         self.clock = clock
         self.getpgid = getpgid or _getpgid
+        self.sid_of = sid_of
         self.start = clock()
         self._described: t.Dict[int, t.Dict[str, t.Any]] = {}
         self._before_described: t.Dict[int, t.Dict[str, t.Any]] = {}
@@ -52,6 +55,8 @@ class Reclaim:
         self._protected: t.Set[int] = set()
         self._pgids: t.Set[int] = set()
         self._planning = True
+        self._foreign: t.List[t.Dict[str, t.Any]] = []
+        self._holder_gpus: t.Dict[int, t.List[int]] = {}
 
     def describe(self, pid: int) -> t.Dict[str, t.Any]:
         """What psutil says of a PID: from the plan's process table (one scan of /proc) while planning, else fresh."""
@@ -77,6 +82,7 @@ class Reclaim:
             self._table = ProcessTable(self.psutil)  # after the NVML reading: every holder listed was started before it
         before = {index: drop_exited(self.session, raw[index], self.describe) for index in indices}
         plan = self._plan(before, set(indices))
+        self._foreign = [self._foreign_entry(pid, verdict) for pid, verdict in sorted(plan.foreign.items())]
         self._planning = False
         self._before_described = dict(self._described)
         if self.check_mode:
@@ -103,6 +109,7 @@ class Reclaim:
                 except NvmlError:
                     pass  # the GPU stopped answering: the verification reports it
         holders = {pid: info for pid, info in holders.items() if pid in confirmed}
+        self._holder_gpus = {pid: list(info["gpus"]) for pid, info in holders.items()}
         others: t.Dict[int, t.List[int]] = {}
         unread: t.List[str] = []
         for index in range(self.session.count):
@@ -115,12 +122,27 @@ class Reclaim:
                 unread.append("GPU %d (outside `gpus`) could not be read, so a launcher tree ended here may also hold it: %s" % (index, exc))
         unverifiable = self._unverifiable(before, holders, others)
         self._protected = protected_pids(self.psutil)
-        plan = plan_targets(self.psutil, self.spec, holders, selected, others, self._table, unverifiable)
+        plan = plan_targets(self.psutil, self.spec, holders, selected, others, self._table, unverifiable, self.sid_of)
         plan.warnings.extend(unread)
         # a process the targets fork during the ladder shares their process group (unless it is one of ours)
         ours = {self.getpgid(pid) for pid in self._protected if pid > 1}
         self._pgids = {pgid for pgid in (self.getpgid(tg.pid) for tg in plan.targets) if pgid not in ours and pgid not in (None, 0, 1)}
         return plan
+
+    def _foreign_entry(self, pid: int, verdict: Verdict) -> t.Dict[str, t.Any]:
+        """A holder left alone as someone else's job (orphans_only): what the caller needs to name it."""
+        info = self.describe(pid)
+        gpus = sorted(self._holder_gpus.get(pid, []))
+        parent = None
+        if verdict.parent is not None:
+            pinfo = self.describe(verdict.parent)
+            parent = {"pid": verdict.parent, "name": pinfo["name"], "cmdline": pinfo["cmdline"], "username": pinfo["username"]}
+        return {
+            "pid": pid, "name": info["name"], "cmdline": info["cmdline"], "username": info["username"], "gpus": gpus,
+            "parent": parent, "launcher": verdict.top if verdict.top != pid else None,
+            "reason": "PID %d %s on GPU %s belongs to live PID %s (%s), not to this server: not ended" % (
+                pid, info["name"] or "?", ", ".join(str(g) for g in gpus) or "?", verdict.parent, label(parent)),
+        }
 
     def _unverifiable(self, before: t.Mapping[int, Reading], holders: t.Mapping[int, t.Any],
                       others: t.Mapping[int, t.List[int]]) -> t.Dict[int, str]:
@@ -201,6 +223,7 @@ class Reclaim:
         return {
             "gpus": gpus, "killed": [], "warnings_list": warnings, "elapsed_s": round(self.clock() - self.start, 3),
             "changed": bool(would), "verified": None, "would_kill": [_target_entry(tg) for tg in would], "would_fail": would_fail,
+            "foreign": self._foreign,
             "msg": "check mode: would end %d process(es) on GPU %s%s" % (
                 len(would), _indices(before), "; a real run would fail: " + "; ".join(would_fail) if would_fail else ""),
         }
@@ -222,6 +245,7 @@ class Reclaim:
             "killed": [_killed_entry(o) for o in ended],
             "warnings_list": plan.warnings,
             "elapsed_s": round(self.clock() - self.start, 3),
+            "foreign": self._foreign,
         }
         survivors = [o for o in outcomes if o.ended is None or o.target.pid in stuck]
         result["changed"] = any(o.signal is not None for o in outcomes)

@@ -41,6 +41,15 @@ DEFAULT_CLUSTER_DAEMONS = [
     r"^(\S*/)?(kubelet|containerd|containerd-shim\S*|dockerd|slurmd|slurmstepd)\b",
 ]
 
+# Processes that adopt orphans (init systems, container inits, service managers run as subreapers): a vLLM-shaped
+# holder whose launcher chain hangs from one of them (or from PID 1) is an orphan, not a live job's child. The last
+# one is the simulated GPU host's reaper (simulator/gpusim), which stands for systemd there.
+DEFAULT_SUBREAPERS = [
+    r"^(\S*/)?(systemd|init)(\s|$)",
+    r"^(\S*/)?(tini|tini-static|dumb-init|docker-init|catatonit)(\s|$)",
+    r"^(\S*/)?python[0-9.]*(\s+-\S+)*\s+-m\s+gpusim\.reaper(\s|$)",
+]
+
 # Never signalled, whatever the options say: the driver's helpers and GPU monitoring. Matched against the
 # program (the process name and the base name of its first command-line word), never the arguments, so a
 # holder started with `--health-cmd nvidia-smi` or `--model /models/dcgm-tuned` is not protected by them.
@@ -70,6 +79,9 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "settle": {"type": "float", "default": 0.5},
     "memory_threshold_mib": {"type": "int", "default": 1024},
     "ignore_foreign": {"type": "bool", "default": False},
+    "owner": {"type": "dict", "options": {"pid": {"type": "int", "required": True}, "create_time": {"type": "float"}}},
+    "orphans_only": {"type": "bool", "default": False},
+    "subreapers": {"type": "list", "elements": "str", "default": DEFAULT_SUBREAPERS},
 }
 
 
@@ -81,6 +93,13 @@ def default(option: str) -> t.Any:
 
 class SpecError(ValueError):
     """An option value that cannot be used; the message names the option and the value."""
+
+
+class Owner(t.NamedTuple):
+    """The process whose leftovers a run may end (option ``owner``): its PID and, where known, its start time."""
+
+    pid: int
+    create_time: t.Optional[float]
 
 
 class ReclaimSpec(t.NamedTuple):
@@ -96,6 +115,9 @@ class ReclaimSpec(t.NamedTuple):
     ignore_foreign: bool
     cluster_daemons: t.List[t.Pattern[str]] = []
     settle: float = 0.5
+    owner: t.Optional[Owner] = None
+    orphans_only: bool = False
+    subreapers: t.List[t.Pattern[str]] = []
 
 
 def _regexes(option: str, values: t.Optional[t.Sequence[t.Any]]) -> t.List[t.Pattern[str]]:
@@ -146,6 +168,33 @@ def _duration(option: str, value: t.Any, upper: float, zero: bool = False) -> fl
     return seconds
 
 
+def _owner(value: t.Any) -> t.Optional[Owner]:
+    """``owner`` checked: a PID above 1 (every process descends from PID 1) and, optionally, a start time."""
+    if value is None:
+        return None
+    if not isinstance(value, t.Mapping):
+        raise SpecError("owner: %r is not a dictionary with pid and create_time" % (value,))
+    unknown = sorted(str(key) for key in value if key not in ("pid", "create_time"))
+    if unknown:
+        raise SpecError("owner: unknown key %s; it takes pid and create_time" % ", ".join(unknown))
+    pid = value.get("pid")
+    if isinstance(pid, str) and _ASCII_NUMBER.match(pid.strip()):
+        pid = int(pid.strip())
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid < 2:
+        raise SpecError("owner.pid: %r is not the PID of a server: give a process ID above 1 (every process descends from PID 1)" % (pid,))
+    created = value.get("create_time")
+    if created is not None:
+        if isinstance(created, bool):
+            raise SpecError("owner.create_time: %r is not a start time in seconds since the epoch" % (created,))
+        try:
+            created = float(created)
+        except (TypeError, ValueError):
+            raise SpecError("owner.create_time: %r is not a start time in seconds since the epoch" % (created,)) from None
+        if not math.isfinite(created) or created <= 0:
+            raise SpecError("owner.create_time: %r is not a start time in seconds since the epoch" % (value.get("create_time"),))
+    return Owner(pid, created)
+
+
 def build_spec(params: t.Mapping[str, t.Any]) -> ReclaimSpec:
     """Every option checked; raises SpecError naming the option and the value. A missing option takes its default."""
     def get(option: str) -> t.Any:
@@ -178,6 +227,9 @@ def build_spec(params: t.Mapping[str, t.Any]) -> ReclaimSpec:
         ignore_foreign=bool(get("ignore_foreign")),
         cluster_daemons=_regexes("cluster_daemons", get("cluster_daemons")),
         settle=_duration("settle", get("settle"), MAX_SETTLE_S, zero=True),
+        owner=_owner(get("owner")),
+        orphans_only=bool(get("orphans_only")),
+        subreapers=_regexes("subreapers", get("subreapers")),
     )
 
 

@@ -142,6 +142,56 @@ options:
         run in the host PID namespace); their memory is then not counted. They are never signalled either way.
     type: bool
     default: false
+  owner:
+    description:
+      - The server whose leftovers this run frees; it matters with O(orphans_only) only (without it, every holder that passes
+        O(match) is taken anyway). A holder is the owner's when it is the owner or descends from it, or when it is a member of
+        the owner's session and the owner leads that session (a server started in a session of its own, as
+        M(gpuops.fleet.vllm_process) and systemd start it). When the owner is gone (it was just stopped), members
+        of its session started after O(owner.create_time) are still its; its other leftovers are orphans by the rule of
+        O(orphans_only).
+      - An owner that does not run (or whose start time differs, a reused PID) owns nothing alive.
+    type: dict
+    suboptions:
+      pid:
+        description:
+          - The owner's PID (for a vLLM server: its API server). Above 1.
+        type: int
+        required: true
+      create_time:
+        description:
+          - The owner's start time (seconds since the epoch, as psutil's C(create_time) gives it), so that a reused PID is
+            never taken for the owner. Without it, the process that has O(owner.pid) now is the owner.
+        type: float
+  orphans_only:
+    description:
+      - "Take a holder (one that passes O(match) and O(exclude)) only when it is the O(owner)'s or an orphan; any other is someone
+        else's job: it is never signalled, its GPU is not free (check mode puts it in RV(would_fail)), and RV(foreign) names it."
+      - "The rule. Climbing from the holder's parent through launcher-shaped processes (as for the launcher rule of O(kill_tree)),
+        the top of that chain (the holder itself when its parent is not launcher-shaped) hangs from a parent process. The holder
+        is an orphan when that parent is PID 1 or gone (its launcher died and the kernel gave it to init), when the parent
+        matches O(subreapers) (a service manager that adopts orphans, such as C(systemd --user)), or when the top was adopted:
+        it is in a session that is not its parent's and does not lead it (a process keeps the session it was started in until it
+        starts its own, so a parent in another session, which leads no session itself, did not start it). So the workers of a
+        SIGKILLed API server are orphans, and so is a vLLM server started by hand and left to init; a C(VLLM::Worker_TP0) whose
+        parent is a live C(python3 batch_infer.py), a vLLM server below a live shell or wrapper script, or a Ray actor below
+        raylet, is someone else's."
+      - Linux has no way to read whether a process is a subreaper (C(PR_SET_CHILD_SUBREAPER)), hence O(subreapers). Process groups
+        are not used as evidence (a job-control shell puts the members of a pipeline in one group).
+    type: bool
+    default: false
+  subreapers:
+    description:
+      - Regular expressions (name or command line) for processes that adopt orphans (init systems, container inits, service
+        managers run as subreapers). A launcher chain that hangs from one is an orphan's (see O(orphans_only)).
+      - The default covers systemd (also C(systemd --user)) and init, tini, dumb-init, docker-init, catatonit, and the simulated
+        GPU host's reaper (C(python3 -m gpusim.reaper), which stands for systemd there).
+    type: list
+    elements: str
+    default:
+      - '^(\S*/)?(systemd|init)(\s|$)'
+      - '^(\S*/)?(tini|tini-static|dumb-init|docker-init|catatonit)(\s|$)'
+      - '^(\S*/)?python[0-9.]*(\s+-\S+)*\s+-m\s+gpusim\.reaper(\s|$)'
 notes:
   - "PIDs that NVML lists are not trusted when this task runs in a nested PID namespace (a container: C(/proc/self/ns/pid) is
     not the kernel's initial PID namespace, or C(NSpid) in C(/proc/self/status) has more than one entry) or when NVML lists a
@@ -171,6 +221,21 @@ EXAMPLES = r"""
     grace: 5
     timeout: 30
   register: reclaim
+
+- name: Free a server's GPUs from its own leftovers and orphans, never from a colleague's job
+  gpuops.fleet.gpu_reclaim:
+    gpus: [0, 1, 2, 3, 4, 5, 6, 7]
+    match: ['^VLLM::', 'vllm\.entrypoints\.', '(^|/)vllm\s+serve(\s|$)']
+    owner:
+      pid: "{{ server.pid }}"
+      create_time: "{{ server.create_time }}"
+    orphans_only: true
+  check_mode: true
+  register: preflight
+
+- name: Name the jobs of others that hold these GPUs
+  ansible.builtin.debug:
+    msg: "{{ preflight.foreign | map(attribute='reason') | list }}"
 
 - name: Show what was ended
   ansible.builtin.debug:
@@ -257,6 +322,53 @@ would_fail:
   returned: check mode
   type: list
   elements: str
+foreign:
+  description:
+    - With O(orphans_only), the holders left alone as someone else's job (neither the O(owner)'s nor orphans); empty otherwise.
+      A real run does not signal them, so their GPUs are not free and the task fails naming them.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    pid:
+      description: PID of the holder.
+      type: int
+      returned: always
+      sample: 1234
+    name:
+      description: Its name (the process title where one is set).
+      type: str
+      returned: always
+      sample: VLLM::Worker_TP0
+    cmdline:
+      description: Its command line words.
+      type: list
+      elements: str
+      returned: always
+    username:
+      description: Its owner.
+      type: str
+      returned: always
+    gpus:
+      description: The selected GPUs it holds.
+      type: list
+      elements: int
+      returned: always
+      sample: [3]
+    launcher:
+      description: The top of its launcher chain when that is not the holder itself (for example the C(VLLM::EngineCore) above a worker), else V(null).
+      type: int
+      returned: always
+    parent:
+      description: The live process its launcher chain hangs from, with C(pid), C(name), C(cmdline) and C(username).
+      type: dict
+      returned: always
+      sample: {pid: 1200, name: python3, cmdline: [python3, batch_infer.py], username: alice}
+    reason:
+      description: One line that names it and what it belongs to.
+      type: str
+      returned: always
+      sample: "PID 1234 VLLM::Worker_TP0 on GPU 3 belongs to live PID 1200 (python3 batch_infer.py), not to this server: not ended"
 survivors:
   description:
     - Signalled processes still running after the last step of the ladder, and zombies that NVML still lists
