@@ -40,14 +40,14 @@ class Reclaim:
 
     def __init__(self, session: NvmlSession, psutil: t.Any, spec: ReclaimSpec, check_mode: bool,
                  clock: t.Callable[[], float] = time.monotonic, getpgid: t.Optional[t.Callable[[int], t.Optional[int]]] = None,
-                 sid_of: GetSid = getsid) -> None:
+                 sid_of: t.Optional[GetSid] = None) -> None:
         self.session = session
         self.psutil = psutil
         self.spec = spec
         self.check_mode = check_mode
         self.clock = clock
         self.getpgid = getpgid or _getpgid
-        self.sid_of = sid_of
+        self.sid_of = sid_of or getsid
         self.start = clock()
         self._described: t.Dict[int, t.Dict[str, t.Any]] = {}
         self._before_described: t.Dict[int, t.Dict[str, t.Any]] = {}

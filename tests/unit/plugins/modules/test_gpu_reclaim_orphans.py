@@ -1,0 +1,81 @@
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""gpu_reclaim's orphans_only and owner as Ansible runs the module: what check mode and a real run say of a live job's vLLM."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.gpuops.fleet.plugins.module_utils import _reclaim
+from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_psutil import Row, vllm_server
+from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.test_gpu_reclaim import (  # pylint: disable=unused-import
+    FAST,
+    Host,
+    assert_bystanders_untouched,
+    host_pid_namespace,
+    run_module,
+)
+
+VLLM_MATCH = [r"^VLLM::", r"vllm\.entrypoints\.", r"(^|/)vllm\s+serve(\s|$)"]
+BATCH = ["python3", "batch_infer.py"]
+
+
+@pytest.fixture(autouse=True)
+def one_session(monkeypatch):
+    """Every process of the fake table is in session 1 (no adoption told by sessions)."""
+    monkeypatch.setattr(_reclaim, "getsid", lambda pid: 1)
+
+
+def incident_and_colleague():
+    """The incident's seven orphans on GPUs 1-7 (adopted by PID 1) and a colleague's worker on GPU 3."""
+    rows, held = vllm_server(1000, range(8), engine_core=False)
+    rows = [row for row in rows if row.pid not in (1000, 1002, 1010)]
+    for row in rows:
+        row.ppid = 1
+    held = {pid: gpu for pid, gpu in held.items() if gpu > 0}
+    rows += [Row(3000, 1, "python3", BATCH, username="alice"), Row(3001, 3000, "VLLM::Worker_TP0", ["VLLM::Worker_TP0"], username="alice")]
+    host = Host(rows, held)
+    host.hold(3001, 3, 12000)
+    return host, held
+
+
+def test_check_mode_names_the_colleagues_worker_in_would_fail_and_foreign(monkeypatch):
+    host, held = incident_and_colleague()
+    result = run_module(monkeypatch, host, dict(FAST, match=VLLM_MATCH, orphans_only=True, _ansible_check_mode=True))
+    assert {k["pid"] for k in result["would_kill"]} == set(held)
+    assert result["would_fail"] == [
+        "GPU 3: pid 3001 (VLLM::Worker_TP0) holds 12000 MiB: not signalled: belongs to live PID 3000 (python3 batch_infer.py), "
+        "not to this server nor an orphan: someone else's job"]
+    assert result["foreign"] == [{
+        "pid": 3001, "name": "VLLM::Worker_TP0", "cmdline": ["VLLM::Worker_TP0"], "username": "alice", "gpus": [3],
+        "launcher": None, "parent": {"pid": 3000, "name": "python3", "cmdline": BATCH, "username": "alice"},
+        "reason": "PID 3001 VLLM::Worker_TP0 on GPU 3 belongs to live PID 3000 (python3 batch_infer.py), not to this server: not ended"}]
+    assert host.psutil.signals == []
+
+
+def test_real_run_ends_the_orphans_leaves_the_colleague_and_fails_naming_it(monkeypatch):
+    host, held = incident_and_colleague()
+    result = run_module(monkeypatch, host, dict(FAST, match=VLLM_MATCH, orphans_only=True))
+    assert result["failed"] is True and result["verified"] is False
+    assert {k["pid"] for k in result["killed"]} == set(held)
+    assert {3000, 3001} <= set(host.psutil.table) and not {3000, 3001} & {pid for pid, _n in host.psutil.signals}
+    assert "GPU 3: pid 3001 (VLLM::Worker_TP0, state sleeping) holds 12000 MiB: not signalled: belongs to live PID 3000" in result["msg"]
+    assert [f["pid"] for f in result["foreign"]] == [3001]
+    assert_bystanders_untouched(host)
+
+
+def test_without_orphans_only_everything_that_matches_is_ended(monkeypatch):
+    """What vllm_server_reclaim_all_holders (or a plain reclaim) does: the colleague's worker too, never batch_infer.py."""
+    host, held = incident_and_colleague()
+    result = run_module(monkeypatch, host, dict(FAST, match=VLLM_MATCH))
+    assert result.get("failed") is not True and result["verified"] is True
+    assert {k["pid"] for k in result["killed"]} == set(held) | {3001} and result["foreign"] == []
+    assert 3000 in host.psutil.table
+
+
+def test_bad_owner_fails_before_anything_is_read(monkeypatch):
+    host, _held = incident_and_colleague()
+    result = run_module(monkeypatch, host, dict(FAST, owner={"pid": 1}, orphans_only=True))
+    assert result["failed"] is True and result["changed"] is False
+    assert result["msg"].startswith("owner.pid: 1 is not the PID of a server"), result["msg"]
+    assert host.psutil.signals == []
