@@ -23,6 +23,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp
+        # api_key is passed on to every call and never displayed (the module's no_log hides it in its results)
         args = dict(self._task.args)
         if self._play_context.check_mode:
             return self._execute_module(module_name="gpuops.fleet.vllm_ready", module_args=args, task_vars=task_vars)

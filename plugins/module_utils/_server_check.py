@@ -16,6 +16,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import NvmlSession
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import NvmlError
+from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import is_secret_name
 
 
 class Check(t.NamedTuple):
@@ -47,25 +48,30 @@ def _name(psutil: t.Any, pid: int) -> str:
         return "not visible here"
 
 
-def _environment_check(psutil: t.Any, proc: t.Any, expected: t.Mapping[str, str]) -> Check:
+def _environment_check(psutil: t.Any, proc: t.Any, expected: t.Mapping[str, str], secret_env: t.Sequence[str] = ()) -> Check:
+    """Compare every value; show a secret's name only (as configured, not set, or different), never its value."""
     try:
         actual = proc.environ()
     except psutil.Error as exc:
         return Check("environment", False, "cannot read the environment of PID %d: %s" % (proc.pid, exc))
     wrong = []
+    shown = []
     for key in sorted(expected):
+        secret = is_secret_name(key, secret_env)
         if key not in actual:
-            wrong.append("%s is not set (expected %r)" % (key, expected[key]))
+            wrong.append("%s is not set (expected %s)" % (key, "a secret value" if secret else repr(expected[key])))
         elif actual[key] != str(expected[key]):
-            wrong.append("%s=%r (expected %r)" % (key, actual[key], expected[key]))
+            wrong.append("%s differs from its configured secret value" % key if secret
+                         else "%s=%r (expected %r)" % (key, actual[key], expected[key]))
+        shown.append("%s (secret, as configured)" % key if secret else "%s=%s" % (key, expected[key]))
     if wrong:
         return Check("environment", False, "PID %d runs with " % proc.pid + "; ".join(wrong))
-    shown = ", ".join("%s=%s" % (key, expected[key]) for key in sorted(expected)) or "nothing to check"
-    return Check("environment", True, "PID %d runs with %s" % (proc.pid, shown))
+    return Check("environment", True, "PID %d runs with %s" % (proc.pid, ", ".join(shown) or "nothing to check"))
 
 
 def check_launch(session: NvmlSession, psutil: t.Any, proc: t.Any, gpus: t.Sequence[int], tensor_parallel_size: int,
-                 expected_env: t.Mapping[str, str]) -> t.Tuple[t.List[Check], t.List[t.Dict[str, t.Any]]]:
+                 expected_env: t.Mapping[str, str],
+                 secret_env: t.Sequence[str] = ()) -> t.Tuple[t.List[Check], t.List[t.Dict[str, t.Any]]]:
     """The checks, in order, and the server's GPU-holding processes (pid, name, gpus, used_memory_mib)."""
     tree = _tree(psutil, proc)
     workers: t.Dict[int, t.Dict[str, t.Any]] = {}
@@ -114,7 +120,7 @@ def check_launch(session: NvmlSession, psutil: t.Any, proc: t.Any, gpus: t.Seque
     checks.append(Check(
         "worker_count", count == tensor_parallel_size,
         "%d GPU-holding process(es) in the server's tree, tensor-parallel size %d" % (count, tensor_parallel_size)))
-    checks.append(_environment_check(psutil, proc, expected_env))
+    checks.append(_environment_check(psutil, proc, expected_env, secret_env))
     ordered = [workers[pid] for pid in sorted(workers, key=lambda pid: (workers[pid]["gpus"], pid))]
     return checks, ordered
 

@@ -25,15 +25,34 @@ class LaunchError(Exception):
     """The server could not be started at all (no such program, no permission, bad directory)."""
 
 
-def launch_detached(argv: t.Sequence[str], env: t.Mapping[str, str], log_file: str, cwd: t.Optional[str]) -> int:
+LOG_MODE = 0o600  # the server may print what it was given (a token in a traceback): only its owner reads the log
+
+
+def open_log(log_file: str) -> t.BinaryIO:
+    """``log_file`` for appending, created mode 0600 (never readable by others, not even for an instant); an older log
+    that others could read is made 0600 too."""
+    descriptor = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), LOG_MODE)
+    try:
+        if os.fstat(descriptor).st_mode & 0o077:
+            os.fchmod(descriptor, LOG_MODE)
+        return os.fdopen(descriptor, "ab")
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+def launch_detached(argv: t.Sequence[str], env: t.Mapping[str, str], log_file: str, cwd: t.Optional[str],
+                    shown_argv: t.Optional[t.Sequence[str]] = None) -> int:
     """Start ``argv`` (no shell) in a new session and process group, stdin from /dev/null, output appended to
-    ``log_file``; return its PID. The caller does not wait for it: it outlives the task by design."""
+    ``log_file`` (mode 0600); return its PID. The log's launch line shows ``shown_argv`` (the argv with its secrets
+    masked) when given. The caller does not wait for it: it outlives the task by design."""
     folder = os.path.dirname(log_file)
     if folder:
         os.makedirs(folder, exist_ok=True)
+    shown = list(argv if shown_argv is None else shown_argv)
     try:
-        with open(log_file, "ab") as log:
-            log.write(("==== %s launching: %s\n" % (time.strftime("%Y-%m-%d %H:%M:%S"), " ".join(argv))).encode("utf-8", "replace"))
+        with open_log(log_file) as log:
+            log.write(("==== %s launching: %s\n" % (time.strftime("%Y-%m-%d %H:%M:%S"), " ".join(shown))).encode("utf-8", "replace"))
             log.flush()
             proc = subprocess.Popen(  # pylint: disable=consider-using-with  # a daemon: nobody waits for it
                 list(argv), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

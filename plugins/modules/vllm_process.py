@@ -18,6 +18,11 @@ description:
   - This is the C(process) launch mode of the role C(gpuops.fleet.vllm_server) for hosts without systemd (containers, test
     hosts); the role's C(systemd) mode uses a unit instead.
   - No shell is involved; O(argv) is executed as given, so no value can be turned into shell code.
+  - Secrets are never written out or returned. The value of an environment variable whose name has a word KEY, APIKEY,
+    TOKEN, SECRET(S), PASSWORD, PASSWD or CREDENTIAL(S) (any case, such as C(HF_TOKEN) or C(VLLM_API_KEY)) or is listed
+    in O(secret_env), and the value of an argument such as C(--api-key K), C(--api-key=K) or C(--hf-token K), are shown as
+    C(********) in the task's result, in the record and in the launch line of the log. The record and the log are created
+    mode C(0600).
 author:
   - gpuops maintainers (@gpuops)
 attributes:
@@ -42,14 +47,23 @@ options:
     type: path
     required: true
   argv:
-    description: The command, one word per element. Required with O(state=running).
+    description:
+      - The command, one word per element. Required with O(state=running).
+      - Secret arguments (see the description) are masked wherever the command is shown or recorded; the other words are shown.
     type: list
     elements: str
   env:
     description:
       - Environment variables for the server, added to the environment this task runs with.
+      - The values of secret names (see the description and O(secret_env)) are never shown; the other values are.
     type: dict
     default: {}
+  secret_env:
+    description:
+      - More names of O(env) whose values are secrets, beyond those recognised by their name.
+    type: list
+    elements: str
+    default: []
   log_file:
     description: File that receives the server's stdout and stderr (appended). Required with O(state=running).
     type: path
@@ -138,9 +152,23 @@ health:
   returned: always
   type: str
 record:
-  description: The record as found at the start of the task (null when there was none).
+  description:
+    - The record as found at the start of the task (null when there was none). Its C(argv) has secret arguments masked and
+      its C(env_keys) lists the names of the environment, never a value.
   returned: always
   type: dict
+env_keys:
+  description: The names of O(env) (every value stays on the host).
+  returned: always
+  type: list
+  elements: str
+  sample: [CUDA_VISIBLE_DEVICES, HF_TOKEN, NCCL_PROTO]
+secret_env_keys:
+  description: The names of O(env) whose values are treated as secrets.
+  returned: always
+  type: list
+  elements: str
+  sample: [HF_TOKEN]
 stopped:
   description: With O(state=stopped), each process of the server's tree that ended.
   returned: always
@@ -173,6 +201,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._server_http import http_get
 from ansible_collections.gpuops.fleet.plugins.module_utils._server_process import LaunchError, launch_detached, stop_tree
+from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import (
+    hide_only_secrets, masked_argv, secret_argv_values, secret_env_names,
+)
 from ansible_collections.gpuops.fleet.plugins.module_utils._server_record import (
     RecordError, read_record, recorded_process, remove_record, write_record,
 )
@@ -189,8 +220,9 @@ def main() -> None:
         argument_spec={
             "state": {"type": "str", "choices": ["running", "stopped", "status"], "default": "status"},
             "state_file": {"type": "path", "required": True},
-            "argv": {"type": "list", "elements": "str"},
-            "env": {"type": "dict", "default": {}},
+            "argv": {"type": "list", "elements": "str", "no_log": True},
+            "env": {"type": "dict", "default": {}, "no_log": True},
+            "secret_env": {"type": "list", "elements": "str", "default": []},
             "log_file": {"type": "path"},
             "chdir": {"type": "path"},
             "config_hash": {"type": "str"},
@@ -202,8 +234,13 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    if params["state"] == "running" and not params["argv"]:
-        module.fail_json(msg="argv: the command must have at least one word, got %r" % (params["argv"],))
+    argv = params["argv"] or []
+    secret_names = secret_env_names(params["env"], params["secret_env"])
+    hide_only_secrets(module, list(argv) + [value for name, value in params["env"].items() if name not in secret_names],
+                      secret_argv_values(argv) + [params["env"][name] for name in secret_names])
+    shown_argv = masked_argv(argv)
+    if params["state"] == "running" and not argv:
+        module.fail_json(msg="argv: the command must have at least one word, got %r" % (argv,))
     if not 0 <= params["stop_timeout"] <= 3600:
         module.fail_json(msg="stop_timeout: expected 0 to 3600 seconds, got %r" % params["stop_timeout"])
     _deps.require(module, _deps.PSUTIL)
@@ -223,6 +260,7 @@ def main() -> None:
         "config_hash": recorded_hash,
         "config_matches": None if wanted is None or recorded_hash is None else wanted == recorded_hash,
         "log_file": (record or {}).get("log_file") or params["log_file"],
+        "env_keys": sorted(params["env"]), "secret_env_keys": secret_names,
     }
 
     result["healthy"] = result["health"] = None
@@ -260,9 +298,9 @@ def main() -> None:
     result["changed"] = True
     if module.check_mode:
         result["running"] = True
-        module.exit_json(msg="would launch %s" % " ".join(params["argv"]), **result)
+        module.exit_json(msg="would launch %s" % " ".join(shown_argv), **result)
     try:
-        pid = launch_detached(params["argv"], _environment(params["env"]), params["log_file"], params["chdir"])
+        pid = launch_detached(argv, _environment(params["env"]), params["log_file"], params["chdir"], shown_argv=shown_argv)
     except LaunchError as exc:
         module.fail_json(msg="argv: %s" % exc, **result)
     try:
@@ -270,7 +308,7 @@ def main() -> None:
     except psutil.Error:
         module.fail_json(msg="the server (PID %d) exited at once; see %s" % (pid, params["log_file"]), **result)
     new_record = {
-        "pid": pid, "create_time": create_time, "config_hash": wanted, "argv": params["argv"],
+        "pid": pid, "create_time": create_time, "config_hash": wanted, "argv": shown_argv,
         "env_keys": sorted(params["env"]), "log_file": params["log_file"], "launched_at": time.time(),
         "metadata": params["metadata"],
     }

@@ -37,6 +37,12 @@ options:
   model:
     description: When set, also wait until C(/v1/models) lists this model id.
     type: str
+  api_key:
+    description:
+      - Sent as C(Authorization: Bearer) with the C(/v1/models) request, for a server started with C(--api-key) or C(VLLM_API_KEY)
+        (which answers C(/v1/*) with HTTP 401 without it; C(/health) needs no key). Never shown or returned.
+      - When the server answers C(/health) but refuses C(/v1/models) with HTTP 401, the task fails at once, naming this option.
+    type: str
   pid:
     description: PID of the server process to watch (the process-mode server, or a systemd unit's main PID).
     type: int
@@ -130,6 +136,7 @@ def main() -> None:
         argument_spec={
             "url": {"type": "str", "required": True},
             "model": {"type": "str"},
+            "api_key": {"type": "str", "no_log": True},
             "pid": {"type": "int"},
             "create_time": {"type": "float"},
             "unit": {"type": "str"},
@@ -157,6 +164,7 @@ def main() -> None:
         module.exit_json(changed=False, ready=False, status="not polled in check mode", elapsed_s=0.0, since=since, alive=None,
                          msg="check mode: not waiting for %s" % url)
     watcher = _watcher(module, params)
+    headers = {"Authorization": "Bearer %s" % params["api_key"]} if params["api_key"] else {}
 
     def log_tail():
         if params["unit"]:
@@ -172,8 +180,15 @@ def main() -> None:
         status = reply.describe()
         ready = reply.status == 200
         if ready and params["model"]:
-            models = http_get(url + "/v1/models", timeout=5.0)
+            models = http_get(url + "/v1/models", timeout=5.0, headers=headers)
             listed = listed_models(models.body) if models.status == 200 else []
+            if models.status == 401:  # up, and a key will not change by waiting: say so now
+                module.fail_json(ready=False, alive=None, status="HTTP 401 on /v1/models", since=since, changed=False,
+                                 elapsed_s=round(time.time() - since, 2),
+                                 msg="api_key: %s answers /health but refuses /v1/models (HTTP 401): %s" % (
+                                     url, "it does not accept the API key given" if params["api_key"] else
+                                     "it was started with an API key (--api-key or VLLM_API_KEY) and none was given"
+                                     " (the role's vllm_server_api_key)"))
             if params["model"] not in listed:
                 ready = False
                 status = "HTTP 200 on /health, but /v1/models lists %s, not %s" % (", ".join(listed) or "nothing", params["model"])

@@ -14,7 +14,9 @@ description:
   - Every GPU in O(gpus) must be held by a process of the server's own tree (the process O(pid) and its descendants), not
     by a leftover of an earlier server; no other process may hold them; the tree may hold no other GPU.
   - The number of GPU-holding processes in the tree must equal O(tensor_parallel_size) (one worker per rank).
-  - The server process must run with O(env) (read from C(/proc/PID/environ)).
+  - The server process must run with O(env) (read from C(/proc/PID/environ)). Every value is compared, but the value of a
+    secret name (one with a word KEY, APIKEY, TOKEN, SECRET(S), PASSWORD, PASSWD or CREDENTIAL(S), in any case, such as
+    C(HF_TOKEN), or one listed in O(secret_env)) is never shown, returned or logged: the check names it only.
   - Fails naming each check that did not hold.
 author:
   - gpuops maintainers (@gpuops)
@@ -47,6 +49,11 @@ options:
     description: Environment variables the server process must have, with these values.
     type: dict
     default: {}
+  secret_env:
+    description: More names of O(env) whose values are secrets, beyond those recognised by their name.
+    type: list
+    elements: str
+    default: []
 requirements:
   - nvidia-ml-py (C(import pynvml)) and the NVIDIA driver's C(libnvidia-ml.so.1) on the managed host.
   - psutil on the managed host.
@@ -87,9 +94,10 @@ checks:
       type: bool
       returned: always
     detail:
-      description: What was seen.
+      description: What was seen; for V(environment), C(NAME=value) for each variable, and only C(NAME) for a secret one.
       type: str
       returned: always
+      sample: PID 4242 runs with CUDA_VISIBLE_DEVICES=0,1, HF_TOKEN (secret, as configured), NCCL_PROTO=LL
 workers:
   description: The server's GPU-holding processes.
   returned: always
@@ -120,6 +128,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import open_nvml
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import NvmlError
+from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import hide_only_secrets, secret_env_names
 from ansible_collections.gpuops.fleet.plugins.module_utils._server_check import check_launch
 from ansible_collections.gpuops.fleet.plugins.module_utils._server_record import same_process
 
@@ -131,11 +140,15 @@ def main() -> None:
             "create_time": {"type": "float"},
             "gpus": {"type": "list", "elements": "int", "required": True},
             "tensor_parallel_size": {"type": "int", "required": True},
-            "env": {"type": "dict", "default": {}},
+            "env": {"type": "dict", "default": {}, "no_log": True},
+            "secret_env": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
     params = module.params
+    secret_names = secret_env_names(params["env"], params["secret_env"])
+    hide_only_secrets(module, [value for name, value in params["env"].items() if name not in secret_names],
+                      [params["env"][name] for name in secret_names])
     if not params["gpus"] or any(index < 0 for index in params["gpus"]) or len(set(params["gpus"])) != len(params["gpus"]):
         module.fail_json(msg="gpus: expected distinct GPU indices (0 or more), got %r" % (params["gpus"],))
     if params["tensor_parallel_size"] < 1:
@@ -155,7 +168,8 @@ def main() -> None:
     env = {str(key): "" if value is None else str(value) for key, value in params["env"].items()}
     try:
         with open_nvml(_deps.PYNVML.module) as session:
-            checks, workers = check_launch(session, psutil, proc, params["gpus"], params["tensor_parallel_size"], env)
+            checks, workers = check_launch(session, psutil, proc, params["gpus"], params["tensor_parallel_size"], env,
+                                           params["secret_env"])
     except NvmlError as exc:
         module.fail_json(msg=str(exc), ok=False, checks=[], workers=[], changed=False)
     entries = [{"name": "server_running", "ok": True, "detail": "PID %d runs" % proc.pid}] + [c._asdict() for c in checks]
