@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from simfleet import SIM_LIB, SimHost, write_inventory
+from simfleet import SIM_LIB, SimHost, hosts_with_ports, write_inventory
 from gpusim.api import pid_alive, starttime  # after simfleet, which puts the simulator on sys.path
 
 
@@ -40,6 +40,12 @@ def make_host(tmp_path: Path) -> t.Iterator[t.Callable[..., SimHost]]:
         if proc.returncode != 0:
             failures.append("%s: %s %s" % (host.name, proc.stdout, proc.stderr))
     assert not failures, "simulator cleanup failed: %s" % failures
+
+
+@pytest.fixture
+def fleet(make_host: t.Callable[..., SimHost]) -> t.Callable[..., t.List[SimHost]]:
+    """fleet(*names) -> simulated hosts, each with its own loopback port for its server (host.port)."""
+    return lambda *names: hosts_with_ports(make_host, *names)
 
 
 @pytest.fixture

@@ -1,0 +1,205 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""restart_vllm.yml on a bad day: a run that cannot finish stops nothing, check mode previews a change, a launch that
+fails is undone. Real ansible-playbook runs on a simulated host with a healthy server; every verdict comes from
+independent readings: the server's PID and start time, /health, the simulator's own view of the GPUs, the files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import typing as t
+
+import pytest
+
+from conftest import pid_alive, starttime
+from simfleet import REPO, flat, recap, role_host_vars, run_playbook, write_role_inventory
+from test_vllm_server_role import assert_server_owns_gpus, health, holders, record
+
+RESTART = REPO / "playbooks" / "restart_vllm.yml"
+EIGHT = list(range(8))
+
+# (variables over a healthy TP=8 server's, the variable the failure must name). Each fails before the lock.
+BAD_BEFORE_THE_HOST = [
+    ({"vllm_server_tensor_parallel_size": "eight"}, "vllm_server_tensor_parallel_size"),
+    ({"vllm_server_tensor_parallel_size": 4}, "vllm_server_tensor_parallel_size"),
+    ({"vllm_server_tensor_parallel_size": 0}, "vllm_server_tensor_parallel_size"),
+    ({"vllm_server_gpus": [0, 0, 1, 2, 3, 4, 5, 6]}, "vllm_server_gpus"),
+    ({"vllm_server_gpus": [0, 1, 2, 3, 4, 5, 6, -1]}, "vllm_server_gpus"),
+    ({"vllm_server_port": 70000}, "vllm_server_port"),
+    ({"vllm_server_launch_mode": "docker"}, "vllm_server_launch_mode"),
+    ({"vllm_server_env": ["NCCL_PROTO=LL"]}, "vllm_server_env"),
+    ({"vllm_server_env": {"BAD=KEY": "1"}}, "vllm_server_env"),
+    ({"vllm_server_env": {"": "1"}}, "vllm_server_env"),
+    ({"vllm_server_env": {"NCCL_PROTO": "LL\u0000128"}}, "vllm_server_env"),
+    ({"vllm_server_args": ["--max-model-len", "40\u000096"]}, "vllm_server_args"),
+    ({"vllm_server_name": "../etc/x"}, "vllm_server_name"),
+    ({"vllm_server_state": "running"}, "vllm_server_state"),
+    ({"vllm_server_model": ""}, "vllm_server_model"),
+    ({"vllm_server_command": []}, "vllm_server_command"),
+    ({"vllm_server_memory_threshold_mib": -1}, "vllm_server_memory_threshold_mib"),
+    ({"vllm_server_reclaim_grace": -1}, "vllm_server_reclaim_grace"),
+    ({"vllm_server_reclaim_timeout": 0}, "vllm_server_reclaim_timeout"),
+    ({"vllm_server_reclaim_match": [""]}, "vllm_server_reclaim_match"),
+    ({"vllm_server_ready_timeout": 0}, "vllm_server_ready_timeout"),
+    ({"vllm_server_stop_timeout": -1}, "vllm_server_stop_timeout"),
+    ({"vllm_server_drain_timeout": -5}, "vllm_server_drain_timeout"),
+    ({"vllm_server_log_dir": "logs"}, "vllm_server_log_dir"),
+    ({"vllm_server_state_dir": "state"}, "vllm_server_state_dir"),
+    ({"vllm_server_systemd_user": "Bad User"}, "vllm_server_systemd_user"),
+    ({"vllm_server_lock_stale_after": 0}, "vllm_server_lock_stale_after"),
+    ({"vllm_server_health_host": "127.0.0.1/x"}, "vllm_server_health_host"),
+]
+
+# these need the host to judge them (its GPU count, a pattern gpu_reclaim compiles): the preflight, before the drain
+BAD_ON_THIS_HOST = [
+    ({"vllm_server_gpus": [0, 1, 2, 3, 4, 5, 6, 8]}, "vllm_server_gpus"),
+    ({"vllm_server_gpus": [], "vllm_server_tensor_parallel_size": 9}, "vllm_server_tensor_parallel_size"),
+    ({"vllm_server_reclaim_match": ["(unclosed"]}, "vllm_server_reclaim_match"),
+]
+
+
+class Healthy(t.NamedTuple):
+    pid: int
+    start: float
+    workers: t.List[int]
+    gpus: t.Dict[int, t.List[int]]
+    files: t.Dict[str, t.Tuple[int, bytes]]
+
+
+def files_of(host) -> t.Dict[str, t.Tuple[int, bytes]]:
+    """Every file of the role's state directory: name -> (mode, content)."""
+    found = {}
+    for path in sorted((host.state / "role").rglob("*")):
+        if path.is_file():
+            found[str(path.relative_to(host.state))] = (path.stat().st_mode, path.read_bytes())
+    return found
+
+
+def healthy_server(host, tmp_path, **extra) -> t.Tuple[Healthy, t.Dict[str, t.Any]]:
+    base = role_host_vars(host, host.port, vllm_server_tensor_parallel_size=8, vllm_server_gpus=EIGHT,
+                          vllm_server_env={"NCCL_PROTO": "LL"}, **extra)
+    inventory = write_role_inventory(tmp_path / "good.json", {host.name: base})
+    run = run_playbook(RESTART, inventory)
+    assert run.returncode == 0, run.stdout[-3000:]
+    pid, workers = assert_server_owns_gpus(host, EIGHT, 8)
+    log = host.state / "role" / ("vllm-%d.log" % host.port)
+    files = {k: v for k, v in files_of(host).items() if not k.endswith(".log")}
+    assert log.exists()
+    return Healthy(pid, starttime(pid), workers, holders(host), files), base
+
+
+def assert_untouched(host, before: Healthy) -> None:
+    assert pid_alive(before.pid, before.start), "the healthy server (PID %d) was stopped" % before.pid
+    assert all(pid_alive(w) for w in before.workers)
+    assert health(host.port) == 200
+    assert holders(host) == before.gpus
+    assert record(host)["pid"] == before.pid
+
+
+def host_line(output: str, host: str) -> str:
+    """The summary's FAILED line of one host, up to the next host's line or the next task."""
+    text = flat(output)
+    start = text.find("%s: FAILED at " % host)
+    assert start >= 0, "no FAILED line for %s in the summary: %s" % (host, text[-3000:])
+    line = text[start:]
+    end = re.search(r"\s-\s['\"]?[\w.-]+: (?:FAILED|NOT RESTARTED|UNCHANGED|RESTARTED|STARTED|STOPPED|CHECK MODE)|TASK \[|PLAY ", line[10:])
+    return line[:end.start() + 10] if end else line
+
+
+def test_bad_inventories_stop_nothing_on_a_healthy_server(fleet, tmp_path):
+    """At least 20 bad inventories, each a host of one run (aliases of one simulated host): each fails naming its
+    variable, and the healthy server is untouched, by PID, start time, /health, GPU holders and files."""
+    (node,) = fleet("gpu-node-01")
+    before, base = healthy_server(node, tmp_path)
+    aliases = {"bad-%02d" % i: dict(base, **bad) for i, (bad, _) in enumerate(BAD_BEFORE_THE_HOST)}
+    inventory = write_role_inventory(tmp_path / "bad.json", aliases)
+    run = run_playbook(RESTART, inventory, "--forks", str(len(aliases)))
+    assert run.returncode != 0
+    counters = recap(run.stdout)
+    for i, (bad, needle) in enumerate(BAD_BEFORE_THE_HOST):
+        alias = "bad-%02d" % i
+        assert counters[alias]["failed"] >= 1, (alias, bad, counters.get(alias))
+        line = host_line(run.stdout, alias)
+        assert needle in line, "%s %s: the failure does not name %s: %s" % (alias, bad, needle, line)
+    # the variable checks name the rule that failed, not every rule
+    assert "vllm_server_systemd_user" not in host_line(run.stdout, "bad-05")
+    assert_untouched(node, before)
+    assert {k: v for k, v in files_of(node).items() if not k.endswith(".log")} == before.files
+
+    for bad, needle in BAD_ON_THIS_HOST:
+        inventory = write_role_inventory(tmp_path / "bad-host.json", {node.name: dict(base, **bad)})
+        run = run_playbook(RESTART, inventory)
+        assert run.returncode != 0, bad
+        line = host_line(run.stdout, node.name)
+        assert needle in line and "nothing was stopped" in line, (bad, line)
+        assert_untouched(node, before)
+        if bad.get("vllm_server_gpus"):
+            assert "no GPU has index 8" in line, line
+
+
+def test_check_mode_previews_a_drift_and_changes_nothing(fleet, tmp_path):
+    (node,) = fleet("gpu-node-01")
+    before, base = healthy_server(node, tmp_path)
+    inventory = write_role_inventory(tmp_path / "good.json", {node.name: base})
+    state_before = node.status()
+    run = run_playbook(RESTART, inventory, "--check", "--diff", "-e", "vllm_restart_force=false",
+                       "-e", json.dumps({"vllm_server_env": {"NCCL_PROTO": "LL128"}}))
+    assert run.returncode == 0, run.stdout[-4000:]
+    text = flat(run.stdout)
+    assert "its configuration changed" in text
+    assert re.search(r"would stop PID %d and launch .* with NCCL_PROTO=LL128" % before.pid, text), text[-3000:]
+    assert_untouched(node, before)
+    assert node.status() == state_before
+    assert {k: v for k, v in files_of(node).items() if not k.endswith(".log")} == before.files
+    # the preflight is a reading: ok, not changed
+    assert re.search(r"TASK \[gpuops\.fleet\.vllm_server : Look for holders that a stop would leave[^\]]*\] \**\s*ok:", run.stdout), \
+        run.stdout[-4000:]
+
+
+def test_a_launch_that_hangs_is_undone_and_its_gpus_freed(fleet, tmp_path):
+    (node,) = fleet("gpu-node-01")
+    hang = {"GPUOPS_SIM_STATE": str(node.state), "GPUOPS_SIM_FAIL_AT_START": "hang"}
+    inventory = write_role_inventory(tmp_path / "hang.json", {node.name: role_host_vars(
+        node, node.port, vllm_server_tensor_parallel_size=2, vllm_server_host_env=hang, vllm_server_ready_timeout=4)})
+    run = run_playbook(RESTART, inventory)
+    assert run.returncode != 0
+    text = flat(run.stdout)
+    assert "was not ready after 4 s" in text and "log|" in run.stdout, text[-3000:]
+    assert "was stopped and GPU 0, 1 verified free" in text, text[-3000:]
+    assert "Wait for /health" in text  # the step that failed first, not the undo
+    assert all(g["used_mib"] == 0 and not g["holders"] for g in node.status()["gpus"])
+    assert not (node.state / "role" / ("vllm-%d.json" % node.port)).exists()
+
+
+def test_a_launch_that_hangs_is_kept_when_asked(fleet, tmp_path):
+    (node,) = fleet("gpu-node-01")
+    hang = {"GPUOPS_SIM_STATE": str(node.state), "GPUOPS_SIM_FAIL_AT_START": "hang"}
+    inventory = write_role_inventory(tmp_path / "hang.json", {node.name: role_host_vars(
+        node, node.port, vllm_server_host_env=hang, vllm_server_ready_timeout=4, vllm_server_keep_failed_server=True)})
+    run = run_playbook(RESTART, inventory)
+    assert run.returncode != 0
+    text = flat(run.stdout)
+    assert "was not ready after 4 s" in text and "was left as it is, with its GPUs" in text, text[-3000:]
+    pid = record(node)["pid"]
+    assert pid_alive(pid) and holders(node)[0]
+
+
+def test_a_port_already_taken_is_named_with_the_log_tail(fleet, tmp_path):
+    (node,) = fleet("gpu-node-01")
+    squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", node.port))
+        squatter.listen(1)
+        inventory = write_role_inventory(tmp_path / "port.json", {node.name: role_host_vars(node, node.port)})
+        run = run_playbook(RESTART, inventory)
+        assert run.returncode != 0
+        text = flat(run.stdout)
+        assert re.search(r"port %d is (already )?in use" % node.port, text), text[-3000:]
+        assert "log|" in run.stdout
+        assert all(g["used_mib"] == 0 and not g["holders"] for g in node.status()["gpus"])
+    finally:
+        squatter.close()
