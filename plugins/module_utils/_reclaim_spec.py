@@ -117,7 +117,7 @@ class ReclaimSpec(t.NamedTuple):
     settle: float = 0.5
     owner: t.Optional[Owner] = None
     orphans_only: bool = False
-    subreapers: t.List[t.Pattern[str]] = []
+    subreapers: t.Sequence[t.Pattern[str]] = ()
 
 
 def _regexes(option: str, values: t.Optional[t.Sequence[t.Any]]) -> t.List[t.Pattern[str]]:

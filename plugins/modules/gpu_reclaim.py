@@ -155,7 +155,7 @@ options:
     suboptions:
       pid:
         description:
-          - The owner's PID (for a vLLM server: its API server). Above 1.
+          - The owner's PID (for a vLLM server, its API server), above 1.
         type: int
         required: true
       create_time:

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import time
 
+import psutil
 import pytest
 
 from conftest import pid_alive
@@ -627,4 +628,77 @@ def test_killed_counts_every_process_of_the_tree(make_host, inventory, tmp_path,
     assert all(k["signal"] or k["ended"] == "exited after its launcher was signalled" for k in ended.values())
     assert "ended %d process(es)" % len(ended) in result["msg"]
     assert used(host) == [0] * 8 and none_alive(members(tree_pids))
+    assert canaries.alive(), canaries.dead()
+
+
+VLLM_MATCH = [r"^VLLM::", r"vllm\.entrypoints\.", r"(^|/)vllm\s+serve(\s|$)"]  # the role's vllm_server_reclaim_match
+
+
+def colleague_job(host, canaries, gpu=3, mib=12000):
+    """A colleague's offline job: a live `python3 batch_infer.py` whose child VLLM::Worker_TP0 holds ``gpu``."""
+    job = host.spawn_tree({"key": "batch", "title": "python3 batch_infer.py --input prompts.jsonl",
+                           "children": [{"key": "worker", "title": "VLLM::Worker_TP0", "hold": [{"gpu": gpu, "mib": mib}]}]})
+    canaries.watch("the colleague's batch_infer.py", job["batch"])
+    canaries.watch("the colleague's VLLM::Worker_TP0", job["worker"])
+    assert parent_pid(job["worker"]) == job["batch"]
+    return job
+
+
+def test_orphans_only_ends_the_incidents_orphans_never_a_colleagues_vllm_job(make_host, inventory, tmp_path, canaries):
+    """The issue: a forced restart ended a colleague's VLLM::Worker_TP0 (its batch_infer.py lived on). With orphans_only,
+    check mode names it in would_fail and foreign; a real run ends the incident's orphans only and fails naming it."""
+    host = make_host()
+    tree = host.spawn_vllm(8, mib=20000)
+    host.incident()
+    job = colleague_job(host, canaries)
+    before = host.snapshot()
+    args = {"match": VLLM_MATCH, "orphans_only": True}
+    check = reclaim(host, inventory, tmp_path, args, "--check")
+    assert {k["pid"] for k in check["would_kill"]} == set(tree["workers"][1:]), check["would_kill"]
+    assert len(check["would_fail"]) == 1, check["would_fail"]
+    assert "GPU 3: pid %d (VLLM::Worker_TP0) holds 12000 MiB: not signalled: belongs to live PID %d (python3 batch_infer.py" % (
+        job["worker"], job["batch"]) in check["would_fail"][0]
+    (foreign,) = check["foreign"]
+    assert (foreign["pid"], foreign["gpus"], foreign["parent"]["pid"]) == (job["worker"], [3], job["batch"]), foreign
+    assert foreign["reason"].startswith("PID %d VLLM::Worker_TP0 on GPU 3 belongs to live PID %d (python3 batch_infer.py" % (
+        job["worker"], job["batch"]))
+    assert host.snapshot() == before
+    result = reclaim(host, inventory, tmp_path, args)
+    assert result["failed"] is True and result["verified"] is False
+    assert {k["pid"] for k in result["killed"]} == set(tree["workers"][1:])
+    assert none_alive(tree["workers"])
+    assert host.holders(3) == [job["worker"]] and used(host) == [0, 0, 0, 12000, 0, 0, 0, 0]  # the simulator's reading
+    assert "pid %d" % job["worker"] in result["msg"] and "batch_infer.py" in result["msg"], result["msg"]
+    assert canaries.alive(), canaries.dead()
+
+
+def test_orphans_only_takes_a_live_server_below_a_wrapper_only_as_its_owner(make_host, inventory, tmp_path, canaries):
+    """A server below a live wrapper script is someone's job; given as owner (PID and start time) it is ended, whole."""
+    host = make_host()
+    tree = serve(host, canaries, 4, mib=20000)
+    before = host.snapshot()
+    created = psutil.Process(tree["parent"]).create_time()
+    args = {"match": VLLM_MATCH, "orphans_only": True, "gpus": ["0", "1", "2", "3"]}
+    for owner in (None, {"pid": tree["parent"], "create_time": created - 5}):  # none, or a reused PID's start time
+        refused = reclaim(host, inventory, tmp_path, dict(args, **({"owner": owner} if owner else {})), "--check")
+        assert refused["would_kill"] == [] and len(refused["would_fail"]) == 4, refused
+        assert {f["pid"] for f in refused["foreign"]} == set(tree["workers"])
+        assert {f["parent"]["pid"] for f in refused["foreign"]} == {tree["wrapper"]}
+        assert {f["launcher"] for f in refused["foreign"]} == {tree["parent"]}
+    assert host.snapshot() == before
+    result = reclaim(host, inventory, tmp_path, dict(args, owner={"pid": tree["parent"], "create_time": created}))
+    assert result.get("verified") is True, result
+    assert {k["pid"] for k in result["killed"]} == {tree["parent"], *tree["workers"]} and result["foreign"] == []
+    assert used(host)[:4] == [0] * 4 and none_alive(members(tree))
+    assert canaries.alive(), canaries.dead()  # the wrapper, the sibling and the reaper among them
+
+
+def test_bad_owner_fails_naming_it_and_nothing_is_touched(make_host, inventory, tmp_path, canaries):
+    host = make_host()
+    tree = serve(host, canaries, 2, mib=20000)
+    before = host.snapshot()
+    result = reclaim(host, inventory, tmp_path, {"owner": {"pid": 1}, "orphans_only": True})
+    assert result["failed"] is True and result.get("changed") is False
+    assert "owner.pid: 1 is not the PID of a server" in result["msg"], result["msg"]
+    assert host.snapshot() == before and all(pid_alive(p) for p in members(tree))
     assert canaries.alive(), canaries.dead()
