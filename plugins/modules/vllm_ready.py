@@ -120,6 +120,7 @@ log_tail:
 """
 
 import time
+from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -201,8 +202,8 @@ def main() -> None:
             alive, why = watcher()
             if not alive:
                 module.fail_json(ready=False, alive=False, log_tail=log_tail(),
-                                 msg="the server %s while starting, after %.1f s (last /health: %s); see log_tail"
-                                 % (why, current - since, status), **result)
+                                 msg="the server %s while starting, after %.1f s (last /health: %s)%s; see log_tail"
+                                 % (why, current - since, status, _port_taken(url)), **result)
         if current >= deadline:
             module.fail_json(ready=False, alive=alive, log_tail=log_tail(),
                              msg="%s was not ready after %g s (last /health: %s); see log_tail" % (url, params["timeout"], status),
@@ -210,6 +211,27 @@ def main() -> None:
         if current >= call_end:
             module.exit_json(ready=False, alive=alive, msg="still waiting for %s (%s)" % (url, status), **result)
         time.sleep(min(params["interval"], max(0.0, min(deadline, call_end) - current)))
+
+
+def _port_taken(url):
+    """', port N is already in use by PID P (name)' when another process listens on the URL's port, else ''."""
+    psutil = _deps.PSUTIL.module
+    port = urlsplit(url).port
+    if psutil is None or port is None:
+        return ""
+    try:
+        listeners = [c for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
+    except (psutil.Error, OSError):
+        return ""
+    if not listeners:
+        return ""
+    owners = []
+    for conn in listeners:
+        try:
+            owners.append("PID %d (%s)" % (conn.pid, psutil.Process(conn.pid).name()) if conn.pid else "a process this user cannot see")
+        except psutil.Error:
+            owners.append("PID %d" % conn.pid)
+    return ", and port %d is already in use by %s" % (port, ", ".join(sorted(set(owners))))
 
 
 def _watcher(module, params):

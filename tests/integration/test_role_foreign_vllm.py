@@ -96,3 +96,24 @@ def test_the_issues_shape_incident_orphans_and_a_colleagues_job_nothing_is_stopp
     assert node.snapshot() == before
     assert not (node.state / "role" / ("vllm-%d.json" % node.port)).exists()
     assert canaries.alive(), canaries.dead()
+
+
+def test_stopping_ones_own_server_leaves_a_colleagues_job_alone_and_names_it(make_host, tmp_path):
+    """vllm_server_state=stopped with a colleague's vLLM job on one of the server's GPUs: the server stops, its GPUs but the
+    colleague's are freed, the colleague's job keeps running, and the summary names it as left alone."""
+    node = hosts_with_ports(make_host, "gpu-node-01")[0]
+    inventory = inventory_for(tmp_path, node)
+    assert run_playbook(RESTART, inventory).returncode == 0
+    server, workers = assert_server_owns_gpus(node, range(8), 8)
+    job = colleague_job(node)
+    watched = {pid: starttime(pid) for pid in [job["batch"], job["worker"]]}
+
+    stop = run_playbook(RESTART, inventory, "-e", "vllm_server_state=stopped")
+    text = flat(stop.stdout)
+    assert stop.returncode == 0, text[-3000:]
+    assert not pid_alive(server) and not any(pid_alive(w) for w in workers)
+    assert alive(watched) == list(watched), "the colleague's job was ended"
+    assert holders(node)[3] == [job["worker"]]
+    assert [g["used_mib"] for g in node.status()["gpus"]] == [0] * 3 + [JOB_MIB] + [0] * 4
+    assert "left alone (not this server" in text and "GPU 3 held by a job left alone" in text and "PID %d" % job["worker"] in text, text[-3000:]
+    assert not (node.state / "role" / ("vllm-%d.json" % node.port)).exists()

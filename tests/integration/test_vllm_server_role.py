@@ -183,7 +183,11 @@ def test_foreign_holder_fails_before_anything_is_stopped(fleet, tmp_path, canari
         run = run_playbook(RESTART, inventory)
         assert run.returncode != 0
         assert "nothing was stopped" in flat(run.stdout)
-        assert "PID %d" % intruder.pid in flat(run.stdout) and "GPU 1" in flat(run.stdout), run.stdout[-3000:]
+        failure = flat(run.stdout).split("nothing was stopped", 1)[1]
+        assert "pid %d (python" % intruder.pid in failure and "GPU 1" in failure, run.stdout[-3000:]
+        assert "vllm_server_reclaim_all_holders" in failure
+        # the refusal names what blocks, not the server's own workers (which the stop would end)
+        assert not any(str(w) in failure for w in workers), failure[:2000]
         assert intruder.poll() is None
         assert pid_alive(server) and all(pid_alive(w) for w in workers), "the running server was stopped anyway"
         assert canaries.alive()
