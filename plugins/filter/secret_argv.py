@@ -10,7 +10,7 @@ short_description: Find the secrets of a server's argv, to show it masked and to
 version_added: 0.2.0
 description:
   - A secret is the value of an option whose name has a word KEY, APIKEY, TOKEN, SECRET(S), PASSWORD, PASSWD or
-    CREDENTIAL(S) (any case, words split at C(-) and C(_)), such as C(--api-key K), C(--api-key=K) or C(--hf-token K):
+    CREDENTIAL(S) (any case, words split at C(-) and C(_)), such as C(--api-key K), C(--api-key=K) or C(--hf-token K);
     the word after the option and the next ones up to a word that starts with C(--), or the part after C(=).
   - Returns the argv with each secret masked (to show or record), the API key the server will ask for, and the systemd
     form of the argv, in which each secret is a C(${VAR}) reference to a variable that the unit's C(EnvironmentFile=)

@@ -39,7 +39,7 @@ options:
     type: str
   api_key:
     description:
-      - Sent as C(Authorization: Bearer) with the C(/v1/models) request, for a server started with C(--api-key) or C(VLLM_API_KEY)
+      - Sent as C(Authorization Bearer) with the C(/v1/models) request, for a server started with C(--api-key) or C(VLLM_API_KEY)
         (which answers C(/v1/*) with HTTP 401 without it; C(/health) needs no key). Never shown or returned.
       - When the server answers C(/health) but refuses C(/v1/models) with HTTP 401, the task fails at once, naming this option.
     type: str

@@ -16,7 +16,7 @@ description:
   - The number of GPU-holding processes in the tree must equal O(tensor_parallel_size) (one worker per rank).
   - The server process must run with O(env) (read from C(/proc/PID/environ)). Every value is compared, but the value of a
     secret name (one with a word KEY, APIKEY, TOKEN, SECRET(S), PASSWORD, PASSWD or CREDENTIAL(S), in any case, such as
-    C(HF_TOKEN), or one listed in O(secret_env)) is never shown, returned or logged: the check names it only.
+    C(HF_TOKEN), or one listed in O(secret_env)) is never shown, returned or logged; the check names it only.
   - Fails naming each check that did not hold.
 author:
   - gpuops maintainers (@gpuops)
