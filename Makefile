@@ -36,7 +36,7 @@ JUNIT := $(OUTPUT)/junit
 STEPS_FILE := $(OUTPUT)/make-test-steps.txt
 PYTEST := $(PY) -m pytest -p no:cacheprovider -ra --timeout=900
 # the checks `make test` runs, in order; a failing one does not stop the others
-TEST_STEPS := units sanity lint simtests integration molecule build-test fleet
+TEST_STEPS := units sanity lint simtests integration molecule build-test fleet systemd-tests
 
 DEMO_SCRIPT := scripts/demo.sh
 BENCH_SCRIPT := bench/run.py
@@ -50,7 +50,7 @@ command -v $(1) >/dev/null 2>&1 || { \
 endef
 
 .PHONY: help venv sim collection-path ansible-test-cache stage setup tools \
-        units sanity lint simtests integration molecule build-test fleet fleet-tests fleet-tools fleet-down test bench demo demo-clean \
+        units sanity lint simtests integration molecule build-test fleet fleet-tests fleet-tools fleet-down systemd-tests systemd-tools test bench demo demo-clean \
         constraints clean distclean
 
 help:
@@ -62,6 +62,7 @@ help:
 	@echo "make collection-path  .collections/ansible_collections/gpuops/fleet -> this checkout (ansible.cfg)"
 	@echo "make units|sanity|lint|simtests|integration|molecule|build-test   one check"
 	@echo "make fleet-tests      playbooks over SSH on a fleet of namespaced nodes (root; installs openssh-server, sudo)"
+	@echo "make systemd-tests    the role's systemd launch mode against systemd booted in a container (root; installs debootstrap, systemd-container)"
 	@echo "make bench            benchmarks ($(BENCH_SCRIPT))"
 	@echo "make constraints      re-pin requirements/constraints.txt from .venv"
 	@echo "make clean            remove build outputs; distclean also removes .venv"
@@ -164,6 +165,16 @@ fleet-tests: fleet
 # ends a fleet left by `python -m gpusim.fleet --dir build/fleet up`, by its record
 fleet-down:
 	@if [ -f build/fleet/fleet.json ]; then PYTHONPATH=simulator $(PY) -m gpusim.fleet --dir build/fleet down; fi
+
+# the role's systemd launch mode against a real systemd: a Debian bookworm root made by debootstrap (cached in
+# build/systemd-test/), booted with systemd-nspawn; see docs/systemd-test.md
+systemd-tools:
+	@$(call ensure_command,debootstrap,debootstrap)
+	@$(call ensure_command,systemd-nspawn,systemd-container)
+	@$(call ensure_command,nsenter,util-linux)
+
+systemd-tests: venv sim collection-path systemd-tools
+	$(PYTEST) tests/systemd --junitxml=$(JUNIT)/systemd-tests.xml
 
 test: setup
 	@rm -rf $(OUTPUT) && mkdir -p $(JUNIT) && : > $(STEPS_FILE)

@@ -1,0 +1,75 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Run INSIDE the container (`python3 - ARGS_JSON`, this text on stdin): the test's own readings, as JSON.
+
+Nothing here asks the collection: the simulator's view of the GPUs (gpusim), /proc (PIDs, start times, control
+groups, environments), systemd's own `systemctl show`, and an HTTP GET of /health.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+from gpusim.api import Host, starttime
+
+
+def health(port):
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=5) as reply:
+            return reply.status
+    except OSError:
+        return -1
+
+
+def cgroup_members(unit):
+    """PID -> [start time, title] of every process whose control group is the unit's (any hierarchy)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            lines = Path("/proc", entry, "cgroup").read_text(encoding="utf-8").splitlines()
+            title = Path("/proc", entry, "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        except OSError:
+            continue
+        if any(line.split(":", 2)[-1].endswith("/" + unit) for line in lines):
+            found[entry] = [starttime(int(entry)), title]
+    return found
+
+
+def environ(pid):
+    try:
+        raw = Path("/proc", str(pid), "environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(item.decode("utf-8", "replace").partition("=")[::2] for item in raw.split(b"\0") if item)
+
+
+def main():
+    args = json.loads(sys.argv[1])
+    unit = args["unit"]
+    show = subprocess.run(["systemctl", "show", "--property=ActiveState,SubState,MainPID,KillMode,ControlGroup,FragmentPath",
+                           unit], capture_output=True, text=True, check=False)
+    props = dict(line.partition("=")[::2] for line in show.stdout.splitlines())
+    main_pid = int(props.get("MainPID") or 0)
+    snapshot = {
+        "systemd": props,
+        "main_pid": main_pid,
+        "main_start": starttime(main_pid) if main_pid else None,
+        "main_env": environ(main_pid) if main_pid else {},
+        "members": cgroup_members(unit),
+        "alive": {str(pid): starttime(pid) for pid in args.get("pids", [])},
+        "health": health(args["port"]),
+        "gpus": Host(Path(args["state"])).status()["gpus"],
+        "unit_file": Path("/etc/systemd/system", unit).read_text(encoding="utf-8") if Path("/etc/systemd/system", unit).exists() else None,
+    }
+    print(json.dumps(snapshot))
+
+
+if __name__ == "__main__":
+    main()

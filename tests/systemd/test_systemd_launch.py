@@ -1,0 +1,173 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The role's systemd launch mode end to end, against a real systemd booted in a container of its own.
+
+Real `ansible-playbook playbooks/restart_vllm.yml` runs whose modules execute INSIDE the container (connection
+plugin nspawn_nsenter), so the role's `systemctl` talks to the container's systemd, which runs the fake vLLM as
+the unit gpuops-NAME.service. The tests run in order, one server's life: launch, an idempotent rerun, a drift that
+restarts it, a stop. Every outcome is judged by readings taken inside the container by the test itself (inside.py):
+the simulator's view of the GPUs, /proc (PIDs with start times, control groups, environments), systemd's own
+`systemctl show`, and GET /health; never by the role's own summary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import typing as t
+from pathlib import Path
+
+import pytest
+
+from nspawn import CACHE, INSIDE_PYTHON, REPO, Container
+
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+sys.path.insert(0, str(REPO / "simulator"))
+
+from gpusim.inventory import host_vars, role_inventory  # noqa: E402  # pylint: disable=wrong-import-position
+from gpusim.spawn import FAKEVLLM_DIR  # noqa: E402  # pylint: disable=wrong-import-position
+from simfleet import BIN, ansible_env, flat, recap  # noqa: E402  # pylint: disable=wrong-import-position
+
+RESTART = REPO / "playbooks" / "restart_vllm.yml"
+PLUGINS = Path(__file__).resolve().parent / "connection_plugins"
+HOST = "gpu-node-01"
+STATE = "/srv/gpusim/%s" % HOST  # inside the container, on its own root
+PORT = 8000  # the container has a network namespace of its own: nothing else listens there
+UNIT = "gpuops-vllm-%d.service" % PORT
+GPUS = [2, 3]
+TIMINGS: t.Dict[str, float] = {}
+
+
+class Server:
+    """What the earlier steps saw, for the later ones (the tests are one server's life, in order)."""
+
+    def __init__(self, box: Container, inventory: Path) -> None:
+        self.box = box
+        self.inventory = inventory
+        self.main: t.Optional[t.Tuple[int, int]] = None  # (MainPID, start time) after the last launch
+        self.members: t.Dict[str, t.List[t.Any]] = {}  # the unit's control group after the last launch
+
+    def playbook(self, step: str, *extra: str) -> subprocess.CompletedProcess:
+        env = ansible_env()
+        env["ANSIBLE_CONNECTION_PLUGINS"] = str(PLUGINS)
+        env["ANSIBLE_PIPELINING"] = "1"  # one nsenter per module run, the module on its stdin (no temporary file)
+        started = time.monotonic()
+        proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(self.inventory), str(RESTART), *extra],
+                              env=env, capture_output=True, text=True, timeout=300, check=False)
+        TIMINGS[step] = round(time.monotonic() - started, 1)
+        return proc
+
+    def snapshot(self, pids: t.Sequence[int] = ()) -> t.Dict[str, t.Any]:
+        return self.box.snapshot(UNIT, PORT, STATE, pids)
+
+    def need(self) -> t.Tuple[int, int]:
+        if self.main is None:
+            pytest.fail("no server was launched by an earlier step (see the first failure)")
+        return self.main
+
+
+def holders(snap: t.Mapping[str, t.Any]) -> t.Dict[int, t.List[int]]:
+    return {gpu["index"]: [holder["pid"] for holder in gpu["holders"]] for gpu in snap["gpus"]}
+
+
+def assert_runs_in_unit(snap: t.Mapping[str, t.Any], output: str) -> None:
+    """systemd runs the unit; its main process answers /health; each server GPU is held by one process of its cgroup."""
+    context = "%s\n%s" % (json.dumps(snap["systemd"]), output[-3000:])
+    assert snap["systemd"].get("ActiveState") == "active", context
+    assert snap["systemd"].get("KillMode") == "control-group", context
+    assert snap["main_pid"] > 0 and str(snap["main_pid"]) in snap["members"], context
+    assert snap["health"] == 200, context
+    held = holders(snap)
+    for index in GPUS:
+        assert len(held[index]) == 1, "GPU %d: %s\n%s" % (index, held[index], context)
+        assert str(held[index][0]) in snap["members"], "GPU %d is held by PID %d, outside %s's control group %s" % (
+            index, held[index][0], UNIT, sorted(snap["members"]))
+    assert not any(held[index] for index in held if index not in GPUS), held
+
+
+@pytest.fixture(scope="module", name="server")
+def server_fixture(container: Container, tmp_path_factory: pytest.TempPathFactory) -> Server:
+    """A simulated 8-GPU host inside the container, and an inventory whose one host is the container."""
+    container.run([INSIDE_PYTHON, "-m", "gpusim", "create", "--state", STATE])
+    fake_vllm = [INSIDE_PYTHON, str(FAKEVLLM_DIR / "bin" / "vllm"), "serve"]
+    inside = host_vars(Path(STATE), PORT, ansible_connection="nspawn_nsenter", nspawn_nsenter_leader_pid=container.leader,
+                       ansible_python_interpreter=INSIDE_PYTHON, vllm_server_command=fake_vllm,
+                       vllm_server_launch_mode="systemd", vllm_server_gpus=GPUS, vllm_server_tensor_parallel_size=len(GPUS))
+    inventory = tmp_path_factory.mktemp("systemd") / "inventory.json"
+    inventory.write_text(json.dumps(role_inventory({HOST: inside}, python=str(BIN / "python3")), indent=2))
+    return Server(container, inventory)
+
+
+def test_launch_writes_and_starts_the_unit(server: Server) -> None:
+    before = server.snapshot()
+    assert before["unit_file"] is None and before["systemd"].get("ActiveState") == "inactive", before["systemd"]
+    run = server.playbook("launch")
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+    assert recap(run.stdout)[HOST]["failed"] == 0
+    snap = server.snapshot()
+    assert snap["unit_file"] is not None and "KillMode=control-group" in snap["unit_file"]
+    assert snap["systemd"]["FragmentPath"] == "/etc/systemd/system/" + UNIT
+    assert_runs_in_unit(snap, run.stdout)
+    # the server and its workers: the API server plus one worker per GPU, all in the unit's control group
+    assert len(snap["members"]) >= 1 + len(GPUS), snap["members"]
+    assert "NCCL_PROTO" not in snap["main_env"]
+    server.main = (snap["main_pid"], snap["main_start"])
+    server.members = snap["members"]
+
+
+def test_rerun_with_nothing_to_change_changes_nothing(server: Server) -> None:
+    main = server.need()
+    run = server.playbook("idempotent rerun", "-e", "vllm_restart_force=false")
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+    assert recap(run.stdout)[HOST]["changed"] == 0, flat(run.stdout)[-3000:]
+    snap = server.snapshot()
+    assert (snap["main_pid"], snap["main_start"]) == main, "the rerun replaced the server"
+    assert snap["members"] == server.members
+    assert_runs_in_unit(snap, run.stdout)
+
+
+def test_changed_environment_restarts_the_unit(server: Server) -> None:
+    old_pid, old_start = server.need()
+    old = [int(pid) for pid in server.members]
+    run = server.playbook("drift", "-e", "vllm_restart_force=false", "-e", json.dumps({"vllm_server_env": {"NCCL_PROTO": "LL"}}))
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+    assert recap(run.stdout)[HOST]["changed"] > 0
+    snap = server.snapshot(old)
+    assert_runs_in_unit(snap, run.stdout)
+    assert (snap["main_pid"], snap["main_start"]) != (old_pid, old_start), "the drift did not restart the server"
+    assert snap["main_env"].get("NCCL_PROTO") == "LL", snap["main_env"]
+    survivors = [pid for pid, start in snap["alive"].items() if start is not None and start == server.members[pid][0]]
+    assert not survivors, "processes of the old server still run: %s" % {pid: server.members[pid] for pid in survivors}
+    server.main = (snap["main_pid"], snap["main_start"])
+    server.members = snap["members"]
+    again = server.playbook("idempotent rerun after the drift", "-e", "vllm_restart_force=false", "-e",
+                            json.dumps({"vllm_server_env": {"NCCL_PROTO": "LL"}}))
+    assert again.returncode == 0 and recap(again.stdout)[HOST]["changed"] == 0, flat(again.stdout)[-3000:]
+    assert (server.snapshot()["main_pid"]) == server.main[0]
+
+
+def test_stop_ends_the_whole_control_group_and_frees_the_gpus(server: Server) -> None:
+    server.need()
+    old = [int(pid) for pid in server.members]
+    assert len(old) >= 1 + len(GPUS)
+    run = server.playbook("stop", "-e", "vllm_server_state=stopped")
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+    snap = server.snapshot(old)
+    assert snap["systemd"].get("ActiveState") in ("inactive", "failed"), snap["systemd"]
+    assert snap["main_pid"] == 0 and snap["members"] == {}, snap
+    survivors = [pid for pid, start in snap["alive"].items() if start is not None and start == server.members[pid][0]]
+    assert not survivors, "still running after the stop: %s" % {pid: server.members[pid] for pid in survivors}
+    assert all(not pids for pids in holders(snap).values()), holders(snap)
+    assert [gpu["used_mib"] for gpu in snap["gpus"]] == [0] * len(snap["gpus"])
+    assert snap["health"] == -1
+
+
+def test_zz_report_timings(container: Container) -> None:
+    """Not a check: writes how long each part took to build/systemd-test/timings.json (and prints it)."""
+    timings = dict(container.timings, **TIMINGS)
+    (CACHE / "timings.json").write_text(json.dumps(timings, indent=2) + "\n", encoding="utf-8")
+    print("systemd test timings (s): %s" % timings, file=sys.stderr)
+    assert os.path.exists(CACHE / "timings.json")
