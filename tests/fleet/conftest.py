@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
+import tempfile
 import typing as t
 from pathlib import Path
 
@@ -57,12 +58,26 @@ def reap_orphans() -> None:
 
 
 @pytest.fixture
-def make_fleet(tmp_path: Path) -> t.Iterator[t.Callable[..., Fleet]]:
-    """make_fleet(nodes, gpus=4) -> a started Fleet in tmp_path/fleet; torn down (and checked) at the end."""
+def fleet_base() -> t.Iterator[Path]:
+    """A folder of this test's own for its fleets, that the nodes' unprivileged login may pass through.
+
+    Not tmp_path: pytest makes each folder above it 0700, so a node could cover them only with a skeleton
+    (nodefiles.reach_binds) that hides everything else the test puts there. Removed when its fleets are gone.
+    """
+    base = Path(tempfile.mkdtemp(prefix="gpuops-fleet-"))
+    base.chmod(0o755)
+    yield base
+    if not any((folder / "fleet.json").exists() for folder in base.iterdir()):
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def make_fleet(fleet_base: Path) -> t.Iterator[t.Callable[..., Fleet]]:
+    """make_fleet(nodes, gpus=4) -> a started Fleet in <fleet_base>/fleet; torn down (and checked) at the end."""
     started: t.List[Fleet] = []
 
     def factory(nodes: int, gpus: int = 4, folder: str = "fleet") -> Fleet:
-        fleet = Fleet(lifecycle.up(tmp_path / folder, nodes, gpus))
+        fleet = Fleet(lifecycle.up(fleet_base / folder, nodes, gpus))
         started.append(fleet)
         return fleet
 

@@ -146,7 +146,7 @@ def up(directory: Path, nodes: int, gpus: int = 8, python: t.Optional[str] = Non
             node.path.mkdir(parents=True)
             _create_network(node, created_netns=index == 1)
             _gpusim(rec, "create", "--state", str(node.gpu_state), "--gpus", str(gpus))
-            _start_node(rec, node, nodefiles.prepare(node, public_key, python))
+            _start_node(rec, node, nodefiles.prepare(node, public_key, python, reach=[directory, REPO]))
         for node in rec.nodes:
             wait_sshd(node, up=True)
     except BaseException:

@@ -3,7 +3,9 @@
 """A node's own files: sshd configuration and host key, /etc overlays (hosts, users, sudoers.d) and /home.
 
 Everything lives in the node's folder; nodeinit bind-mounts the overlays in the node's private mount namespace,
-so the machine's own /etc is never changed.
+so the machine's own /etc is never changed. The same way, a folder that others may not enter on the way to the
+managed-host Python or the fleet's folder (root's /root, where pyenv installs Python) is covered inside the node
+by a skeleton the unprivileged login can pass through (reach_binds); no mode on the machine changes.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import os
 import shutil
 import subprocess
 import typing as t
+from functools import lru_cache
 from pathlib import Path
+from stat import S_IXOTH
 
 from gpusim.fleet.record import NodeRecord
 
@@ -103,14 +107,72 @@ def _home(node: NodeRecord, public_key: str) -> Path:
     return home
 
 
-def prepare(node: NodeRecord, public_key: str, python: str) -> Path:
-    """Write the node's files; returns the nodeinit configuration to start it with."""
+@lru_cache(maxsize=None)
+def python_folders(python: str) -> t.Tuple[Path, ...]:
+    """Where <python> runs from: its environment (sys.prefix), the installation behind it (sys.base_prefix) and
+    the folder of the executable its links end at."""
+    code = "import os, sys; print(sys.prefix); print(sys.base_prefix); print(os.path.dirname(os.path.realpath(sys.executable)))"
+    proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    return tuple(Path(line) for line in proc.stdout.splitlines() if line.strip())
+
+
+def _closed(folder: Path) -> bool:
+    """True when users other than the owner and group may not pass through <folder>."""
+    return not folder.stat().st_mode & S_IXOTH
+
+
+def reach_binds(skeletons: Path, paths: t.Iterable[Path]) -> t.List[t.Tuple[str, ...]]:
+    """Bind mounts that let every login of a node reach <paths>, though a folder above one is closed to others.
+
+    The topmost closed folder above a path (e.g. /root, mode 0700) is covered, inside the node only, by a
+    skeleton under <skeletons>: folders of mode 0711 (pass through, not list) that lead to just the paths asked
+    for, each of them the machine's own, bound in. The rest of the closed folder is not seen in the node. The
+    entries come in mount order: (source, target) for a bind, (source, target, "rbind") for a skeleton with
+    its binds. Nothing on the machine changes mode.
+    """
+    wanted: t.Dict[Path, t.Set[Path]] = {}
+    for path in paths:
+        real = Path(os.path.realpath(path))
+        closed = next((folder for folder in reversed(real.parents) if folder != folder.parent and _closed(folder)), None)
+        if closed is not None:
+            wanted.setdefault(closed, set()).add(real)
+    binds: t.List[t.Tuple[str, ...]] = []
+    for number, closed in enumerate(sorted(wanted)):
+        skeleton = skeletons / str(number)
+        skeleton.mkdir(mode=0o711, parents=True)
+        skeleton.chmod(0o711)  # the umask may have taken bits away
+        inside = wanted[closed]
+        for path in sorted(p for p in inside if not any(other in p.parents for other in inside)):
+            mountpoint = skeleton / path.relative_to(closed)
+            folder = skeleton
+            for part in path.relative_to(closed).parent.parts:
+                folder = folder / part
+                folder.mkdir(exist_ok=True)
+                folder.chmod(0o711)
+            if path.is_dir():
+                mountpoint.mkdir()
+            else:
+                mountpoint.touch()
+            binds.append((str(path), str(mountpoint)))
+        binds.append((str(skeleton), str(closed), "rbind"))
+    return binds
+
+
+def prepare(node: NodeRecord, public_key: str, python: str, reach: t.Sequence[Path] = ()) -> Path:
+    """Write the node's files; returns the nodeinit configuration to start it with.
+
+    Besides root, the node's unprivileged login can reach <python> and the folders of <reach> (in the fleet: its
+    own folder, where the simulated GPUs' state is, and the checkout with the fake NVML), as a user of a real GPU
+    host can run its Python and read NVML.
+    """
     ssh = node.path / "ssh"
     ssh.mkdir(parents=True, exist_ok=True)
     keygen(ssh / "ssh_host_ed25519_key", "host key of %s" % node.name)
     (ssh / "sshd_config").write_text(sshd_config(node))
-    binds = _etc_overlay(node)
+    binds: t.List[t.Tuple[str, ...]] = list(_etc_overlay(node))
     binds.append((str(_home(node, public_key)), "/home"))
+    # last: every source above is found before a skeleton covers the folder it lies in
+    binds += reach_binds(node.path / "reach", [*python_folders(python), *reach])
     config = node.path / "init.json"
     config.write_text(json.dumps({
         "hostname": node.name,

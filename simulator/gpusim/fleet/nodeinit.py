@@ -3,8 +3,9 @@
 """PID 1 of a fleet node (standard library only; run by path: `python nodeinit.py CONFIG.json`).
 
 Started by `unshare --pid --fork --mount-proc --uts` inside the node's network namespace, it:
-sets the node's host name; bind-mounts the node's own /etc files (hosts, passwd, group, shadow, sudoers.d) and
-/home over the machine's, in the node's private mount namespace only; starts sshd; and reaps every orphan, as
+sets the node's host name; bind-mounts the node's own /etc files (hosts, passwd, group, shadow, sudoers.d),
+/home and the skeletons that open the way to the Python (e.g. over /root) over the machine's, in the node's
+private mount namespace only; starts sshd; and reaps every orphan, as
 an init does. Signals from the machine: SIGUSR1 stops sshd (the listener and every session below it, so the
 node is unreachable), SIGUSR2 starts it again, SIGTERM ends the node (when PID 1 exits, the kernel ends
 every other process of the PID namespace).
@@ -33,8 +34,7 @@ class Node:
 
     def setup(self) -> None:
         socket.sethostname(self.config["hostname"])
-        for source, target in self.config["binds"]:
-            subprocess.run(["mount", "--bind", source, target], check=True)
+        mount_binds(self.config["binds"])
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
 
     def start_sshd(self) -> None:
@@ -81,6 +81,13 @@ class Node:
             pass
         self.stop_sshd()
         return 0
+
+
+def mount_binds(binds: t.Sequence[t.Sequence[str]]) -> None:
+    """Bind each (source, target), in order; (source, target, "rbind"): a skeleton with the binds made inside it
+    (nodefiles.reach_binds)."""
+    for source, target, *how in binds:
+        subprocess.run(["mount", "--rbind" if "rbind" in how else "--bind", source, target], check=True)
 
 
 def descendants(root: int) -> t.List[int]:
