@@ -10,11 +10,22 @@ module: vllm_lock
 short_description: One lock per server on a host, so two runs cannot restart the same server at once
 version_added: 0.2.0
 description:
-  - V(locked) creates the lock file exclusively, recording O(owner) and O(token). If another run holds it, the task fails at once,
-    naming the holder and since when; it does not wait.
+  - V(locked) creates the lock file exclusively, recording the run that holds it. If another run holds it, the task fails at once,
+    naming the holder (user, controller, ansible-playbook PID, play), since when (UTC time and age), and the two ways out
+    (C(-e vllm_server_lock_stale_after=<seconds>) for the role, or C(rm) of the lock file on the host); it does not wait.
   - The same O(token) may lock again (re-entrant), so the role's entry points can each take the lock within one run.
-  - The holder is a playbook run, possibly on another controller, so its liveness cannot be checked from the host. A lock
-    older than O(stale_after) seconds is taken over with a warning (a run that was killed leaves its lock behind).
+  - 'The holder is a playbook run, whose liveness the host cannot see. So the lock records the run''s controller (host name,
+    machine id, boot id, PID namespace) and its C(ansible-playbook) process (PID and start time), and this module''s action
+    plugin fills them in and judges them on the controller: when the holder came from this very controller and its
+    C(ansible-playbook) PID no longer runs there (or now belongs to a process with another start time), the run was killed or
+    interrupted, and the lock is taken over at once, with a warning naming that run. Only that holder''s lock is replaced
+    (O(takeover) names its token), under C(flock) on the lock''s directory, so of two runs that both find it abandoned, one
+    takes it and the other is refused.'
+  - 'A holder from another controller (or from this one before a reboot, or from another container with the same host name)
+    cannot be checked from here: its lock is taken over only when older than O(stale_after) seconds, with a warning. A live
+    holder is never taken over before then: a concurrent run is refused.'
+  - Why the controller and not the host judges: the run's processes live on the controller, and a check from the host (for
+    example of the connection's processes) would not see a run whose controller is still alive but between two tasks.
   - V(unlocked) removes the lock only when O(token) holds it.
   - Taking and dropping the lock is bookkeeping, not a change to the server, so the task never reports a change.
 author:
@@ -26,6 +37,9 @@ attributes:
   diff_mode:
     support: none
     description: Nothing to show as a diff.
+  action:
+    support: full
+    description: The action plugin fills in O(controller) and, for a holder from this controller that is gone, sets O(takeover).
 options:
   path:
     description: The lock file.
@@ -41,11 +55,49 @@ options:
     type: str
     required: true
   owner:
-    description: Who holds it, for the message another run sees (user, controller, playbook).
+    description:
+      - Who holds it, in words, for the message another run sees. Default from O(controller) and O(play).
     type: str
-    default: unknown
+  play:
+    description: The play of the run, for the message another run sees.
+    type: str
+  controller:
+    description:
+      - The controller and its C(ansible-playbook) process that run the play. The action plugin fills in the keys not given,
+        from the controller itself (the parent of the task's worker process), so a task does not set this.
+    type: dict
+    suboptions:
+      host:
+        description: The controller's host name.
+        type: str
+      user:
+        description: The user running C(ansible-playbook) there (also without C(USER) in its environment).
+        type: str
+      pid:
+        description: The C(ansible-playbook) process's PID.
+        type: int
+      pid_start:
+        description: That process's start time (C(ticks:N) from C(/proc/PID/stat), or C(epoch:T)), to tell a reused PID.
+        type: str
+      argv_sha:
+        description: A hash of that process's command line, which its task workers (forks of it) share.
+        type: str
+      boot_id:
+        description: The controller's boot id.
+        type: str
+      machine_id:
+        description: The controller's C(/etc/machine-id).
+        type: str
+      pid_namespace:
+        description: The PID namespace of C(ansible-playbook) on the controller (a container has its own).
+        type: str
+  takeover:
+    description:
+      - The token of a holder known to be gone (set by the action plugin). If, and only if, that token still holds the lock, it
+        is replaced by this run's; otherwise this works like a plain V(locked).
+    type: str
   stale_after:
-    description: Seconds after which a lock is taken for abandoned.
+    description: Seconds after which a lock is taken for abandoned, whoever holds it.
     type: float
     default: 7200
 """
@@ -55,7 +107,13 @@ EXAMPLES = r"""
   gpuops.fleet.vllm_lock:
     path: /var/lib/gpuops-fleet/vllm/vllm-8000.lock
     token: "{{ run_token }}"
-    owner: "alice on ctl-01, restart_vllm.yml"
+    play: "{{ ansible_play_name }}"
+
+- name: Release it
+  gpuops.fleet.vllm_lock:
+    path: /var/lib/gpuops-fleet/vllm/vllm-8000.lock
+    token: "{{ run_token }}"
+    state: unlocked
 """
 
 RETURN = r"""
@@ -68,14 +126,19 @@ released:
   returned: always
   type: bool
 holder:
-  description: The lock's record (owner, token, since).
+  description:
+    - The lock's record (owner, token, since, since_utc, play, controller, host_pid). On a refusal, the other run's.
   returned: always
+  type: dict
+took_over:
+  description: The record of the run whose lock this task replaced (gone, or older than O(stale_after)), else null.
+  returned: when O(state=locked)
   type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._server_lock import LockHeld, acquire, release
+from ansible_collections.gpuops.fleet.plugins.module_utils._server_lock import LockHeld, acquire, release, who
 
 
 def main() -> None:
@@ -84,7 +147,19 @@ def main() -> None:
             "path": {"type": "path", "required": True},
             "state": {"type": "str", "choices": ["locked", "unlocked"], "default": "locked"},
             "token": {"type": "str", "required": True, "no_log": False},
-            "owner": {"type": "str", "default": "unknown"},
+            "owner": {"type": "str"},
+            "play": {"type": "str"},
+            "controller": {"type": "dict", "options": {
+                "host": {"type": "str"},
+                "user": {"type": "str"},
+                "pid": {"type": "int"},
+                "pid_start": {"type": "str"},
+                "argv_sha": {"type": "str"},
+                "boot_id": {"type": "str"},
+                "machine_id": {"type": "str"},
+                "pid_namespace": {"type": "str"},
+            }},
+            "takeover": {"type": "str", "no_log": False},
             "stale_after": {"type": "float", "default": 7200},
         },
         supports_check_mode=True,
@@ -94,18 +169,25 @@ def main() -> None:
         module.fail_json(msg="token: must not be empty")
     if params["stale_after"] <= 0:
         module.fail_json(msg="stale_after: expected a positive number of seconds, got %r" % params["stale_after"])
+    controller = {key: value for key, value in (params["controller"] or {}).items() if value is not None}
+    if controller.get("pid") is not None and controller["pid"] <= 0:
+        module.fail_json(msg="controller.pid: expected a positive PID, got %r" % controller["pid"])
+    details = {"controller": controller or None, "play": params["play"]}
+    owner = params["owner"] or who(details, with_run=False)
     try:
         if params["state"] == "locked":
-            outcome = acquire(params["path"], params["owner"], params["token"], params["stale_after"])
+            outcome = acquire(params["path"], owner, params["token"], params["stale_after"], takeover=params["takeover"],
+                              details=details)
         else:
             outcome = release(params["path"], params["token"])
     except LockHeld as exc:
-        module.fail_json(msg=str(exc), changed=False, acquired=False, released=False)
+        module.fail_json(msg=str(exc), changed=False, acquired=False, released=False, holder=exc.holder)
     except OSError as exc:
         module.fail_json(msg="path: cannot use the lock file %s: %s" % (params["path"], exc), changed=False)
     if outcome.warning:
         module.warn(outcome.warning)
-    module.exit_json(changed=False, acquired=outcome.acquired, released=outcome.released, holder=outcome.holder)
+    extra = {"took_over": outcome.took_over} if params["state"] == "locked" else {}
+    module.exit_json(changed=False, acquired=outcome.acquired, released=outcome.released, holder=outcome.holder, **extra)
 
 
 if __name__ == "__main__":

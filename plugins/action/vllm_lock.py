@@ -1,0 +1,87 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Action for gpuops.fleet.vllm_lock: record who runs (this controller, its ansible-playbook process), and take
+over the lock of a run from this controller whose ansible-playbook process is gone (killed, interrupted)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import socket
+import time
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.gpuops.fleet.plugins.module_utils._server_lock import controller_identity, holder_verdict, leftover_workers, who
+
+display = Display()
+
+MODULE = "gpuops.fleet.vllm_lock"
+# how long a takeover waits for the task workers that a killed ansible-playbook left running (each ends after its task)
+LEFTOVER_WAIT_S = 120.0
+
+
+def playbook_pid() -> int:
+    """The ansible-playbook process: a task runs in a worker forked from it, so the worker's parent.
+
+    multiprocessing knows its parent only in such a worker; anywhere else (no worker) this process is the one.
+    """
+    parent = multiprocessing.parent_process()
+    if parent is not None and parent.pid == os.getppid():
+        return parent.pid
+    return os.getpid()
+
+
+class ActionModule(ActionBase):
+    _supports_check_mode = True
+    _supports_async = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        args = dict(self._task.args)
+        if args.get("state", "locked") != "locked":
+            result.update(self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars))
+            return result
+        here = controller_identity(playbook_pid(), socket.gethostname())
+        given = args.get("controller") if isinstance(args.get("controller"), dict) else {}
+        args["controller"] = dict(here, **{key: value for key, value in given.items() if value is not None})
+        reply = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
+        holder = reply.get("holder") if reply.get("failed") else None
+        if isinstance(holder, dict) and holder.get("token") and not args.get("takeover"):
+            gone, why = holder_verdict(holder, here)
+            left = self._await_leftovers(holder, here, task_vars) if gone else []
+            if left:
+                gone, why = False, ("%s, but its task worker(s) PID %s still run there (a task under way when it died);"
+                                    " wait for them to end, or end them" % (why, ", ".join(str(pid) for pid in left)))
+            if gone:
+                retry = self._execute_module(module_name=MODULE, module_args=dict(args, takeover=holder["token"]), task_vars=task_vars)
+                if (retry.get("took_over") or {}).get("token") == holder["token"]:
+                    retry.setdefault("warnings", []).append(
+                        "took over the lock %s from the run of %s, since %s: %s (killed or interrupted)"
+                        % (args.get("path"), who(holder), holder.get("since_utc") or holder.get("since"), why))
+                reply = retry
+            else:
+                reply["msg"] = "%s Not taken over automatically: %s." % (reply.get("msg", ""), why)
+        result.update(reply)
+        return result
+
+    @staticmethod
+    def _await_leftovers(holder, here, task_vars):
+        """Wait, bounded, until no task worker of the dead run runs on this controller; return those left."""
+        there = holder.get("controller") or {}
+        deadline = time.monotonic() + LEFTOVER_WAIT_S
+        shown = 0.0
+        while True:
+            left = leftover_workers(there, here["pid"])
+            if not left or time.monotonic() > deadline:
+                return left
+            if time.monotonic() - shown > 10:
+                shown = time.monotonic()
+                display.display("  [%s] waiting for the task worker(s) PID %s of the dead run %s to end before taking its lock"
+                                % ((task_vars or {}).get("inventory_hostname", "?"), ", ".join(str(pid) for pid in left),
+                                   holder.get("token")))
+            time.sleep(0.5)
