@@ -12,6 +12,7 @@ from __future__ import annotations
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _pid_trust, _smi
+from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import mask_cmdlines
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import Holder, NvmlSession, open_nvml
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_device import empty_device, read_device
 from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import NvmlError
@@ -169,4 +170,5 @@ def run_facts(params: t.Mapping[str, t.Any], pynvml: t.Any, psutil: t.Any, requi
             warnings.extend(smi_warnings)
     except (NvmlError, SelectionError, _smi.SmiError) as exc:
         return {"msg": str(exc)}, warnings, True
-    return {"changed": False, "ansible_facts": facts}, warnings, False
+    # a process's secret arguments (--api-key K) never leave the host
+    return {"changed": False, "ansible_facts": mask_cmdlines(facts)}, warnings, False

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import typing as t
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import ReclaimSpec, matches_any
 from ansible_collections.gpuops.fleet.plugins.module_utils._server_record import START_TIME_TOLERANCE_S
 
@@ -61,7 +62,7 @@ def label(info: t.Optional[t.Mapping[str, t.Any]], limit: int = 100) -> str:
     """A process as an operator knows it: its command line (or its name), cut at ``limit`` characters."""
     if not info:
         return "?"
-    text = " ".join(info.get("cmdline") or []) or info.get("name") or "?"
+    text = " ".join(masked_argv(info.get("cmdline") or [])) or info.get("name") or "?"
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 

@@ -16,6 +16,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import N
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import Reclaim
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_diff import reclaim_diff
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import SpecError, budget_warning, build_spec
+from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import mask_cmdlines
 from ansible_collections.gpuops.fleet.plugins.module_utils._selection import SelectionError
 
 # (pynvml, psutil), asked for once the parameters are valid (a module fails there, naming a missing package)
@@ -44,4 +45,5 @@ def run_reclaim(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool,
     warnings.extend(result.pop("warnings_list"))
     if diff:
         result["diff"] = reclaim_diff(result["gpus"], check_mode)
-    return result, warnings, result.get("verified") is False
+    # a process's secret arguments (--api-key K) never leave the host
+    return mask_cmdlines(result), warnings, result.get("verified") is False

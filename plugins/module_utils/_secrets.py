@@ -86,6 +86,17 @@ def masked_argv(argv: t.Sequence[t.Any]) -> t.List[str]:
     return words
 
 
+def mask_cmdlines(value: t.Any) -> t.Any:
+    """``value`` (a module result: dicts and lists) with every ``cmdline`` list masked as masked_argv does, so that a
+    process's ``--api-key K`` read from /proc is never returned or printed. Other values are returned as they are."""
+    if isinstance(value, dict):
+        return {key: (masked_argv(item) if key == "cmdline" and isinstance(item, (list, tuple)) else mask_cmdlines(item))
+                for key, item in value.items()}
+    if isinstance(value, list):
+        return [mask_cmdlines(item) for item in value]
+    return value
+
+
 def api_key_of(argv: t.Sequence[t.Any], env: t.Optional[t.Mapping[str, t.Any]] = None) -> str:
     """The key a client must send, as vLLM settles it: the first value of the last --api-key, else VLLM_API_KEY."""
     key = ""

@@ -129,8 +129,6 @@ def test_restart_with_secrets_shows_none_and_the_keyed_server_is_ready_checked_b
     assert " 0 failed" in summary
 
 
-@pytest.mark.xfail(strict=True, reason="gpu_reclaim returns the cmdline of the server it would end (preflight would_kill,"
-                   " killed), --api-key's value included: the cmdline should be masked with _secrets.masked_argv there")
 def test_a_restart_of_the_keyed_server_shows_no_secret(make_host, tmp_path):
     """The stop of a server started with --api-key (preflight, stop, reclaim of its tree) shows no secret either."""
     (node,) = hosts_with_ports(make_host, "gpu-node-01")

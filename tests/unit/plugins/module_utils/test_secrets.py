@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import (
-    MASK, api_key_of, argv_secrets, env_summary, hide_only_secrets, is_secret_name, masked_argv, secret_argv_values,
+    MASK, api_key_of, argv_secrets, env_summary, hide_only_secrets, is_secret_name, mask_cmdlines, masked_argv, secret_argv_values,
     secret_env_names,
 )
 
@@ -84,3 +84,16 @@ def test_a_value_both_shown_and_secret_stays_hidden():
     module = FakeModule({"same"})
     hide_only_secrets(module, ["same"], ["same"])
     assert module.no_log_values == {"same"}
+
+
+def test_mask_cmdlines_masks_every_cmdline_of_a_result_and_nothing_else():
+    result = {
+        "killed": [{"pid": 7, "cmdline": ["vllm", "serve", "m", "--api-key", "sk-1"], "name": "--api-key"}],
+        "gpus": [{"processes_left": [{"cmdline": ["python3", "--hf-token=hf_2"]}], "cmdline": None}],
+        "msg": "kept as it is",
+    }
+    masked = mask_cmdlines(result)
+    assert masked["killed"][0]["cmdline"] == ["vllm", "serve", "m", "--api-key", MASK]
+    assert masked["gpus"][0]["processes_left"][0]["cmdline"] == ["python3", "--hf-token=" + MASK]
+    assert masked["killed"][0]["name"] == "--api-key" and masked["msg"] == "kept as it is" and masked["gpus"][0]["cmdline"] is None
+    assert result["killed"][0]["cmdline"][-1] == "sk-1"  # the input is not changed
