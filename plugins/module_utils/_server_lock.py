@@ -99,10 +99,10 @@ def process_start(pid: int, proc: str = "/proc") -> t.Optional[str]:
         return "ticks:%s" % fields[19] if len(fields) > 19 else None
     try:
         import psutil  # pylint: disable=import-outside-toplevel  # only where there is no /proc
-
-        return "epoch:%.2f" % psutil.Process(pid).create_time()
     except ImportError:
         return None
+    try:
+        return "epoch:%.2f" % psutil.Process(pid).create_time()
     except psutil.NoSuchProcess:
         raise ProcessLookupError(pid) from None
     except psutil.Error:
@@ -210,14 +210,28 @@ def _read(path: str) -> t.Optional[t.Dict[str, t.Any]]:
 
 
 def _create(path: str, record: t.Mapping[str, t.Any]) -> bool:
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+    """Create the lock file with its whole record at once (written aside, then hard-linked: link() fails if it exists),
+    so no reader ever sees it empty; O_EXCL where the file system has no hard links."""
+    aside = "%s.%d.%d.new" % (path, os.getpid(), time.monotonic_ns())
+    with open(aside, "x", encoding="utf-8") as handle:
         json.dump(dict(record), handle, sort_keys=True)
         handle.write("\n")
-    return True
+    try:
+        os.link(aside, path)
+        return True
+    except FileExistsError:
+        return False
+    except OSError:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(dict(record), handle, sort_keys=True)
+            handle.write("\n")
+        return True
+    finally:
+        os.unlink(aside)
 
 
 @contextlib.contextmanager

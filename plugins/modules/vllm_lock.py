@@ -24,8 +24,12 @@ description:
   - 'A holder from another controller (or from this one before a reboot, or from another container with the same host name)
     cannot be checked from here: its lock is taken over only when older than O(stale_after) seconds, with a warning. A live
     holder is never taken over before then: a concurrent run is refused.'
-  - Why the controller and not the host judges: the run's processes live on the controller, and a check from the host (for
-    example of the connection's processes) would not see a run whose controller is still alive but between two tasks.
+  - 'Why the controller and not the host judges: the run''s processes live on the controller, and a check from the host (for
+    example of the connection''s processes) would not see a run whose controller is still alive but between two tasks.'
+  - 'A task that was under way on the host when C(ansible-playbook) died goes on to its end in its task worker (workers lead
+    their own sessions, so a SIGKILL of the process group misses them): the takeover waits up to 120 s for the dead run''s
+    workers on the controller to end, else refuses, naming their PIDs. Over SSH, a module already running on the host may
+    still finish after its worker has gone.'
   - V(unlocked) removes the lock only when O(token) holds it.
   - Taking and dropping the lock is bookkeeping, not a change to the server, so the task never reports a change.
 author:

@@ -128,7 +128,7 @@ class Background:
             time.sleep(0.1)
         raise AssertionError("no %s within %d s:\n%s" % (what, timeout, self.output()[-3000:]))
 
-    def signal(self, signum: int) -> None:
+    def send(self, signum: int) -> None:
         self.note()
         os.killpg(self.pgid, signum)
 
@@ -137,7 +137,7 @@ class Background:
 
     def cleanup(self) -> None:
         if self.proc.poll() is None:
-            self.signal(signal.SIGKILL)  # its own process group: ansible-playbook has not been reaped, so the group is its
+            self.send(signal.SIGKILL)  # its own process group: ansible-playbook has not been reaped, so the group is its
             self.proc.wait(timeout=30)
         for pid, start in list(self.seen.items()):  # the children of orphaned workers too
             if pid_alive(pid, start):
@@ -209,7 +209,7 @@ def test_rerun_right_after_an_interrupted_run_goes_ahead(node, tmp_path, point, 
     run = Background(inventory, tmp_path / "interrupted.log")
     try:
         run.wait_for("the lock and the %s" % point, lambda: lock_file(node).exists() and reached(run))
-        run.signal(signum)
+        run.send(signum)
         rc = run.proc.wait(timeout=60)
         if signum == signal.SIGINT:
             assert "User interrupted execution" in run.output(), run.output()[-3000:]
