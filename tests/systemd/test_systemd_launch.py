@@ -149,10 +149,26 @@ def test_changed_environment_restarts_the_unit(server: Server) -> None:
     assert (server.snapshot()["main_pid"]) == server.main[0]
 
 
+def plant_in_unit(box: Container, control_group: str) -> int:
+    """A process that no reclaim would touch (a plain `sleep`, no GPU), moved into the unit's control group:
+    only systemd ending the whole group (KillMode=control-group) ends it."""
+    proc = box.run(["/bin/sh", "-c", 'setsid sleep 600 </dev/null >/dev/null 2>&1 & echo "$!"'])
+    pid = int(proc.stdout.strip())
+    moved = box.run(["/bin/sh", "-c", 'for h in /sys/fs/cgroup /sys/fs/cgroup/systemd /sys/fs/cgroup/unified; do '
+                     'if [ -f "$h$1/cgroup.procs" ]; then echo "$2" > "$h$1/cgroup.procs" && echo "$h"; fi; done',
+                     "sh", control_group, str(pid)])
+    assert moved.stdout.strip(), "no hierarchy has %s: %s" % (control_group, moved.stderr)
+    return pid
+
+
 def test_stop_ends_the_whole_control_group_and_frees_the_gpus(server: Server) -> None:
     server.need()
+    stranger = plant_in_unit(server.box, server.snapshot()["systemd"]["ControlGroup"])
+    before = server.snapshot()
+    assert str(stranger) in before["members"], "the planted sleep (%d) is not in the unit's control group" % stranger
+    server.members = before["members"]
     old = [int(pid) for pid in server.members]
-    assert len(old) >= 1 + len(GPUS)
+    assert len(old) >= 2 + len(GPUS)
     run = server.playbook("stop", "-e", "vllm_server_state=stopped")
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
     snap = server.snapshot(old)
@@ -160,6 +176,8 @@ def test_stop_ends_the_whole_control_group_and_frees_the_gpus(server: Server) ->
     assert snap["main_pid"] == 0 and snap["members"] == {}, snap
     survivors = [pid for pid, start in snap["alive"].items() if start is not None and start == server.members[pid][0]]
     assert not survivors, "still running after the stop: %s" % {pid: server.members[pid] for pid in survivors}
+    assert snap["alive"][str(stranger)] != before["members"][str(stranger)][0], (
+        "the sleep in the unit's control group outlived the stop: the unit was not stopped as a whole (KillMode=control-group)")
     assert all(not pids for pids in holders(snap).values()), holders(snap)
     assert [gpu["used_mib"] for gpu in snap["gpus"]] == [0] * len(snap["gpus"])
     assert snap["health"] == -1
