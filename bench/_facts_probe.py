@@ -4,7 +4,7 @@
 nvidia-smi pair.
 
 gpu_facts' in-module time is what the module does between AnsibleModule's parsing and exit_json
-(module_utils._gpu_facts.run_facts): check the options, open NVML, read every GPU with its processes and health (the
+(module_utils._gpu.facts.run_facts): check the options, open NVML, read every GPU with its processes and health (the
 module's defaults), close NVML.
 The floor is a bare nvidia-ml-py loop reading the same fields of the same GPUs and processes (bare_read: no
 structure, no error mapping beyond skipping what the device does not support); before timing, the probe checks
@@ -24,8 +24,8 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import psutil
 import pynvml
-from ansible_collections.gpuops.fleet.plugins.module_utils._gpu_facts import run_facts
-from ansible_collections.gpuops.fleet.plugins.module_utils._processes import describe_processes
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.facts import run_facts
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import describe_processes
 SMI_GPUS = ["--query-gpu=index,uuid,name,memory.used,memory.total", "--format=csv,noheader"]
 SMI_APPS = ["--query-compute-apps=pid,process_name,gpu_uuid,used_memory", "--format=csv,noheader"]
 

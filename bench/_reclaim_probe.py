@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Run by bench_gpu_reclaim.py inside the simulated host's environment: one gpu_reclaim run, timed.
 
-The time is the module's work, as the module does it (module_utils._reclaim_run.run_reclaim): check the parameters,
+The time is the module's work, as the module does it (module_utils._reclaim.run.run_reclaim): check the parameters,
 open NVML, read, plan, signal, verify, close NVML.
 Prints one JSON object on stdout.
 """
@@ -15,7 +15,7 @@ import time
 
 import psutil
 import pynvml
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_run import run_reclaim
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import run_reclaim
 
 
 def main() -> int:

@@ -380,7 +380,7 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
-from ansible_collections.gpuops.fleet.plugins.module_utils._gpu_facts import ARGUMENT_SPEC, run_facts
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.facts import ARGUMENT_SPEC, run_facts
 
 
 def main() -> None:

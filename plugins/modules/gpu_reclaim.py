@@ -493,8 +493,8 @@ msg:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_run import run_reclaim
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import ARGUMENT_SPEC
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import run_reclaim
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import ARGUMENT_SPEC
 
 
 def main() -> None:

@@ -281,9 +281,9 @@ import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench_run import Benchmark, BenchmarkFailed
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench_server import ServerError
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench_spec import ARGUMENT_SPEC, SpecError, build_spec
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.run import Benchmark, BenchmarkFailed
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.server import ServerError
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.spec import ARGUMENT_SPEC, SpecError, build_spec
 
 
 def main() -> None:

@@ -84,7 +84,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._server_http import http_get, metric_sum
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import http_get, metric_sum
 
 _IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 

@@ -142,7 +142,7 @@ took_over:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._server_lock import LockHeld, acquire, release, who
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import LockHeld, acquire, release, who
 
 
 def main() -> None:

@@ -199,12 +199,12 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
-from ansible_collections.gpuops.fleet.plugins.module_utils._server_http import http_get
-from ansible_collections.gpuops.fleet.plugins.module_utils._server_process import LaunchError, launch_detached, stop_tree
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import http_get
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.process import LaunchError, launch_detached, stop_tree
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import (
     hide_only_secrets, masked_argv, secret_argv_values, secret_env_names,
 )
-from ansible_collections.gpuops.fleet.plugins.module_utils._server_record import (
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import (
     RecordError, read_record, recorded_process, remove_record, write_record,
 )
 

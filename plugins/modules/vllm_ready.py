@@ -125,9 +125,9 @@ from urllib.parse import urlsplit
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
-from ansible_collections.gpuops.fleet.plugins.module_utils._log_tail import file_tail, journal_tail
-from ansible_collections.gpuops.fleet.plugins.module_utils._server_http import http_get, listed_models
-from ansible_collections.gpuops.fleet.plugins.module_utils._server_record import same_process
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.log_tail import file_tail, journal_tail
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import http_get, listed_models
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import same_process
 
 _UNIT_ALIVE = ("active", "activating", "reloading")
 

@@ -126,11 +126,11 @@ workers:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
-from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import open_nvml
-from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import NvmlError
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import open_nvml
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import hide_only_secrets, secret_env_names
-from ansible_collections.gpuops.fleet.plugins.module_utils._server_check import check_launch
-from ansible_collections.gpuops.fleet.plugins.module_utils._server_record import same_process
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.check import check_launch
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import same_process
 
 
 def main() -> None:

@@ -130,20 +130,20 @@ def _missing(name: str) -> None:
 
 
 def _direct_facts(args: Dict[str, Any]) -> Dict[str, Any]:
-    """gpu_facts without Ansible: the module's own steps (module_utils._gpu_facts.run_facts)."""
+    """gpu_facts without Ansible: the module's own steps (module_utils._gpu.facts.run_facts)."""
     import psutil  # pylint: disable=import-outside-toplevel  # after sys.path is set
     import pynvml  # pylint: disable=import-outside-toplevel
-    from ansible_collections.gpuops.fleet.plugins.module_utils._gpu_facts import run_facts  # pylint: disable=import-outside-toplevel
+    from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.facts import run_facts  # pylint: disable=import-outside-toplevel
 
     result, warnings, failed = run_facts(args, pynvml, psutil, _missing)
     return dict(result, failed=failed, warnings=warnings)
 
 
 def _direct_reclaim(args: Dict[str, Any]) -> Dict[str, Any]:
-    """gpu_reclaim without Ansible: the module's own steps (module_utils._reclaim_run.run_reclaim), its defaults."""
+    """gpu_reclaim without Ansible: the module's own steps (module_utils._reclaim.run.run_reclaim), its defaults."""
     import psutil  # pylint: disable=import-outside-toplevel  # after sys.path is set
     import pynvml  # pylint: disable=import-outside-toplevel
-    from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_run import run_reclaim  # pylint: disable=import-outside-toplevel
+    from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import run_reclaim  # pylint: disable=import-outside-toplevel
 
     result, warnings, failed = run_reclaim(args, False, False, lambda: (pynvml, psutil))
     return dict(result, failed=failed, warnings=warnings)

@@ -183,7 +183,7 @@ class FakeClock:
         self.now += seconds
 
 
-ME = 52  # this module's PID in the fake table: tests patch _process_tree's os.getpid() to return it
+ME = 52  # this module's PID in the fake table: tests patch _host.process_table's os.getpid() to return it
 VLLM_SERVE = ["/usr/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/models/llama", "--tensor-parallel-size"]
 
 

@@ -8,12 +8,13 @@ import json
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench_client import Client, Target
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench_metrics import run_metrics
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench_prompts import request_bodies
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench_run import Benchmark, BenchmarkFailed
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench_server import Server, ServerError
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench_spec import build_spec
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.client import Client
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.request import Target
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.metrics import run_metrics
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.prompts import request_bodies
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.run import Benchmark, BenchmarkFailed
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.server import Server, ServerError
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.spec import build_spec
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.bench_sse_server import ScriptedServer, free_port
 
 

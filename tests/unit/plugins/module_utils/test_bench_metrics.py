@@ -10,11 +10,12 @@ import random
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench_client import Outcome, arrival_offsets
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench_metrics import HEADLINE, aggregate, run_metrics
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench_save import vllm_result, write_results
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench_server import counter_value
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench_stats import (
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.client import arrival_offsets
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.request import Outcome
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.metrics import HEADLINE, aggregate, run_metrics
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.save import vllm_result, write_results
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.server import counter_value
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.stats import (
     mean, median, percentile, sample_std, spread, std, t_quantile_975,
 )
 

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench_http import HttpProtocolError, ResponseReader
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench_sse import (
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.http_reader import HttpProtocolError, ResponseReader
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.sse import (
     SseEvent, SseError, SseSplitter, StreamInterpreter, MAX_EVENT_BYTES,
 )
 

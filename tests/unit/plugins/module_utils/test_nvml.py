@@ -8,8 +8,8 @@ import inspect
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import Holder, Memory, open_nvml
-from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_errors import NvmlError
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import Holder, Memory, open_nvml
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_pynvml import FakeNvml, device, proc
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import open_nvml
-from ansible_collections.gpuops.fleet.plugins.module_utils._nvml_device import (
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import open_nvml
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.device import (
     BASE_KEYS,
     HEALTH_KEYS,
     clocks_event_reason_names,

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils import _pid_trust
-from ansible_collections.gpuops.fleet.plugins.module_utils._pid_trust import assess, holds_device_file, nested_pid_namespace
+from ansible_collections.gpuops.fleet.plugins.module_utils._host import pid_trust as _pid_trust
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.pid_trust import assess, holds_device_file, nested_pid_namespace
 
 STATUS = "Name:\tpython3\nTgid:\t%s\nPid:\t%s\nPPid:\t1\nNSpid:\t%s\nNSpgid:\t%s\n"
 

@@ -8,9 +8,10 @@ import types
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils import _process_tree
-from ansible_collections.gpuops.fleet.plugins.module_utils._process_tree import plan_targets, protected_pids
-from ansible_collections.gpuops.fleet.plugins.module_utils._processes import describe_process
+from ansible_collections.gpuops.fleet.plugins.module_utils._host import process_table as _process_table
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.process_table import protected_pids
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import plan_targets
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import describe_process
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_psutil import (
     ME,
     FakeClock,
@@ -27,7 +28,7 @@ NEVER = {1, 50, 51, ME, 900, 901, 902}  # PID 1, the Ansible connection, this mo
 @pytest.fixture(autouse=True)
 def this_pid(monkeypatch):
     """protected_pids() asks os.getpid(); in the fake table this module is ME."""
-    monkeypatch.setattr(_process_tree, "os", types.SimpleNamespace(getpid=lambda: ME))
+    monkeypatch.setattr(_process_table, "os", types.SimpleNamespace(getpid=lambda: ME))
 
 
 def fake(*extra):

@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import Holder
-from ansible_collections.gpuops.fleet.plugins.module_utils._processes import describe_process, describe_processes, process_fact
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import Holder
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.facts import process_fact
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import describe_process, describe_processes
 
 psutil = pytest.importorskip("psutil")
 

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_evidence import device_holders, survivor, xid_lines
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.devices import device_holders
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.evidence import survivor, xid_lines
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_psutil import FakeClock, FakePsutil, Row
 
 psutil = pytest.importorskip("psutil")

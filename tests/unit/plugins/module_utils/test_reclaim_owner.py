@@ -8,10 +8,10 @@ import types
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils import _process_tree
-from ansible_collections.gpuops.fleet.plugins.module_utils._process_tree import plan_targets
-from ansible_collections.gpuops.fleet.plugins.module_utils._processes import describe_process
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import SpecError
+from ansible_collections.gpuops.fleet.plugins.module_utils._host import process_table as _process_table
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import plan_targets
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import describe_process
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import SpecError
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_psutil import (
     ME,
     FakeClock,
@@ -29,7 +29,7 @@ BATCH = ["python3", "batch_infer.py", "--input", "prompts.jsonl"]
 
 @pytest.fixture(autouse=True)
 def this_pid(monkeypatch):
-    monkeypatch.setattr(_process_tree, "os", types.SimpleNamespace(getpid=lambda: ME))
+    monkeypatch.setattr(_process_table, "os", types.SimpleNamespace(getpid=lambda: ME))
 
 
 def colleague(parent=1, pid=3000, gpu=3):

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import (
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import (
     DEFAULT_LAUNCHER_PATTERNS,
     SpecError,
     budget_warning,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import Holder, Memory, NvmlSession
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_verify import Problem, Reading, judge, read_gpu
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import Holder, Memory, NvmlSession
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.verify import Problem, Reading, judge, read_gpu
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_pynvml import FakeNvml, device, proc
 
 THRESHOLD = 1024

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._selection import SelectionError, parse_gpus, resolve_gpus
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.selection import SelectionError, parse_gpus, resolve_gpus
 
 UUID3 = "GPU-0000abc3-1111-2222-3333-000000000003"
 

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._server_http import http_get, listed_models, metric_sum
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import http_get, listed_models, metric_sum
 
 METRICS = """# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge

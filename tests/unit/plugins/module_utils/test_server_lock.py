@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._server_lock import (
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import (
     LockHeld, acquire, controller_identity, holder_verdict, leftover_workers, process_start, release)
 
 

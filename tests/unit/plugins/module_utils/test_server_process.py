@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._server_process import LaunchError, launch_detached, stop_tree
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.process import LaunchError, launch_detached, stop_tree
 
 # a parent that starts two children and waits; with IGNORE_TERM=1 everyone ignores SIGTERM
 TREE = r"""

@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._server_record import (
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import (
     RecordError, read_record, recorded_process, remove_record, same_process, write_record,
 )
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._process_tree import Target
-from ansible_collections.gpuops.fleet.plugins.module_utils._signal_ladder import POLL_S, run_ladder
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import Target
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.ladder import POLL_S, run_ladder
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_psutil import (
     IGNORES_TERM,
     KILL,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import Holder
-from ansible_collections.gpuops.fleet.plugins.module_utils._smi import (
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import Holder
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.smi import (
     GPU_FIELDS,
     SmiError,
     apps_command,

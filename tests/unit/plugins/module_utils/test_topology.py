@@ -4,8 +4,8 @@
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import open_nvml
-from ansible_collections.gpuops.fleet.plugins.module_utils._topology import bus_key, read_topology
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import open_nvml
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.topology import bus_key, read_topology
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_pynvml import FakeNvml, device
 
 

@@ -14,11 +14,15 @@ import yaml
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpuops.fleet.plugins.module_utils import _deps, _pid_trust, _process_tree, _reclaim
-from ansible_collections.gpuops.fleet.plugins.module_utils._nvml import NvmlSession
+from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
+from ansible_collections.gpuops.fleet.plugins.module_utils._host import pid_trust as _pid_trust
+
+from ansible_collections.gpuops.fleet.plugins.module_utils._host import process_table as _process_table
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import reclaim as _reclaim
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import NvmlSession
 from ansible_collections.gpuops.fleet.plugins.doc_fragments import nvml as nvml_fragment
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_run import run_reclaim
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim_spec import ARGUMENT_SPEC, build_spec
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import run_reclaim
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import ARGUMENT_SPEC, build_spec
 from ansible_collections.gpuops.fleet.plugins.modules import gpu_reclaim
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_psutil import (
     ME,
@@ -80,7 +84,7 @@ def run_module(monkeypatch, host, args):
     monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
     monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
     monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, warning: warnings.append(warning))
-    monkeypatch.setattr(_process_tree, "os", types.SimpleNamespace(getpid=lambda: ME))
+    monkeypatch.setattr(_process_table, "os", types.SimpleNamespace(getpid=lambda: ME))
     monkeypatch.setattr(_reclaim, "_getpgid", lambda pid: host.psutil.getpgid(pid) if host else None)
     if host is not None:
         monkeypatch.setattr(_deps.PYNVML, "module", host.lib)
@@ -532,7 +536,7 @@ def test_run_reclaim_is_the_module_without_ansible(monkeypatch):
     assert failed is True and result["changed"] is False and "STOP" in result["msg"] and warnings == []
     assert asked == [], "bad input fails before the libraries (NVML, psutil) are asked for"
     host, workers = incident()
-    monkeypatch.setattr(_process_tree, "os", types.SimpleNamespace(getpid=lambda: ME))
+    monkeypatch.setattr(_process_table, "os", types.SimpleNamespace(getpid=lambda: ME))
     monkeypatch.setattr(_reclaim, "_getpgid", host.psutil.getpgid)
     result, warnings, failed = run_reclaim({"grace": 0.2, "timeout": 0.3}, False, True, lambda: (host.lib, host.psutil))
     assert failed is False and result["verified"] is True and "warnings_list" not in result

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils import _reclaim
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import reclaim as _reclaim
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_psutil import Row, vllm_server
 from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.test_gpu_reclaim import (  # pylint: disable=unused-import
     FAST,

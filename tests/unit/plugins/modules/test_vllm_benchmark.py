@@ -12,7 +12,7 @@ import yaml
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench_spec import ARGUMENT_SPEC
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.spec import ARGUMENT_SPEC
 from ansible_collections.gpuops.fleet.plugins.modules import vllm_benchmark
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.bench_sse_server import ScriptedServer, free_port
 

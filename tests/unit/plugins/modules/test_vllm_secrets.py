@@ -16,7 +16,7 @@ import pytest
 
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpuops.fleet.plugins.module_utils import _server_check
+from ansible_collections.gpuops.fleet.plugins.module_utils._server import check as _server_check
 from ansible_collections.gpuops.fleet.plugins.modules import vllm_process, vllm_ready, vllm_server_check
 
 TOKEN = "hf_secret123"

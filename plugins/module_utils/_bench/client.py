@@ -1,0 +1,225 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The streaming load generator: asyncio protocols over plain sockets (TLS where the URL says https).
+
+Each request gets its own connection, opened before its clock starts (as a warm keep-alive pool would hand
+one over), so connecting is never counted in the time to first token. Every receive is time-stamped the
+moment the event loop hands it over, before any parsing, and the HTTP and SSE parsing in between is a few
+byte searches and one json.loads per event: one core reads tens of thousands of tokens a second.
+
+Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils and
+its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
+
+Private to this collection: the API may change without notice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import random
+import ssl
+import time
+import typing as t
+
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.http_reader import HttpProtocolError, ResponseReader
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.request import (
+    BAD_RESPONSE, CONNECT_ERROR, DROPPED, ERROR_EVENT, HTTP_ERROR, NO_CONTENT, TIMEOUT, Outcome, Target)
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.sse import SseError, SseSplitter, StreamInterpreter
+
+MAX_ERROR_BODY = 4096
+perf_counter = time.perf_counter
+
+
+class _StreamProtocol(asyncio.Protocol):
+    """One request on one connection: send it, read the streamed answer, resolve `done` with an Outcome."""
+
+    def __init__(self, outcome: Outcome, endpoint: str, request: bytes, timeout: float,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.outcome = outcome
+        self.request = request
+        self.timeout = timeout
+        self.loop = loop
+        self.done: asyncio.Future = loop.create_future()
+        self.reader = ResponseReader()
+        self.sse = SseSplitter()
+        self.stream = StreamInterpreter(endpoint)
+        self.transport: t.Optional[asyncio.Transport] = None
+        self.timer: t.Optional[asyncio.TimerHandle] = None
+        self.error_body = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = t.cast(asyncio.Transport, transport)
+
+    def send(self) -> None:
+        self.timer = self.loop.call_later(self.timeout, self._on_timeout)
+        self.outcome.start = perf_counter()
+        t.cast(asyncio.Transport, self.transport).write(self.request)
+
+    def data_received(self, data: bytes) -> None:
+        now = perf_counter()
+        if self.done.done():
+            return
+        reader = self.reader
+        try:
+            pieces = reader.feed(data)
+            if reader.status is None:
+                return
+            if reader.status != 200:
+                for piece in pieces:
+                    if len(self.error_body) < MAX_ERROR_BODY:
+                        self.error_body += piece
+                if reader.complete:
+                    self._http_error()
+                return
+            stream = self.stream
+            for piece in pieces:
+                for event in self.sse.feed(piece):
+                    stream.on_event(event, now)
+                    if stream.error is not None:
+                        self._finish(ERROR_EVENT, stream.error)
+                        return
+                    if stream.done:
+                        self._finish()
+                        return
+            if reader.complete:
+                self._finish()
+        except (HttpProtocolError, SseError) as exc:
+            self._finish(BAD_RESPONSE, str(exc))
+
+    def eof_received(self) -> t.Optional[bool]:
+        return None  # close our side too; connection_lost follows
+
+    def connection_lost(self, exc: t.Optional[Exception]) -> None:
+        if self.done.done():
+            return
+        if self.reader.status is None:
+            self._finish(DROPPED, "connection closed before the response headers%s" % _why(exc))
+        elif self.reader.status != 200:
+            self._http_error()
+        elif self.reader.close_delimited and exc is None and self.stream.finish_reason:
+            self._finish()  # a body that ends with the connection, complete by its own account
+        else:
+            self._finish(DROPPED, "connection closed in the middle of the stream after %d content chunks%s"
+                         % (self.stream.content_chunks, _why(exc)))
+
+    def _on_timeout(self) -> None:
+        if not self.done.done():
+            self._finish(TIMEOUT, "no complete answer within %g s (%d content chunks received)"
+                         % (self.timeout, self.stream.content_chunks))
+
+    def _http_error(self) -> None:
+        reader = self.reader
+        body = self.error_body.decode("utf-8", "replace").strip()
+        self._finish(HTTP_ERROR, "HTTP %s %s%s" % (reader.status, reader.reason, (": " + body[:500]) if body else ""))
+
+    def _finish(self, reason: str = "", error: str = "") -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.transport is not None:
+            if reason == TIMEOUT:
+                self.transport.abort()
+            else:
+                self.transport.close()
+        outcome = self.outcome
+        stream = self.stream
+        outcome.content_chunks = stream.content_chunks
+        outcome.prompt_tokens = stream.prompt_tokens
+        outcome.tokens_seen = stream.completion_tokens if stream.completion_tokens is not None else stream.content_chunks
+        if not reason and stream.first_ts is None:
+            reason, error = NO_CONTENT, "the stream ended without a content chunk"
+        if reason:
+            outcome.reason, outcome.error = reason, error
+        else:
+            outcome.success = True
+            outcome.ttft = stream.first_ts - outcome.start  # type: ignore[operator]
+            outcome.latency = stream.last_ts - outcome.start  # type: ignore[operator]
+            outcome.itl = stream.itl
+            if stream.completion_tokens is not None:
+                outcome.output_tokens = stream.completion_tokens
+            else:
+                outcome.output_tokens = stream.content_chunks
+                outcome.approximate = True
+        self.done.set_result(outcome)
+
+
+def _why(exc: t.Optional[Exception]) -> str:
+    return ": %s" % exc if exc else ""
+
+
+def arrival_offsets(count: int, request_rate: float, rng: random.Random) -> t.List[float]:
+    """Seconds after the start at which each request arrives: all at once for an infinite rate, else a Poisson
+    process (exponential gaps), scaled so the last arrival is at count / rate, as `vllm bench serve` does."""
+    if request_rate == float("inf") or count == 0:
+        return [0.0] * count
+    offsets = []
+    total = 0.0
+    for _index in range(count):
+        total += rng.expovariate(request_rate)
+        offsets.append(total)
+    scale = (count / request_rate) / offsets[-1]
+    return [offset * scale for offset in offsets]
+
+
+class Client:
+    """Runs a batch of requests against one target with a concurrency limit and an arrival schedule."""
+
+    def __init__(self, target: Target, endpoint: str, timeout: float) -> None:
+        self.target = target
+        self.endpoint = endpoint
+        self.timeout = timeout
+
+    def run(self, bodies: t.Sequence[bytes], concurrency: int, offsets: t.Sequence[float]) -> t.Tuple[t.List[Outcome], float]:
+        """Send every body; return the outcomes (in the bodies' order) and the batch's duration in seconds."""
+        gc_was_enabled = gc.isenabled()
+        gc.collect()
+        gc.disable()  # no collector pause in the middle of a stream's timing
+        loop = asyncio.new_event_loop()
+        try:
+            return loop.run_until_complete(self._run(bodies, concurrency, offsets))
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+            if gc_was_enabled:
+                gc.enable()
+
+    async def _run(self, bodies: t.Sequence[bytes], concurrency: int,
+                   offsets: t.Sequence[float]) -> t.Tuple[t.List[Outcome], float]:
+        outcomes = [Outcome(i) for i in range(len(bodies))]
+        next_index = [0]
+        start = perf_counter()
+
+        async def worker() -> None:
+            while next_index[0] < len(bodies):
+                index = next_index[0]
+                next_index[0] += 1
+                arrival = start + offsets[index]
+                wait = arrival - perf_counter()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                outcomes[index].arrival = arrival
+                await self._one(outcomes[index], bodies[index])
+
+        await asyncio.gather(*(worker() for _slot in range(max(1, min(concurrency, len(bodies))))))
+        return outcomes, perf_counter() - start
+
+    async def _one(self, outcome: Outcome, body: bytes) -> None:
+        loop = asyncio.get_running_loop()
+        target = self.target
+        request = target.request_head(len(body)) + body
+        protocol = _StreamProtocol(outcome, self.endpoint, request, self.timeout, loop)
+        try:
+            await asyncio.wait_for(
+                loop.create_connection(lambda: protocol, target.host, target.port, ssl=target.ssl,
+                                       server_hostname=target.host if target.ssl else None),
+                timeout=self.timeout)
+        except asyncio.TimeoutError:
+            outcome.reason, outcome.error = CONNECT_ERROR, "no connection to %s:%d within %g s" % (target.host, target.port, self.timeout)
+            return
+        except (OSError, ssl.SSLError) as exc:
+            outcome.reason, outcome.error = CONNECT_ERROR, "cannot connect to %s:%d: %s" % (target.host, target.port, exc)
+            return
+        protocol.send()
+        await protocol.done

@@ -1,0 +1,112 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""A run's figures from its requests' outcomes, with the names and definitions of `vllm bench serve`.
+
+- TTFT: from sending the request to the first chunk that carries generated content.
+- E2EL: from sending the request to its last content chunk.
+- TPOT of one request: (E2EL - TTFT) / (output tokens - 1), for requests of more than one output token.
+- ITL: every gap between two consecutive content chunks of a request (a chunk may carry several tokens).
+- decode_tok_s: 1000 / median TPOT, the decode rate of one stream.
+Throughputs divide by the run's duration (first arrival to last answer). Failed requests count in `failed`
+with their reason, and in no time or token figure.
+
+Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils and
+its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
+
+Private to this collection: the API may change without notice.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.request import REASONS, Outcome
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.stats import mean, percentile, spread, std
+
+PERCENTILES = (90, 99)
+LATENCIES = ("ttft", "tpot", "itl", "e2el")
+MAX_ERRORS_LISTED = 20
+
+# The figures aggregated across repeats (metrics.<name>.median ...), in the order they are shown.
+HEADLINE = (
+    "decode_tok_s", "completed", "failed", "duration", "request_throughput", "output_throughput",
+    "total_token_throughput", "total_input_tokens", "total_output_tokens",
+) + tuple("%s_%s_ms" % (stat, name) for name in LATENCIES
+          for stat in ("mean", "median", "std") + tuple("p%d" % p for p in PERCENTILES))
+
+
+def latency_stats(name: str, values_s: t.Sequence[float]) -> t.Dict[str, float]:
+    """mean/median/std/pNN of a list of seconds, in milliseconds, named like vllm bench serve's result keys."""
+    ordered = sorted(values_s)
+    stats = {
+        "mean_%s_ms" % name: mean(ordered) * 1000,
+        "median_%s_ms" % name: percentile(ordered, 50, presorted=True) * 1000,
+        "std_%s_ms" % name: std(ordered) * 1000,
+    }
+    for p in PERCENTILES:
+        stats["p%d_%s_ms" % (p, name)] = percentile(ordered, p, presorted=True) * 1000
+    return stats
+
+
+def run_metrics(outcomes: t.Sequence[Outcome], duration: float) -> t.Dict[str, t.Any]:
+    """The figures of one run."""
+    ttfts: t.List[float] = []
+    tpots: t.List[float] = []
+    itls: t.List[float] = []
+    e2els: t.List[float] = []
+    total_input = 0
+    total_output = 0
+    approximate = 0
+    by_reason = {reason: 0 for reason in REASONS}
+    errors = []
+    for outcome in outcomes:
+        if not outcome.success:
+            by_reason[outcome.reason] = by_reason.get(outcome.reason, 0) + 1
+            if len(errors) < MAX_ERRORS_LISTED:
+                errors.append({"request": outcome.index, "reason": outcome.reason, "error": outcome.error})
+            continue
+        output_len = outcome.output_tokens
+        total_output += output_len
+        total_input += outcome.prompt_tokens or 0
+        approximate += outcome.approximate
+        ttfts.append(outcome.ttft)
+        e2els.append(outcome.latency)
+        itls.extend(outcome.itl)
+        if output_len > 1:
+            tpots.append((outcome.latency - outcome.ttft) / (output_len - 1))
+    completed = len(ttfts)
+    duration = duration if duration > 0 else float("nan")
+    metrics: t.Dict[str, t.Any] = {
+        "completed": completed,
+        "failed": len(outcomes) - completed,
+        "duration": duration,
+        "total_input_tokens": total_input,
+        "total_output_tokens": total_output,
+        "request_throughput": completed / duration,
+        "output_throughput": total_output / duration,
+        "total_token_throughput": (total_input + total_output) / duration,
+    }
+    metrics.update(latency_stats("ttft", ttfts))
+    metrics.update(latency_stats("tpot", tpots))
+    metrics.update(latency_stats("itl", itls))
+    metrics.update(latency_stats("e2el", e2els))
+    median_tpot = metrics["median_tpot_ms"]
+    metrics["decode_tok_s"] = 1000.0 / median_tpot if median_tpot > 0 else None
+    metrics["failed_by_reason"] = {reason: count for reason, count in by_reason.items() if count}
+    metrics["errors"] = errors
+    metrics["approximate_token_count"] = approximate > 0
+    metrics["approximate_requests"] = approximate
+    metrics["client_tokens_seen"] = sum(outcome.tokens_seen for outcome in outcomes)
+    return metrics
+
+
+def aggregate(runs: t.Sequence[t.Dict[str, t.Any]]) -> t.Dict[str, t.Optional[t.Dict[str, t.Any]]]:
+    """Each headline figure across the repeats: median, min, max, mean, stdev, n and (n >= 3) ci95; None for a figure
+    no repeat has (decode_tok_s when no request generated two tokens), never a zero."""
+    result: t.Dict[str, t.Optional[t.Dict[str, t.Any]]] = {}
+    for name in HEADLINE:
+        values = [run[name] for run in runs if isinstance(run.get(name), (int, float))]
+        result[name] = spread(values) if values else None
+    return result

@@ -1,0 +1,144 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The server side of a benchmark, outside the timed runs: its URL, its models, its Prometheus counters.
+
+Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils and
+its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
+
+Private to this collection: the API may change without notice.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import ssl
+import typing as t
+import urllib.error
+import urllib.request
+from urllib.parse import urlsplit
+
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.request import Target
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.sse import CHAT
+
+ENDPOINT_PATHS = {"completions": "/v1/completions", CHAT: "/v1/chat/completions"}
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+
+
+class ServerError(Exception):
+    """The server cannot be benchmarked as asked (unreachable, model not served, bad URL)."""
+
+
+class Server:
+    """One OpenAI-compatible server, by base URL (http(s)://host:port, optionally with a path prefix)."""
+
+    def __init__(self, url: str, api_key: t.Optional[str] = None, validate_certs: bool = True,
+                 timeout: float = 30.0) -> None:
+        self.url = url
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https"):
+            raise ServerError("url=%r: the scheme must be http or https" % url)
+        if not parts.hostname:
+            raise ServerError("url=%r: no host name" % url)
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError as exc:
+            raise ServerError("url=%r: %s" % (url, exc)) from None
+        if parts.query or parts.fragment:
+            raise ServerError("url=%r: a base URL takes no query or fragment" % url)
+        prefix = parts.path.rstrip("/")
+        if prefix.endswith("/v1"):
+            prefix = prefix[:-3]
+        self.scheme = parts.scheme
+        self.host = parts.hostname
+        self.port = port
+        self.prefix = prefix
+        self.base = "%s://%s%s" % (parts.scheme, parts.netloc, prefix)
+        self.api_key = api_key
+        self.validate_certs = validate_certs
+        self.timeout = timeout
+        handlers: t.List[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
+        if parts.scheme == "https":
+            context = ssl.create_default_context()
+            if not validate_certs:
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            handlers.append(urllib.request.HTTPSHandler(context=context))
+        self._opener = urllib.request.build_opener(*handlers)
+
+    def target(self, endpoint: str) -> Target:
+        return Target(self.scheme, self.host, self.port, self.prefix + ENDPOINT_PATHS[endpoint], self.api_key,
+                      self.validate_certs)
+
+    def get(self, path: str) -> t.Tuple[int, bytes]:
+        """GET base+path; (status, body). Raises ServerError when no HTTP answer comes at all."""
+        request = urllib.request.Request(self.base + path, headers={"User-Agent": "gpuops.fleet-vllm_benchmark"})
+        if self.api_key:
+            request.add_header("Authorization", "Bearer %s" % self.api_key)
+        try:
+            with self._opener.open(request, timeout=self.timeout) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+        except (urllib.error.URLError, OSError, ssl.SSLError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ServerError("url=%r: cannot reach %s: %s" % (self.url, self.base + path, reason)) from None
+
+    def models(self) -> t.List[str]:
+        """The model ids the server lists at /v1/models."""
+        status, body = self.get("/v1/models")
+        if status != 200:
+            raise ServerError("url=%r: GET /v1/models answered HTTP %d: %s" % (self.url, status, body[:300].decode("utf-8", "replace")))
+        try:
+            data = json.loads(body)
+            return [str(entry["id"]) for entry in data["data"]]
+        except (ValueError, KeyError, TypeError):
+            raise ServerError("url=%r: /v1/models is not an OpenAI model list: %r" % (self.url, body[:300])) from None
+
+    def resolve_model(self, model: t.Optional[str]) -> str:
+        """The model to benchmark: as given (it must be listed), or the first one listed."""
+        served = self.models()
+        if model is None:
+            if not served:
+                raise ServerError("url=%r: the server lists no model at /v1/models; set model" % self.url)
+            return served[0]
+        if model not in served:
+            raise ServerError("model=%r is not served at url=%r; the server lists: %s" % (model, self.url, ", ".join(served) or "none"))
+        return model
+
+    def generation_tokens(self, model: str) -> t.Optional[float]:
+        """The server's vllm:generation_tokens_total for the model (None when /metrics does not offer it)."""
+        try:
+            status, body = self.get("/metrics")
+        except ServerError:
+            return None
+        if status != 200:
+            return None
+        return counter_value(body.decode("utf-8", "replace"), GENERATION_TOKENS, model)
+
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def counter_value(text: str, name: str, model: t.Optional[str] = None) -> t.Optional[float]:
+    """Sum of a counter's samples in Prometheus text format; only the model's samples when they carry a
+    model_name label. None when the counter is absent."""
+    total = None
+    for line in text.splitlines():
+        if not line.startswith(name):
+            continue
+        match = _SAMPLE.match(line)
+        if not match or match.group(1) != name:
+            continue
+        labels = dict(_LABEL.findall(match.group(3) or ""))
+        if model is not None and "model_name" in labels and labels["model_name"] != model:
+            continue
+        try:
+            value = float(match.group(4))
+        except ValueError:
+            continue
+        total = value if total is None else total + value
+    return total

@@ -1,0 +1,56 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""What a failed reclaim hands the operator so they can act without logging in.
+
+Package rule (_reclaim): what gpu_reclaim decides and does. It imports the flat files of module_utils, _host, _gpu
+and its own files: never _bench, _server or _report, and never a module; nothing in _gpu or _host imports it.
+
+Private to this collection: the API may change without notice.
+"""
+
+from __future__ import annotations
+
+import os
+import typing as t
+
+KERNEL_LOGS = ("/var/log/kern.log", "/var/log/messages", "/var/log/syslog")
+_TAIL_BYTES = 4 * 1024 * 1024
+XID_MARK = "NVRM: Xid"
+
+
+def _read(path: str) -> t.Optional[str]:
+    try:
+        with open(path, "r", encoding="utf-8", errors="replace") as handle:
+            return handle.read().strip()
+    except OSError:
+        return None
+
+
+def survivor(psutil: t.Any, pid: int) -> t.Dict[str, t.Any]:
+    """State, kernel wait channel, user and parent chain of a process that would not go."""
+    evidence: t.Dict[str, t.Any] = {"pid": pid, "state": None, "wchan": _read("/proc/%d/wchan" % pid) or None,
+                                    "username": None, "parents": []}
+    try:
+        proc = psutil.Process(pid)
+        evidence["state"] = proc.status()
+        evidence["username"] = proc.username()
+        evidence["parents"] = [{"pid": p.pid, "name": p.name()} for p in proc.parents()]
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        pass
+    return evidence
+
+
+def xid_lines(paths: t.Sequence[str] = KERNEL_LOGS, limit: int = 20) -> t.List[str]:
+    """The most recent NVIDIA Xid lines of the first readable kernel log (empty if none is readable)."""
+    for path in paths:
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                handle.seek(max(0, handle.tell() - _TAIL_BYTES))
+                data = handle.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        return [line for line in data.splitlines() if XID_MARK in line][-limit:]
+    return []

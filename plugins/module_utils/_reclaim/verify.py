@@ -1,0 +1,187 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""gpu_reclaim's readings of the selected GPUs, and the judgement of a fresh one: free, or why not.
+
+Package rule (_reclaim): what gpu_reclaim decides and does. It imports the flat files of module_utils, _host, _gpu
+and its own files: never _bench, _server or _report, and never a module; nothing in _gpu or _host imports it.
+
+Private to this collection: the API may change without notice.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import Holder, Memory, NvmlSession
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.pid_trust import UNVERIFIABLE
+
+
+class Reading(t.NamedTuple):
+    """One GPU read through NVML; ``error`` set (and the rest empty) when the GPU does not answer."""
+
+    index: int
+    uuid: t.Optional[str]
+    memory: t.Optional[Memory]
+    holders: t.List[Holder]
+    error: t.Optional[str]
+
+
+class Problem(t.NamedTuple):
+    """Why a GPU is not free. ``waitable``: it may still resolve (a signalled process, memory coming back)."""
+
+    gpu: int
+    text: str
+    waitable: bool
+
+
+def read_gpu(session: NvmlSession, index: int, uuid: t.Optional[str] = None,
+             describe: t.Optional[t.Callable[[int], t.Dict[str, t.Any]]] = None) -> Reading:
+    """A fresh reading of one GPU: memory and every holder (compute, graphics and MPS lists).
+
+    ``uuid``: known from an earlier reading, so a polling loop does not ask NVML for it again.
+    ``describe``: with it, a listed PID that this namespace does not have is checked against a second NVML
+    reading; one that NVML no longer lists exited during the reading and is dropped (it is not foreign).
+    """
+    try:
+        uuid = uuid or session.uuid(index)
+        reading = Reading(index, uuid, session.memory(index), session.holders(index), None)
+    except NvmlError as exc:
+        return Reading(index, None, None, [], "GPU %d: %s" % (index, exc))
+    return reading if describe is None else drop_exited(session, reading, describe)
+
+
+def drop_exited(session: NvmlSession, reading: Reading, describe: t.Callable[[int], t.Dict[str, t.Any]]) -> Reading:
+    """Re-read a GPU whose list has a PID this namespace does not have: a PID NVML no longer lists exited during the
+    reading and is dropped; one it still lists is another namespace's (or a driver teardown's)."""
+    if reading.error is not None or all(describe(h.pid)["visible"] for h in reading.holders):
+        return reading
+    try:
+        listed = {h.pid for h in session.holders(reading.index)}
+    except NvmlError as exc:
+        return Reading(reading.index, None, None, [], "GPU %d: %s" % (reading.index, exc))
+    return reading._replace(holders=[h for h in reading.holders if describe(h.pid)["visible"] or h.pid in listed])
+
+
+def _mib(value: t.Optional[int]) -> str:
+    return "%s MiB" % ("N/A" if value is None else value)
+
+
+def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tuple[str, bool]], left_alone: t.Mapping[int, str],
+          describe: t.Callable[[int], t.Dict[str, t.Any]], excluded: t.Callable[[t.Dict[str, t.Any]], bool],
+          ignore_foreign: bool, settling: bool = True) -> t.List[Problem]:
+    """Every reason this GPU is not free; an empty list means verified free.
+
+    ``settling``: this run signalled a holder of this GPU, so memory held by no process may still come back.
+    An excluded holder is never a reason by itself, but its GPU counts as free only at most ``threshold_mib``.
+    """
+    if reading.error is not None or reading.memory is None:
+        return [Problem(reading.index, reading.error or "GPU %d: no memory reading" % reading.index, False)]
+    problems: t.List[Problem] = []
+    discounted = 0
+    counted_holders = 0
+    counted_mib: t.Optional[int] = 0
+    kept: t.List[str] = []
+    for holder in reading.holders:
+        info = describe(holder.pid)
+        where = "GPU %d: pid %d" % (reading.index, holder.pid)
+        if not (excluded(info) and info["visible"]) and not (ignore_foreign and not info["visible"] and holder.pid not in signalled):
+            counted_mib = None if counted_mib is None or holder.used_memory_mib is None else counted_mib + holder.used_memory_mib
+        if holder.pid in signalled and not info["visible"]:
+            # ours, and gone from /proc: NVML lags behind, or the driver's teardown is stuck; never another namespace's
+            counted_holders += 1
+            problems.append(Problem(reading.index, "%s exited after a signal but NVML still lists it with %s: "
+                                    "the driver has not released its memory" % (where, _mib(holder.used_memory_mib)), True))
+            continue
+        if not info["visible"]:
+            if ignore_foreign:
+                discounted += holder.used_memory_mib or 0
+                continue
+            problems.append(Problem(reading.index, "%s holds %s but is not visible in this PID namespace (a container's process?): "
+                                    "run on the host PID namespace (e.g. not inside a container), or set ignore_foreign" % (
+                                        where, _mib(holder.used_memory_mib)), False))
+            counted_holders += 1
+            continue
+        if left_alone.get(holder.pid, "").startswith(UNVERIFIABLE):
+            # NVML's number may be another namespace's process: the local one is not named as the holder
+            counted_holders += 1
+            problems.append(Problem(reading.index, "%s holds %s: %s" % (where, _mib(holder.used_memory_mib), left_alone[holder.pid]), False))
+            continue
+        if excluded(info):
+            # left alone on purpose; it keeps the GPU busy only if the memory says so (judged below)
+            kept.append("pid %d (%s, excluded, %s)" % (holder.pid, info["name"], _mib(holder.used_memory_mib)))
+            continue
+        counted_holders += 1
+        label = "%s (%s, state %s) holds %s" % (where, info["name"], info["state"], _mib(holder.used_memory_mib))
+        if holder.pid in signalled:
+            why, waitable = signalled[holder.pid]
+            problems.append(Problem(reading.index, label + ": " + why, waitable))
+        elif holder.pid in left_alone:
+            problems.append(Problem(reading.index, label + ": not signalled: " + left_alone[holder.pid], False))
+        else:
+            problems.append(Problem(reading.index, label + ": appeared during the reclaim (respawned by a launcher left alive?)", False))
+    used = reading.memory.used_mib - discounted
+    rest = used if counted_holders == 0 else (None if counted_mib is None else used - counted_mib)
+    if kept and rest is not None and rest > threshold_mib:
+        problems.append(Problem(reading.index, "GPU %d: %d MiB used (above memory_threshold_mib %d) while excluded holders keep it: %s" % (
+            reading.index, used, threshold_mib, ", ".join(kept)), counted_holders > 0))
+    elif counted_holders == 0 and used > threshold_mib:
+        problems.append(Problem(reading.index, "GPU %d: %d MiB used with no process holding it (above memory_threshold_mib %d): "
+                                "memory held by no process, e.g. a driver teardown that did not finish" % (reading.index, used, threshold_mib),
+                                settling))
+    return problems
+
+
+class Prediction(t.NamedTuple):
+    """Check mode: what a real run would leave on one GPU."""
+
+    used_mib: t.Optional[int]  # None when a going holder's memory is N/A
+    remaining: t.List[Holder]
+    failures: t.List[str]
+
+
+def predict(reading: Reading, threshold_mib: int, going: t.Mapping[int, str], left_alone: t.Mapping[int, str],
+            describe: t.Callable[[int], t.Dict[str, t.Any]], excluded: t.Callable[[t.Dict[str, t.Any]], bool],
+            ignore_foreign: bool) -> Prediction:
+    """``going``: pid -> its state, for the holders a real run would signal. What would stay, and why a real run would fail."""
+    if reading.error is not None or reading.memory is None:
+        return Prediction(None, [], [reading.error or "GPU %d: no memory reading" % reading.index])
+    failures: t.List[str] = []
+    remaining: t.List[Holder] = []
+    used: t.Optional[int] = reading.memory.used_mib
+    kept: t.List[str] = []
+    for holder in reading.holders:
+        info = describe(holder.pid)
+        where = "GPU %d: pid %d" % (reading.index, holder.pid)
+        state = going.get(holder.pid)
+        if holder.pid in going and state != "zombie":
+            used = None if used is None or holder.used_memory_mib is None else used - holder.used_memory_mib
+            continue
+        if not info["visible"] and ignore_foreign:
+            used = None if used is None or holder.used_memory_mib is None else used - holder.used_memory_mib
+            continue
+        remaining.append(holder)
+        mib = _mib(holder.used_memory_mib)
+        if not info["visible"]:
+            failures.append("%s holds %s but is not visible in this PID namespace (a container's process?)" % (where, mib))
+        elif left_alone.get(holder.pid, "").startswith(UNVERIFIABLE):
+            failures.append("%s holds %s: %s" % (where, mib, left_alone[holder.pid]))
+        elif state == "zombie" or (info["state"] == "zombie" and holder.pid not in left_alone):
+            failures.append("%s (%s) holds %s but is a zombie: no signal ends it, its memory stays until its parent reaps it" % (
+                where, info["name"], mib))
+        elif excluded(info):
+            kept.append("pid %d (%s, excluded, %s)" % (holder.pid, info["name"], mib))
+        elif holder.pid in left_alone:
+            failures.append("%s (%s) holds %s: not signalled: %s" % (where, info["name"], mib, left_alone[holder.pid]))
+        else:
+            failures.append("%s (%s) holds %s: no rule of this run ends it" % (where, info["name"], mib))
+    if used is not None and used > threshold_mib:
+        if kept:
+            failures.append("GPU %d: %d MiB would stay used (above memory_threshold_mib %d) while excluded holders keep it: %s" % (
+                reading.index, used, threshold_mib, ", ".join(kept)))
+        elif not remaining:
+            failures.append("GPU %d: %d MiB would stay used with no process holding it (above memory_threshold_mib %d): "
+                            "memory held by no process" % (reading.index, used, threshold_mib))
+    return Prediction(used, remaining, failures)

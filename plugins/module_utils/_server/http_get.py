@@ -1,0 +1,91 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Small HTTP reads of a vLLM server's own endpoints (/health, /v1/models, /metrics).
+
+The standard library only: these run on the GPU host, where the collection asks for
+nothing but nvidia-ml-py and psutil.
+
+Package rule (_server): one vLLM server's process, record, lock, HTTP answers and checks. It imports the flat files
+of module_utils, _host, _gpu and its own files: never _reclaim, _bench or _report, and never a module; nothing in
+_gpu or _host imports it.
+
+Private to this collection: the API may change without notice.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import socket
+import typing as t
+import urllib.error
+
+from ansible.module_utils.urls import open_url
+
+
+class Reply(t.NamedTuple):
+    status: t.Optional[int]  # None when no HTTP answer came (refused, reset, timed out)
+    body: str
+    error: t.Optional[str]  # why there is no answer, in a few words
+
+    def describe(self) -> str:
+        return "HTTP %d" % self.status if self.status is not None else (self.error or "no answer")
+
+
+def http_get(url: str, timeout: float, headers: t.Optional[t.Mapping[str, str]] = None) -> Reply:
+    """GET ``url``; an HTTP error status is a Reply too, a connection failure a Reply without status."""
+    try:
+        with open_url(url, method="GET", headers=dict(headers or {}), timeout=timeout) as response:
+            return Reply(response.status, response.read().decode("utf-8", errors="replace"), None)
+    except urllib.error.HTTPError as exc:
+        body = exc.read().decode("utf-8", errors="replace") if exc.fp is not None else ""
+        return Reply(exc.code, body, None)
+    except urllib.error.URLError as exc:
+        return Reply(None, "", _reason(exc.reason))
+    except (socket.timeout, TimeoutError):
+        return Reply(None, "", "timed out after %g s" % timeout)
+    except (http.client.HTTPException, OSError) as exc:
+        return Reply(None, "", _reason(exc))
+
+
+def _reason(reason: t.Any) -> str:
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(reason, (socket.timeout, TimeoutError)):
+        return "timed out"
+    return str(reason) or reason.__class__.__name__
+
+
+_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?P<labels>\{[^}]*\})?\s+(?P<value>\S+)")
+
+
+def metric_sum(text: str, name: str) -> t.Optional[float]:
+    """The sum over all label sets of one metric in Prometheus text format; None when the metric is absent."""
+    total: t.Optional[float] = None
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        if match is None or match.group("name") != name:
+            continue
+        try:
+            value = float(match.group("value"))
+        except ValueError:
+            continue
+        total = value if total is None else total + value
+    return total
+
+
+def listed_models(body: str) -> t.List[str]:
+    """The model ids of an OpenAI-style /v1/models answer (empty when it is not one)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return []
+    entries = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        return []
+    return [str(entry.get("id")) for entry in entries if isinstance(entry, dict) and "id" in entry]
