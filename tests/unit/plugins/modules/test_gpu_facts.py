@@ -4,49 +4,27 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 import yaml
 
 from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import pid_trust as _pid_trust
 from ansible_collections.gpuops.fleet.plugins.doc_fragments import nvml as nvml_fragment
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.facts import ARGUMENT_SPEC, run_facts
 from ansible_collections.gpuops.fleet.plugins.modules import gpu_facts
+from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import run_module as harness_run
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_pynvml import FakeNvml, device, proc
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.test_smi import APPS_CSV, GPU_CSV
 
 MISSING_PID = 4194305  # above the largest pid_max: no process of this namespace has it
 
 
-class Exit(Exception):
-    def __init__(self, result):
-        super().__init__(result)
-        self.result = result
-
-
 def run_module(args, monkeypatch):
-    warnings = []
-
-    def exit_json(self, **result):
-        raise Exit(dict(result, warnings=warnings))
-
-    def fail_json(self, msg, **result):
-        raise Exit(dict(result, failed=True, msg=msg))
-
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
-    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, warning: warnings.append(warning))
-    with patch_module_args(args):
-        with pytest.raises(Exit) as caught:
-            gpu_facts.main()
-    json.dumps(caught.value.result)  # what the module returns must be JSON
-    return caught.value.result
+    return harness_run(gpu_facts, args, monkeypatch)
 
 
 @pytest.fixture(autouse=True)

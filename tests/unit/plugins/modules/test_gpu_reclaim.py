@@ -4,15 +4,11 @@
 
 from __future__ import annotations
 
-import json
 import time
 import types
 
 import pytest
 import yaml
-
-from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import pid_trust as _pid_trust
@@ -24,6 +20,7 @@ from ansible_collections.gpuops.fleet.plugins.doc_fragments import nvml as nvml_
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import run_reclaim
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import ARGUMENT_SPEC, build_spec
 from ansible_collections.gpuops.fleet.plugins.modules import gpu_reclaim
+from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import call_main, capture
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_psutil import (
     ME,
     KILL,
@@ -39,12 +36,6 @@ INCIDENT_MIB = 93029
 MISSING_PID = 4194305  # above the largest pid_max: no process of this namespace has it
 BYSTANDERS = {1, 50, 51, ME, 900, 901, 902}  # PID 1, the Ansible connection, this module, canary, "vllm" look-alike, driver helper
 FAST = {"grace": 0.05, "timeout": 0.3}
-
-
-class Exit(Exception):
-    def __init__(self, result):
-        super().__init__(result)
-        self.result = result
 
 
 class Host:
@@ -73,27 +64,13 @@ class Host:
 
 
 def run_module(monkeypatch, host, args):
-    warnings = []
-
-    def exit_json(self, **result):
-        raise Exit(dict(result, warnings=warnings))
-
-    def fail_json(self, msg, **result):
-        raise Exit(dict(result, failed=True, msg=msg, warnings=warnings))
-
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
-    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, warning: warnings.append(warning))
+    capture(monkeypatch)
     monkeypatch.setattr(_process_table, "os", types.SimpleNamespace(getpid=lambda: ME))
     monkeypatch.setattr(_reclaim, "_getpgid", lambda pid: host.psutil.getpgid(pid) if host else None)
     if host is not None:
         monkeypatch.setattr(_deps.PYNVML, "module", host.lib)
         monkeypatch.setattr(_deps.PSUTIL, "module", host.psutil)
-    with patch_module_args(args):
-        with pytest.raises(Exit) as caught:
-            gpu_reclaim.main()
-    json.dumps(caught.value.result)  # what the module returns must be JSON
-    return caught.value.result
+    return call_main(gpu_reclaim, args)
 
 
 @pytest.fixture(autouse=True)

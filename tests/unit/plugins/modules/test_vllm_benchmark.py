@@ -9,37 +9,14 @@ import json
 import pytest
 import yaml
 
-from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
-
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.spec import ARGUMENT_SPEC
 from ansible_collections.gpuops.fleet.plugins.modules import vllm_benchmark
+from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import run_module as harness_run
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.bench_sse_server import ScriptedServer, free_port
 
 
-class Exit(Exception):
-    def __init__(self, result):
-        super().__init__(result)
-        self.result = result
-
-
 def run_module(args, monkeypatch):
-    warnings = []
-
-    def exit_json(self, **result):
-        raise Exit(dict(result, warnings=warnings))
-
-    def fail_json(self, msg, **result):
-        raise Exit(dict(result, failed=True, msg=msg, warnings=warnings))
-
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
-    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, warning: warnings.append(warning))
-    with patch_module_args(args):
-        with pytest.raises(Exit) as caught:
-            vllm_benchmark.main()
-    json.dumps(caught.value.result, allow_nan=False)  # what the module returns must be strict JSON
-    return caught.value.result
+    return harness_run(vllm_benchmark, args, monkeypatch)
 
 
 SMALL = {"input_len": 4, "output_len": 5, "num_requests": 3, "concurrency": 2, "warmup_requests": 1, "repeats": 3, "timeout": 5}

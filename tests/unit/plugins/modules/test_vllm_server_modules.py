@@ -11,35 +11,17 @@ import sys
 
 import pytest
 
-from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
-
 from ansible_collections.gpuops.fleet.plugins.modules import vllm_drain, vllm_lock, vllm_process, vllm_ready, vllm_server_check
-
-
-class Exit(Exception):
-    def __init__(self, result):
-        super().__init__(result)
-        self.result = result
+from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import call_main, capture
 
 
 @pytest.fixture(autouse=True)
-def capture(monkeypatch):
-    def exit_json(self, **result):
-        raise Exit(dict(result, failed=False))
-
-    def fail_json(self, msg, **result):
-        raise Exit(dict(result, failed=True, msg=msg))
-
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
+def captured(monkeypatch):
+    capture(monkeypatch)
 
 
 def run(module, args):
-    with patch_module_args(args):
-        with pytest.raises(Exit) as info:
-            module.main()
-    return info.value.result
+    return call_main(module, args)
 
 
 @pytest.mark.parametrize("module, args, needle", [

@@ -1,0 +1,61 @@
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One way for unit tests to run a module's main() as Ansible would, and read what it returns.
+
+exit_json and fail_json end the run with ``Exit``; the result always carries ``failed`` (True or False) and
+``warnings``: the warnings that run gave through ``module.warn``, on success and on failure alike (Ansible shows
+both). What a module returns must be strict JSON (no NaN or infinity), as a controller parses it.
+"""
+
+from __future__ import annotations
+
+import json
+import typing as t
+
+import pytest
+
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+
+_WARNINGS = "_harness_warnings"
+
+
+class Exit(Exception):
+    """A module's run ended: ``result`` is what it returned."""
+
+    def __init__(self, result: t.Dict[str, t.Any]) -> None:
+        super().__init__(result)
+        self.result = result
+
+
+def _warnings(module: basic.AnsibleModule) -> t.List[str]:
+    return module.__dict__.setdefault(_WARNINGS, [])
+
+
+def capture(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Patch AnsibleModule so that exit_json/fail_json raise Exit and each run keeps its own warnings."""
+
+    def exit_json(self, **result):
+        raise Exit(dict(result, failed=bool(result.get("failed", False)), warnings=list(_warnings(self))))
+
+    def fail_json(self, msg, **result):
+        raise Exit(dict(result, failed=True, msg=msg, warnings=list(_warnings(self))))
+
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, warning: _warnings(self).append(warning))
+
+
+def call_main(module: t.Any, args: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+    """Run ``module.main()`` with ``args`` (capture() must be in place) and return its result."""
+    with patch_module_args(dict(args)):
+        with pytest.raises(Exit) as caught:
+            module.main()
+    json.dumps(caught.value.result, allow_nan=False)  # what the module returns must be strict JSON
+    return caught.value.result
+
+
+def run_module(module: t.Any, args: t.Mapping[str, t.Any], monkeypatch: pytest.MonkeyPatch) -> t.Dict[str, t.Any]:
+    """capture() and call_main() in one step."""
+    capture(monkeypatch)
+    return call_main(module, args)
