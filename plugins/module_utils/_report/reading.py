@@ -1,0 +1,177 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+# Package rule (_report): the fleet report's reading (on each host) and its files (on the controller). It may import
+# the flat files of module_utils (_deps, _secrets), _gpu and _host, and the read-only helpers of _reclaim (the
+# owner rule) and _server (records, /health); never a module or a plugin.
+
+"""What one host contributes to the fleet report: gpu_facts' reading, whose each holder is (the server the role
+manages, an orphan, someone else's job, a PID of another namespace) and the role's servers on the host.
+
+It reads and never changes anything: the role's records are only read, /health is only asked.
+
+Private to this collection: the API may change without notice.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import typing as t
+
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.facts import run_facts
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.process_table import ProcessTable, protected_pids
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.owner import ORPHAN, OWNER, GetSid, Ownership, getsid, label
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import climb
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import Owner, build_spec
+from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import Reply, http_get
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError, read_record, recorded_process
+
+DEFAULT_STATE_DIR = "/var/lib/gpuops-fleet/vllm"
+
+ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
+    "state_dir": {"type": "path", "default": DEFAULT_STATE_DIR},
+    "health_host": {"type": "str", "default": "127.0.0.1"},
+    "health_timeout": {"type": "float", "default": 3.0},
+}
+
+# owner kinds, as the report names them
+SERVER = "server"
+ORPHANED = "orphan"
+OTHER_JOB = "other job"
+OTHER_NAMESPACE = "other namespace"
+UNVERIFIED = "unverified"
+GONE = "gone"
+
+HttpGet = t.Callable[[str, float], Reply]
+
+
+def _server(path: str, psutil: t.Any, health_host: str, health_timeout: float, get: HttpGet) -> t.Dict[str, t.Any]:
+    """One record of the role, what it says and whether its process runs and answers /health."""
+    name = os.path.basename(path)[:-len(".json")]
+    entry: t.Dict[str, t.Any] = {
+        "name": name, "record": path, "pid": None, "create_time": None, "running": False, "model": None, "port": None,
+        "gpus": None, "config_hash": None, "launched_at": None, "argv": None, "health": None, "healthy": None, "error": None,
+        "unit": None,
+    }
+    unit = _systemd_record(path)
+    if unit is not None:  # the systemd launch mode's record: the unit, not a PID (systemctl knows the rest)
+        entry.update(unit=unit.get("unit"), config_hash=unit.get("config_hash"), argv=masked_argv(unit.get("argv") or []) or None,
+                     running=None)
+        return entry
+    try:
+        record = read_record(path)
+    except RecordError as exc:
+        entry["error"] = str(exc)
+        return entry
+    if record is None:  # removed since the listing
+        entry["error"] = "the record went away while it was read"
+        return entry
+    meta = record.get("metadata") if isinstance(record.get("metadata"), dict) else {}
+    entry.update(
+        name=str(meta.get("name") or name), pid=record["pid"], create_time=record["create_time"], model=meta.get("model"),
+        port=meta.get("port"), gpus=meta.get("gpus"), config_hash=record.get("config_hash"), launched_at=record.get("launched_at"),
+        argv=masked_argv(record.get("argv") or []) or None,
+    )
+    entry["running"] = recorded_process(psutil, record) is not None
+    port = meta.get("port")
+    if entry["running"] and port not in (None, ""):
+        reply = get("http://%s:%s/health" % (health_host, port), health_timeout)
+        entry.update(health=reply.describe(), healthy=reply.status == 200)
+    return entry
+
+
+def _systemd_record(path: str) -> t.Optional[t.Dict[str, t.Any]]:
+    try:
+        with open(path, "r", encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("unit"), str) and "pid" not in data else None
+
+
+def read_servers(state_dir: str, psutil: t.Any, health_host: str, health_timeout: float,
+                 get: t.Optional[HttpGet] = None) -> t.List[t.Dict[str, t.Any]]:
+    """Every server record of the role in ``state_dir`` (NAME.json), sorted by name; none when the folder is absent."""
+    fetch = get or (lambda url, timeout: http_get(url, timeout))
+    return [_server(path, psutil, health_host, health_timeout, fetch) for path in sorted(glob.glob(os.path.join(glob.escape(state_dir), "*.json")))]
+
+
+def judge_holders(facts: t.Mapping[str, t.Any], servers: t.Sequence[t.Mapping[str, t.Any]], psutil: t.Any,
+                  sid_of: GetSid = getsid) -> t.List[t.Dict[str, t.Any]]:
+    """Whose each holder of the facts is, by gpu_reclaim's rule (_reclaim_owner): the managed server's (its tree or
+    session), an orphan (its launcher chain hangs from PID 1, a subreaper, or was adopted), or another job's."""
+    pids = sorted({proc["pid"] for gpu in facts.get("gpus") or [] for proc in gpu.get("processes") or []})
+    if not pids:
+        return []
+    spec = build_spec({})
+    table = ProcessTable(psutil)
+    protected = protected_pids(psutil)
+    running = [server for server in servers if server["running"] is True]
+    verdicts: t.List[t.Dict[str, t.Any]] = []
+    infos = {proc["pid"]: proc for gpu in facts.get("gpus") or [] for proc in gpu.get("processes") or []}
+    for pid in pids:
+        info = infos[pid]
+        entry: t.Dict[str, t.Any] = {"pid": pid, "kind": None, "why": None, "server": None, "launcher_pid": None, "launcher": None}
+        verdicts.append(entry)
+        if info.get("unverified"):
+            entry.update(kind=UNVERIFIED, why="NVML's PID may be the machine's, and the local PID has no NVIDIA device open")
+            continue
+        if not info.get("visible"):
+            entry.update(kind=OTHER_NAMESPACE, why="this PID namespace has no such process (a container's?)")
+            continue
+        if pid not in table.info:
+            entry.update(kind=GONE, why="exited after the reading")
+            continue
+        chain, stop = climb(table, pid, spec, protected)
+        for server in running:
+            verdict = Ownership(table, spec._replace(owner=Owner(server["pid"], server["create_time"])), sid_of).judge(pid, chain, stop)
+            if verdict.kind == OWNER:
+                entry.update(kind=SERVER, server=server["name"], why=verdict.why)
+                break
+        else:
+            verdict = Ownership(table, spec, sid_of).judge(pid, chain, stop)
+            entry.update(kind=ORPHANED if verdict.kind == ORPHAN else OTHER_JOB, why=verdict.why)
+        top = chain[-1] if chain else None
+        if top is not None:
+            entry.update(launcher_pid=top, launcher=_masked_title(label(table.info.get(top))))
+        elif entry["kind"] == SERVER:
+            entry.update(launcher_pid=pid, launcher=_masked_title(label(table.info.get(pid))))
+        entry["why"] = _masked_title(entry["why"])
+    return verdicts
+
+
+def _masked_title(value: t.Any) -> t.Any:
+    """A word with the secret options inside it masked (a process title is one argv word: ``serve.py --api-key K``)."""
+    if not isinstance(value, str) or not any(ch.isspace() for ch in value):
+        return value
+    return " ".join(masked_argv(value.split()))
+
+
+def run_reading(params: t.Mapping[str, t.Any], pynvml: t.Any, psutil: t.Any, require: t.Callable[[str], None],
+                find_smi: t.Callable[[], t.Optional[str]] = lambda: None, run_command: t.Any = None,
+                get: t.Optional[HttpGet] = None, sid_of: GetSid = getsid) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+    """One gpu_report_facts run: (result, warnings, failed). gpu_facts' facts, ``owners`` and ``servers``."""
+    timeout = params.get("health_timeout", ARGUMENT_SPEC["health_timeout"]["default"])
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 60:
+        return {"msg": "health_timeout: %r must be more than 0 and at most 60 seconds" % (timeout,)}, [], True
+    state_dir = params.get("state_dir") or DEFAULT_STATE_DIR
+    if not os.path.isabs(state_dir):
+        return {"msg": "state_dir: %r is not an absolute path" % (state_dir,)}, [], True
+    result, warnings, failed = run_facts({"processes": True, "health": True, "topology": False},
+                                                    pynvml, psutil, require, find_smi, run_command)
+    if failed:
+        return result, warnings, failed
+    if psutil is None:
+        require("psutil")
+        return {"msg": "psutil is needed to tell whose each holder is"}, warnings, True
+    for gpu in result["ansible_facts"].get("gpus") or []:
+        for proc in gpu.get("processes") or []:
+            proc.update(name=_masked_title(proc.get("name")), cmdline=[_masked_title(word) for word in proc["cmdline"]] if proc.get("cmdline") else proc.get("cmdline"))
+    servers = read_servers(state_dir, psutil, params.get("health_host") or "127.0.0.1", float(timeout), get)
+    result["servers"] = servers
+    result["owners"] = judge_holders(result["ansible_facts"], servers, psutil, sid_of)
+    return result, warnings, False

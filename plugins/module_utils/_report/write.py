@@ -1,0 +1,90 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+# Package rule (_report): the fleet report's reading (on each host) and its files (on the controller). It may import
+# the flat files of module_utils (_deps, _secrets), _gpu and _host, and the read-only helpers of _reclaim (the
+# owner rule) and _server (records, /health); never a module or a plugin.
+
+"""gpu_report's run: check the options, build the report, write its files (each atomically) into ``dest``.
+
+Private to this collection: the API may change without notice.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import typing as t
+
+from ansible_collections.gpuops.fleet.plugins.module_utils._report import gpu_state
+from ansible_collections.gpuops.fleet.plugins.module_utils._report import model
+from ansible_collections.gpuops.fleet.plugins.module_utils._report import render
+
+ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
+    "dest": {"type": "path", "required": True},
+    "hosts": {"type": "list", "elements": "str", "required": True},
+    "results": {"type": "list", "elements": "raw", "required": True},
+    "threshold_mib": {"type": "raw", "default": gpu_state.DEFAULT_THRESHOLD_MIB},
+    "title": {"type": "str", "default": "GPU fleet report"},
+}
+
+
+class ReportError(ValueError):
+    """An option that cannot be used; the message names it and its value."""
+
+
+def _write(path: str, content: str) -> bool:
+    """Write ``content`` to ``path`` atomically (mode 0644); False when the file already holds it."""
+    try:
+        with open(path, "r", encoding="utf-8") as handle:
+            if handle.read() == content:
+                return False
+    except (OSError, UnicodeDecodeError):
+        pass
+    handle_fd, tmp = tempfile.mkstemp(prefix=".report.", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(handle_fd, "w", encoding="utf-8") as out:
+            out.write(content)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return True
+
+
+def run_report(params: t.Mapping[str, t.Any], check_mode: bool, now: t.Optional[float] = None) -> t.Dict[str, t.Any]:
+    """The module's result. Raises ReportError for bad options (before anything is written)."""
+    try:
+        threshold = gpu_state.check_threshold(params.get("threshold_mib", gpu_state.DEFAULT_THRESHOLD_MIB))
+    except ValueError as exc:
+        raise ReportError(str(exc)) from None
+    hosts, results = list(params["hosts"]), list(params["results"])
+    if len(hosts) != len(results):
+        raise ReportError("results: %d result(s) for %d host(s) in hosts; give one result (or null) per host" % (len(results), len(hosts)))
+    dest = params["dest"]
+    if os.path.exists(dest) and not os.path.isdir(dest):
+        raise ReportError("dest: %r exists and is not a directory" % dest)
+    report = model.build_report(list(zip(hosts, results)), threshold, time.time() if now is None else now, params.get("title") or "GPU fleet report")
+    files = render.render_all(report)
+    paths = {name: os.path.join(dest, name) for name in files}
+    result: t.Dict[str, t.Any] = {
+        "changed": False, "dest": dest, "index": paths["index.html"], "files": [paths[name] for name in render.FILES],
+        "summary": report["summary"], "problems": report["problems"], "summary_md": files["summary.md"],
+        "page_bytes": len(files["index.html"].encode("utf-8")),
+    }
+    if check_mode:
+        result["changed"] = True
+        return result
+    try:
+        os.makedirs(dest, exist_ok=True)
+        for name in render.FILES:
+            # the time stamp differs on every run: a file counts as changed when more than that differs
+            changed = _write(paths[name], files[name])
+            result["changed"] = result["changed"] or changed
+    except OSError as exc:
+        raise ReportError("dest: cannot write the report into %r: %s" % (dest, exc)) from None
+    return result

@@ -1,0 +1,311 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""playbooks/gpu_report.yml on a simulated fleet, judged as a person would look at it: the page loaded in a real headless
+chromium (its DOM, with scripts on and off, and a screenshot), against the simulator's own state; and the 64 x 8 x 4 page
+from generated facts (no ansible), timed in the browser."""
+
+from __future__ import annotations
+
+import csv
+import html.parser
+import json
+import re
+import shutil
+import sys
+import time
+import typing as t
+from pathlib import Path
+
+import pytest
+
+from conftest import pid_alive
+from report_fleet import chromium, chromium_binary, synthetic_results
+from simfleet import REPO, flat, free_port, role_host_vars, run_playbook, write_role_inventory
+
+sys.path.insert(0, str(REPO / ".collections"))
+from ansible_collections.gpuops.fleet.plugins.module_utils._report import model, render  # noqa: E402  # pylint: disable=wrong-import-position
+
+REPORT = REPO / "playbooks" / "gpu_report.yml"
+RESTART = REPO / "playbooks" / "restart_vllm.yml"
+BUILD = REPO / "build" / "gpu-report"
+MIB = 93029
+SECRET = "sk-report-canary-4711"
+EVIL = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>"
+
+pytestmark = pytest.mark.skipif(chromium_binary() is None, reason="chromium is not installed (make integration installs it)")
+
+
+class Node:
+    def __init__(self, tag: str, attrs: t.Dict[str, t.Optional[str]], parent: t.Optional["Node"]) -> None:
+        self.tag, self.attrs, self.parent, self.children, self.parts = tag, attrs, parent, [], []
+
+    def text(self) -> str:
+        return " ".join("".join(self.parts_all()).split())
+
+    def parts_all(self) -> t.Iterator[str]:
+        for part in self.parts:
+            yield from ([part] if isinstance(part, str) else part.parts_all())
+
+    def iter(self) -> t.Iterator["Node"]:
+        for child in self.children:
+            yield child
+            yield from child.iter()
+
+    def find_all(self, tag: str, **attrs: str) -> t.List["Node"]:
+        def ok(node: "Node") -> bool:
+            if node.tag != tag:
+                return False
+            for key, value in attrs.items():
+                key = key.rstrip("_").replace("_", "-")
+                have = node.attrs.get(key)
+                if key == "class" and value not in (have or "").split() or key != "class" and have != value:
+                    return False
+            return True
+        return [node for node in self.iter() if ok(node)]
+
+    def find(self, tag: str, **attrs: str) -> "Node":
+        found = self.find_all(tag, **attrs)
+        assert found, "no <%s %s>" % (tag, attrs)
+        return found[0]
+
+
+class Dom(html.parser.HTMLParser):
+    """The DOM chromium dumped, as a small tree (no third-party parser needed)."""
+    VOID = {"meta", "br", "img", "input", "col", "link", "hr"}
+
+    def __init__(self, text: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.root = Node("#root", {}, None)
+        self.cur = self.root
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        node = Node(tag, dict(attrs), self.cur)
+        self.cur.children.append(node)
+        self.cur.parts.append(node)
+        if tag not in self.VOID:
+            self.cur = node
+
+    def handle_endtag(self, tag):
+        node = self.cur
+        while node is not self.root and node.tag != tag:
+            node = node.parent
+        if node is not self.root:
+            self.cur = node.parent
+
+    def handle_data(self, data):
+        self.cur.parts.append(data)
+
+
+def dump_dom(page: Path, *flags: str) -> t.Tuple[Node, str, str]:
+    proc, _wall = chromium(page, "--enable-logging=stderr", "--v=0", *flags, "--dump-dom")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return Dom(proc.stdout).root, proc.stdout, proc.stderr
+
+
+def console_errors(stderr: str) -> t.List[str]:
+    return [line for line in stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line or "Content Security Policy" in line]
+
+
+def raw_page(page: Path) -> str:
+    text = page.read_text(encoding="utf-8")
+    assert render.esc(render.CSP) in text
+    return text
+
+
+def rows(path: Path) -> t.List[t.Dict[str, str]]:
+    with path.open(newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.fixture
+def report_fleet(fleet, tmp_path):
+    """The fleet of the issue: the incident, a role-managed server, an unhealthy host with a lost GPU, a foreign PID,
+    a host whose reading fails (no driver) and an unreachable one."""
+    incident, served, sick, foreign, nodriver = fleet("gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04", "gpu-node-06")
+    tree = incident.gpusim_json("vllm", "--tp", "8", "--mib", str(MIB))
+    incident.gpusim("incident")
+    role_vars = {"vllm_server_tensor_parallel_size": 4}
+    restart = run_playbook(RESTART, write_role_inventory(tmp_path / "restart.json", {served.name: role_host_vars(served, served.port, **role_vars)}))
+    assert restart.returncode == 0, restart.stdout[-4000:]
+    (sick.state / "gpu2.conf").write_text("ecc_uncorrected_volatile=3\nremapped_uncorrectable=1\nremapped_pending=1\n")
+    sick.gpusim("lose-gpu", "--gpu", "5")
+    sick.gpusim("orphan", "--gpu", "6", "--mib", "4096")
+    evil = sick.spawn_tree({"key": "evil", "title": "python3 train.py --name %s --api-key %s" % (EVIL, SECRET),
+                            "hold": [{"gpu": 0, "mib": 3000}]})["evil"]
+    foreign.gpusim("foreign", "--gpu", "2", "--mib", "20000")
+    nodriver.gpusim("driver", "--unload")
+    hosts = {h.name: role_host_vars(h, h.port) for h in (incident, served, sick, foreign, nodriver)}
+    hosts["gpu-node-05"] = {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": free_port(), "ansible_user": "nobody",
+                            "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ConnectTimeout=5"}
+    inventory = write_role_inventory(tmp_path / "report.json", hosts)
+    return {"incident": incident, "served": served, "sick": sick, "foreign": foreign, "nodriver": nodriver, "tree": tree,
+            "evil": evil, "inventory": inventory}
+
+
+def test_fleet_report_as_seen_in_a_browser(report_fleet, tmp_path):
+    f = report_fleet
+    served = f["served"]
+    record_path = served.state / "role" / ("vllm-%d.json" % served.port)
+    record_before = record_path.read_text()
+    record = json.loads(record_before)
+    holders_before = {h.name: h.holders() for h in (f["incident"], served, f["sick"], f["foreign"])}
+    out = tmp_path / "report"
+
+    # --check: nothing changes on the hosts; the report is still written on the controller
+    run = run_playbook(REPORT, f["inventory"], "--check", "-e", "gpu_report_dir=%s" % out)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    assert record_path.read_text() == record_before
+    assert {h.name: h.holders() for h in (f["incident"], served, f["sick"], f["foreign"])} == holders_before
+    assert pid_alive(record["pid"]) and pid_alive(f["evil"])
+    assert sorted(p.name for p in out.iterdir()) == sorted(render.FILES)
+    printed = flat(run.stdout)
+    assert "page: %s" % (out / "index.html") in printed and "5 unreachable" not in printed
+    assert "hosts: 4 answered, 1 unreachable, 1 failed (of 6)" in printed
+
+    page = out / "index.html"
+    dom, raw, stderr = dump_dom(page)
+    assert dom.find("html").attrs.get("data-script") == "ok" and "data-script-error" not in dom.find("html").attrs
+    assert not console_errors(stderr), console_errors(stderr)
+    numbers = {div.attrs["data-key"]: div.find("dd").text() for div in dom.find("dl", class_="numbers").find_all("div")}
+    report = json.loads((out / "report.json").read_text())
+    summary = report["summary"]
+    # the simulator's own count: incident 7 GPUs held by orphans; served 4 held, 4 free; sick: 0 held by the <script> job (an
+    # orphan too: gpusim's launcher of it exited) and 6 by no process, 2 unhealthy (lost 5, ECC 2), free 1,3,4,7; foreign: 2 held, 7 free
+    expected = {"hosts_answered": "4", "hosts_unreachable": "1", "hosts_failed": "1", "gpus_free": str(1 + 4 + 4 + 7),
+                "gpus_held": str(7 + 4 + 2 + 1), "gpus_unhealthy": "2", "orphans": "8"}
+    for key, value in expected.items():
+        assert numbers[key] == value, (key, numbers)
+        assert str(summary[key]) == value
+    used = sum(used for h in (f["incident"], served, f["sick"], f["foreign"]) for used in h.used_mib())
+    assert numbers["memory"].startswith("{:,} / ".format(used)), (numbers["memory"], used)
+
+    # problems first, in order: unreachable, failed, lost, unhealthy, orphans, memory held by no process
+    problems = dom.find("section", id="problems").find_all("li", class_="problem")
+    kinds = [li.attrs["data-kind"] for li in problems]
+    assert kinds == ["unreachable", "failed", "lost", "unhealthy"] + ["orphan"] * 8 + ["unaccounted"], kinds
+    assert problems[0].attrs["data-host"] == "gpu-node-05" and "unreachable" in problems[0].text().lower()
+    assert problems[1].attrs["data-host"] == "gpu-node-06" and "NVML" in problems[1].text() or "driver" in problems[1].text().lower()
+    assert "uncorrected ECC errors: 3" in problems[3].text() and "row remapping pending" in problems[3].text()
+    orphan_pids = sorted(int(li.text().split("PID ")[1].split(",")[0]) for li in problems if li.attrs["data-kind"] == "orphan")
+    assert orphan_pids == sorted(f["tree"]["workers"][1:] + [f["evil"]])
+    assert all(pid_alive(pid) for pid in orphan_pids)
+    assert "4,096 MiB used and held by no process" in problems[-1].text()
+
+    blocks = {s.attrs["data-host"]: s for s in dom.find("section", id="hosts").find_all("section", class_="host")}
+    assert set(blocks) == {"gpu-node-0%d" % i for i in range(1, 7)}
+    order = [s.attrs["data-host"] for s in dom.find("section", id="hosts").find_all("section", class_="host")]
+    assert order == ["gpu-node-01", "gpu-node-03", "gpu-node-05", "gpu-node-06", "gpu-node-02", "gpu-node-04"]  # problems first
+
+    # incident host: seven GPUs, each held by its orphaned worker, named, with the simulator's MiB
+    sim = {g["index"]: g for g in f["incident"].status()["gpus"]}
+    for tr in blocks["gpu-node-01"].find_all("tr", class_="gpu"):
+        index = int(tr.attrs["data-gpu"])
+        lis = tr.find_all("li", class_="holder")
+        assert [int(li.attrs["data-pid"]) for li in lis] == [h["pid"] for h in sim[index]["holders"]]
+        if index:
+            assert lis[0].attrs["data-owner"] == "orphan" and "VLLM::Worker_TP%d" % index in lis[0].text() and "93,029 MiB" in lis[0].text()
+        else:
+            assert tr.attrs["data-state"] == "free"
+
+    # the role's server: model, configuration hash, PID, /health, up since, its workers named as the server's
+    server_row = blocks["gpu-node-02"].find("tr", class_="server")
+    text = server_row.text()
+    assert "zai-org/GLM-5-GGUF" in text and record["config_hash"][:12] in text and str(record["pid"]) in text and "HTTP 200" in text
+    assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", text)
+    states = [tr.attrs["data-state"] for tr in blocks["gpu-node-02"].find_all("tr", class_="gpu")]
+    assert states == ["held"] * 4 + ["free"] * 4
+    sim2 = {g["index"]: [h["pid"] for h in g["holders"]] for g in served.status()["gpus"]}
+    for tr in blocks["gpu-node-02"].find_all("tr", class_="gpu")[:4]:
+        (li,) = tr.find_all("li", class_="holder")
+        assert [int(li.attrs["data-pid"])] == sim2[int(tr.attrs["data-gpu"])] and li.attrs["data-owner"] == "server"
+        assert "launcher" in li.text() and str(record["pid"]) in li.text()
+
+    # the sick host: health flags, the lost GPU, memory by no process, and the <script> canary shown as text only
+    sick_rows = {int(tr.attrs["data-gpu"]): tr for tr in blocks["gpu-node-03"].find_all("tr", class_="gpu")}
+    assert sick_rows[5].attrs["data-state"] == "lost" and "lost" in sick_rows[5].text().lower()
+    assert "uncorrected ECC errors: 3" in sick_rows[2].text() and "row remapping pending" in sick_rows[2].text()
+    assert sick_rows[2].attrs["data-state"] == "unhealthy"
+    assert "4,096 MiB held by no process" in sick_rows[6].text()
+    evil_li = sick_rows[0].find("li", class_="holder")
+    assert EVIL in evil_li.text() and int(evil_li.attrs["data-pid"]) == f["evil"]
+    assert len(dom.find_all("script")) == 1 and not dom.find_all("img")
+    assert "pwned" not in dom.find("title").text()
+    for name in render.FILES:
+        assert SECRET not in (out / name).read_text(), name
+
+    # the foreign-namespace PID is marked as such
+    (li,) = blocks["gpu-node-04"].find("tr", class_="gpu", data_gpu="2").find_all("li", class_="holder")
+    assert li.attrs["data-owner"] == "other namespace" and "another PID namespace" in li.text() and "20,000 MiB" in li.text()
+    assert "ssh" in blocks["gpu-node-05"].find("p", class_="reason").text().lower() or "connect" in blocks["gpu-node-05"].text().lower()
+    assert blocks["gpu-node-06"].attrs["data-status"] == "failed" and blocks["gpu-node-06"].find("p", class_="reason").text()
+
+    # CSV and JSON agree with the page
+    gpu_rows, holder_rows = rows(out / "gpus.csv"), rows(out / "holders.csv")
+    page_gpus = [tr for s in blocks.values() for tr in s.find_all("tr", class_="gpu")]
+    page_holders = [li for tr in page_gpus for li in tr.find_all("li", class_="holder")]
+    assert len(gpu_rows) == len(page_gpus) == summary["gpus"] == 32
+    assert len(holder_rows) == len(page_holders) == summary["holders"]
+    assert sum(1 for r in gpu_rows if r["state"] == "free") == summary["gpus_free"]
+    assert sum(1 for r in holder_rows if r["owner"] == "orphan") == 8
+    assert [p["kind"] for p in report["problems"]] == kinds
+    assert (out / "summary.md").read_text().count("\n- **") == len(kinds)
+
+    # scripts off (as a mail reader that runs none): a copy whose policy forbids every script, so chromium blocks ours
+    # (--dump-dom itself needs scripts on); the same blocks and numbers
+    off = tmp_path / "scripts-off.html"
+    off.write_text(raw_page(page).replace(render.esc(render.CSP), render.esc(render.CSP.split("script-src")[0] + "script-src 'none'")), encoding="utf-8")
+    dom_off, _raw, err_off = dump_dom(off)
+    assert "data-script" not in dom_off.find("html").attrs and "Content Security Policy" in err_off
+    assert len(dom_off.find("section", id="hosts").find_all("section", class_="host")) == 6
+    assert {d.attrs["data-key"]: d.find("dd").text() for d in dom_off.find("dl", class_="numbers").find_all("div")} == numbers
+
+    # a screenshot, kept in the build directory
+    BUILD.mkdir(parents=True, exist_ok=True)
+    shot = BUILD / "gpu-report.png"
+    proc, _wall = chromium(page, "--screenshot=%s" % shot, "--window-size=1400,2000", "--hide-scrollbars")
+    assert proc.returncode == 0 and shot.stat().st_size > 10000, proc.stderr[-2000:]
+    shutil.copytree(out, BUILD / "fleet", dirs_exist_ok=True)
+
+
+def test_64_hosts_render_under_2s_and_2mb(tmp_path):
+    report = model.build_report(synthetic_results(64, 8, 4), generated_at=time.time())
+    files = render.render_all(report)
+    page = tmp_path / "index.html"
+    page.write_text(files["index.html"], encoding="utf-8")
+    size = page.stat().st_size
+    assert size < 2 * 1024 * 1024, size
+    dom, _raw, stderr = dump_dom(page)
+    html_el = dom.find("html")
+    assert html_el.attrs.get("data-script") == "ok" and not console_errors(stderr)
+    render_ms = float(html_el.attrs["data-render-ms"])
+    assert render_ms < 2000, render_ms
+    assert len(dom.find_all("tr", class_="gpu")) == 512 and len(dom.find_all("li", class_="holder")) == 2048
+    BUILD.mkdir(parents=True, exist_ok=True)
+    (BUILD / "size-64x8x4.json").write_text(json.dumps({"bytes": size, "render_ms": render_ms}))
+
+
+def test_bad_facts_are_shown_never_a_crash(tmp_path):
+    """A failed reading, an unreachable host, N/A everywhere, wrong types: the page shows them as such."""
+    na_gpu = {key: None for key in ("index", "uuid", "name", "memory_used_mib", "memory_total_mib", "utilization_gpu_pct",
+                                    "temperature_c", "power_draw_w", "power_limit_w", "remapped_rows", "processes", "error")}
+    weird = dict(na_gpu, index=1, memory_used_mib="N/A", remapped_rows="N/A", processes=[{"pid": "x", "visible": None}], clocks_event_reasons="x")
+    results = [
+        ("failed", {"failed": True, "msg": "NVML_ERROR_DRIVER_NOT_LOADED: <b>no driver</b>"}),
+        ("unreachable", {"unreachable": True, "msg": "ssh: connect to host 10.0.0.9 port 22: Connection refused"}),
+        ("nothing", None),
+        ("na", {"ansible_facts": {"gpus": [na_gpu, weird, "not a gpu"], "gpu_driver": None}, "owners": "x", "servers": [{"pid": "?"}]}),
+        ("nofacts", {"changed": False}),
+    ]
+    report = model.build_report(results, generated_at=0)
+    page = tmp_path / "index.html"
+    page.write_text(render.render_html(report), encoding="utf-8")
+    dom, _raw, stderr = dump_dom(page)
+    assert not console_errors(stderr)
+    blocks = {s.attrs["data-host"]: s for s in dom.find_all("section", class_="host")}
+    assert blocks["failed"].attrs["data-status"] == "failed" and "<b>no driver</b>" in blocks["failed"].text()
+    assert blocks["unreachable"].attrs["data-status"] == "unreachable" and "Connection refused" in blocks["unreachable"].text()
+    assert blocks["nothing"].attrs["data-status"] == "no result"
+    assert blocks["nofacts"].attrs["data-status"] == "failed"
+    assert "N/A" in blocks["na"].text() and len(blocks["na"].find_all("tr", class_="gpu")) == 2
+    assert report["summary"]["hosts_answered"] == 1 and report["summary"]["gpus_free"] == 0
