@@ -28,7 +28,6 @@ NO_CONTENT = "no_content"
 REASONS = (CONNECT_ERROR, HTTP_ERROR, ERROR_EVENT, TIMEOUT, DROPPED, BAD_RESPONSE, NO_CONTENT)
 
 
-
 class Target:
     """Where requests go: host, port, path, TLS settings and the headers every request carries."""
 

@@ -23,6 +23,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._host.process_table i
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.owner import FOREIGN, GetSid, Ownership, Verdict, getsid
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import ReclaimSpec, always_excluded, is_excluded, matches_any
 
+
 class Target(t.NamedTuple):
     """A process to end. ``role``: launcher, holder, descendant or respawned; ``depth`` below its root (roots are 0)."""
 

@@ -69,6 +69,41 @@ def _mib(value: t.Optional[int]) -> str:
     return "%s MiB" % ("N/A" if value is None else value)
 
 
+# What a holder of a selected GPU is, for check mode and for the real run alike (classify() decides, once)
+ENDED = "ended"  # this run signals it: check mode counts its memory as freed; after the run it must be gone
+STUCK = "stuck"  # no signal ends it: a zombie, or this run's process gone from /proc while NVML still lists it
+FOREIGN = "foreign"  # not visible in this PID namespace (a container's process?)
+FOREIGN_IGNORED = "foreign, ignored"  # the same, with ignore_foreign: its memory is not counted
+UNVERIFIABLE_HOLDER = UNVERIFIABLE  # the local process with NVML's PID may be another one (see _host/pid_trust.py)
+EXCLUDED = "excluded"  # matches exclude (or is a driver helper): never a reason by itself, only its memory is
+PROTECTED = "protected"  # left alone by a rule of this run (protected, outside `gpus`, not matched, another job's)
+UNACCOUNTED = "unaccounted"  # neither this run's nor left alone: appeared during the run, or no rule ends it
+NO_PROCESS = "memory without a process"  # the GPU's memory above memory_threshold_mib with no holder to blame
+HOLDER_CLASSES = (ENDED, STUCK, FOREIGN, FOREIGN_IGNORED, UNVERIFIABLE_HOLDER, EXCLUDED, PROTECTED, UNACCOUNTED)
+
+
+def classify(info: t.Dict[str, t.Any], ours: bool, state: t.Optional[str], left_alone: t.Optional[str],
+             excluded: t.Callable[[t.Dict[str, t.Any]], bool], ignore_foreign: bool) -> str:
+    """The class of one GPU holder (one of HOLDER_CLASSES). ``info``: its description (describe()); ``ours``: this run
+    signals it (check mode: would); ``state``: its process state when it is ours; ``left_alone``: why the plan leaves it
+    alone, if it does."""
+    if ours:
+        if not info["visible"] or state == "zombie":
+            return STUCK
+        return ENDED
+    if not info["visible"]:
+        return FOREIGN_IGNORED if ignore_foreign else FOREIGN
+    if left_alone is not None and left_alone.startswith(UNVERIFIABLE):
+        return UNVERIFIABLE_HOLDER
+    if excluded(info):
+        return EXCLUDED
+    if left_alone is not None:
+        return PROTECTED
+    if info["state"] == "zombie":
+        return STUCK
+    return UNACCOUNTED
+
+
 def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tuple[str, bool]], left_alone: t.Mapping[int, str],
           describe: t.Callable[[int], t.Dict[str, t.Any]], excluded: t.Callable[[t.Dict[str, t.Any]], bool],
           ignore_foreign: bool, settling: bool = True) -> t.List[Problem]:
@@ -87,39 +122,36 @@ def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tupl
     for holder in reading.holders:
         info = describe(holder.pid)
         where = "GPU %d: pid %d" % (reading.index, holder.pid)
+        mib = _mib(holder.used_memory_mib)
         if not (excluded(info) and info["visible"]) and not (ignore_foreign and not info["visible"] and holder.pid not in signalled):
             counted_mib = None if counted_mib is None or holder.used_memory_mib is None else counted_mib + holder.used_memory_mib
-        if holder.pid in signalled and not info["visible"]:
-            # ours, and gone from /proc: NVML lags behind, or the driver's teardown is stuck; never another namespace's
-            counted_holders += 1
-            problems.append(Problem(reading.index, "%s exited after a signal but NVML still lists it with %s: "
-                                    "the driver has not released its memory" % (where, _mib(holder.used_memory_mib)), True))
+        kind = classify(info, holder.pid in signalled, info["state"], left_alone.get(holder.pid), excluded, ignore_foreign)
+        if kind == FOREIGN_IGNORED:
+            discounted += holder.used_memory_mib or 0
             continue
-        if not info["visible"]:
-            if ignore_foreign:
-                discounted += holder.used_memory_mib or 0
-                continue
-            problems.append(Problem(reading.index, "%s holds %s but is not visible in this PID namespace (a container's process?): "
-                                    "run on the host PID namespace (e.g. not inside a container), or set ignore_foreign" % (
-                                        where, _mib(holder.used_memory_mib)), False))
-            counted_holders += 1
-            continue
-        if left_alone.get(holder.pid, "").startswith(UNVERIFIABLE):
-            # NVML's number may be another namespace's process: the local one is not named as the holder
-            counted_holders += 1
-            problems.append(Problem(reading.index, "%s holds %s: %s" % (where, _mib(holder.used_memory_mib), left_alone[holder.pid]), False))
-            continue
-        if excluded(info):
+        if kind == EXCLUDED:
             # left alone on purpose; it keeps the GPU busy only if the memory says so (judged below)
-            kept.append("pid %d (%s, excluded, %s)" % (holder.pid, info["name"], _mib(holder.used_memory_mib)))
+            kept.append("pid %d (%s, excluded, %s)" % (holder.pid, info["name"], mib))
             continue
         counted_holders += 1
-        label = "%s (%s, state %s) holds %s" % (where, info["name"], info["state"], _mib(holder.used_memory_mib))
-        if holder.pid in signalled:
+        label = "%s (%s, state %s) holds %s" % (where, info["name"], info["state"], mib)
+        if holder.pid in signalled and not info["visible"]:
+            # ours, and gone from /proc: NVML lags behind, or the driver's teardown is stuck; never another namespace's
+            problems.append(Problem(reading.index, "%s exited after a signal but NVML still lists it with %s: "
+                                    "the driver has not released its memory" % (where, mib), True))
+        elif holder.pid in signalled:
             why, waitable = signalled[holder.pid]
             problems.append(Problem(reading.index, label + ": " + why, waitable))
-        elif holder.pid in left_alone:
+        elif kind == FOREIGN:
+            problems.append(Problem(reading.index, "%s holds %s but is not visible in this PID namespace (a container's process?): "
+                                    "run on the host PID namespace (e.g. not inside a container), or set ignore_foreign" % (where, mib), False))
+        elif kind == UNVERIFIABLE_HOLDER:
+            # NVML's number may be another namespace's process: the local one is not named as the holder
+            problems.append(Problem(reading.index, "%s holds %s: %s" % (where, mib, left_alone[holder.pid]), False))
+        elif kind == PROTECTED:
             problems.append(Problem(reading.index, label + ": not signalled: " + left_alone[holder.pid], False))
+        elif kind == STUCK:
+            problems.append(Problem(reading.index, _zombie(where, info, mib), False))
         else:
             problems.append(Problem(reading.index, label + ": appeared during the reclaim (respawned by a launcher left alive?)", False))
     used = reading.memory.used_mib - discounted
@@ -134,6 +166,10 @@ def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tupl
     return problems
 
 
+def _zombie(where: str, info: t.Mapping[str, t.Any], mib: str) -> str:
+    return "%s (%s) holds %s but is a zombie: no signal ends it, its memory stays until its parent reaps it" % (where, info["name"], mib)
+
+
 class Prediction(t.NamedTuple):
     """Check mode: what a real run would leave on one GPU."""
 
@@ -142,7 +178,7 @@ class Prediction(t.NamedTuple):
     failures: t.List[str]
 
 
-def predict(reading: Reading, threshold_mib: int, going: t.Mapping[int, str], left_alone: t.Mapping[int, str],
+def predict(reading: Reading, threshold_mib: int, going: t.Mapping[int, t.Optional[str]], left_alone: t.Mapping[int, str],
             describe: t.Callable[[int], t.Dict[str, t.Any]], excluded: t.Callable[[t.Dict[str, t.Any]], bool],
             ignore_foreign: bool) -> Prediction:
     """``going``: pid -> its state, for the holders a real run would signal. What would stay, and why a real run would fail."""
@@ -155,25 +191,21 @@ def predict(reading: Reading, threshold_mib: int, going: t.Mapping[int, str], le
     for holder in reading.holders:
         info = describe(holder.pid)
         where = "GPU %d: pid %d" % (reading.index, holder.pid)
-        state = going.get(holder.pid)
-        if holder.pid in going and state != "zombie":
-            used = None if used is None or holder.used_memory_mib is None else used - holder.used_memory_mib
-            continue
-        if not info["visible"] and ignore_foreign:
+        kind = classify(info, holder.pid in going, going.get(holder.pid), left_alone.get(holder.pid), excluded, ignore_foreign)
+        if kind in (ENDED, FOREIGN_IGNORED):
             used = None if used is None or holder.used_memory_mib is None else used - holder.used_memory_mib
             continue
         remaining.append(holder)
         mib = _mib(holder.used_memory_mib)
-        if not info["visible"]:
+        if kind == FOREIGN:
             failures.append("%s holds %s but is not visible in this PID namespace (a container's process?)" % (where, mib))
-        elif left_alone.get(holder.pid, "").startswith(UNVERIFIABLE):
+        elif kind == UNVERIFIABLE_HOLDER:
             failures.append("%s holds %s: %s" % (where, mib, left_alone[holder.pid]))
-        elif state == "zombie" or (info["state"] == "zombie" and holder.pid not in left_alone):
-            failures.append("%s (%s) holds %s but is a zombie: no signal ends it, its memory stays until its parent reaps it" % (
-                where, info["name"], mib))
-        elif excluded(info):
+        elif kind == STUCK:
+            failures.append(_zombie(where, info, mib))
+        elif kind == EXCLUDED:
             kept.append("pid %d (%s, excluded, %s)" % (holder.pid, info["name"], mib))
-        elif holder.pid in left_alone:
+        elif kind == PROTECTED:
             failures.append("%s (%s) holds %s: not signalled: %s" % (where, info["name"], mib, left_alone[holder.pid]))
         else:
             failures.append("%s (%s) holds %s: no rule of this run ends it" % (where, info["name"], mib))

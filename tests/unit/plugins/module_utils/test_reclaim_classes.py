@@ -1,0 +1,115 @@
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Check mode (predict) and the real run (judge) class every GPU holder with the one classifier, and agree.
+
+Each row is one holder of one GPU: what the process looks like, whether this run signals it, why the plan leaves it
+alone. Both paths run over it; the class each path asked the classifier for must be the row's class, the same for
+both, and what each path then says (freed / kept / a failure) must fit that class.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import Holder, Memory
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import verify
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.verify import Reading, judge, predict
+
+THRESHOLD = 1024
+PID = 4242
+HELD_MIB = 5000
+UNVERIFIABLE_WHY = "unverifiable: NVML's PIDs may not be this PID namespace's (test)"
+
+
+def process(visible=True, state="running", name="VLLM::Worker_TP0"):
+    if not visible:
+        return {"visible": False, "name": None, "cmdline": None, "state": None}
+    return {"visible": True, "name": name, "cmdline": [name], "state": state}
+
+
+def is_excluded(info):
+    return info["name"] == "nvidia-persistenced"
+
+
+# class, process, ours (this run signals it), left alone (why), ignore_foreign,
+# check mode: frees its memory?, check mode: a failure?, real run (holder still listed after): a problem?
+ROWS = [
+    (verify.ENDED, process(), True, None, False, True, False, True),
+    (verify.STUCK, process(state="zombie"), True, None, False, False, True, True),
+    (verify.STUCK, process(state="zombie"), False, None, False, False, True, True),
+    (verify.FOREIGN, process(visible=False), False, None, False, False, True, True),
+    (verify.FOREIGN_IGNORED, process(visible=False), False, None, True, True, False, False),
+    (verify.UNVERIFIABLE_HOLDER, process(), False, UNVERIFIABLE_WHY, False, False, True, True),
+    (verify.EXCLUDED, process(name="nvidia-persistenced"), False, "a driver helper or GPU monitor (always excluded)", False, False, False, False),
+    (verify.PROTECTED, process(), False, "protected: PID 1, this module or its ancestors (the Ansible connection)", False, False, True, True),
+    (verify.PROTECTED, process(), False, "does not match `match`", False, False, True, True),
+    (verify.UNACCOUNTED, process(), False, None, False, False, True, True),
+]
+
+
+@pytest.fixture
+def asked(monkeypatch):
+    """Every class the classifier hands out, in order (both paths must ask it: they have no rules of their own)."""
+    seen = []
+    classify = verify.classify
+
+    def recording(*args, **kwargs):
+        seen.append(classify(*args, **kwargs))
+        return seen[-1]
+
+    monkeypatch.setattr(verify, "classify", recording)
+    return seen
+
+
+def one_holder(used=THRESHOLD - 1):
+    """One GPU with one holder; memory at most the threshold, so the GPU-level rule stays quiet and the holder's class speaks."""
+    return Reading(0, "GPU-uuid", Memory(97887, used, 512, 97887 - 512 - used), [Holder(PID, HELD_MIB, "compute")], None)
+
+
+def check_mode(row, asked):
+    _kind, info, ours, left_alone, ignore_foreign = row[:5]
+    going = {PID: info["state"]} if ours else {}
+    got = predict(one_holder(), THRESHOLD, going, {PID: left_alone} if left_alone else {},
+                  lambda pid: info, is_excluded, ignore_foreign)
+    return asked.pop(), got
+
+
+def real_run(row, asked):
+    _kind, info, ours, left_alone, ignore_foreign = row[:5]
+    signalled = {PID: ("still there after every signal", True)} if ours else {}
+    got = judge(one_holder(), THRESHOLD, signalled, {PID: left_alone} if left_alone else {},
+                lambda pid: info, is_excluded, ignore_foreign)
+    return asked.pop(), got
+
+
+def test_every_class_has_a_row():
+    assert {row[0] for row in ROWS} == set(verify.HOLDER_CLASSES)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=["%s-%d" % (row[0], i) for i, row in enumerate(ROWS)])
+def test_check_mode_and_the_real_run_agree(row, asked):
+    kind, _info, _ours, _left_alone, _ignore, frees, fails, problem = row
+    predicted_kind, prediction = check_mode(row, asked)
+    judged_kind, problems = real_run(row, asked)
+    assert predicted_kind == judged_kind == kind
+    assert asked == [], "each path asks the classifier once per holder"
+    assert (prediction.remaining == []) is frees
+    assert bool(prediction.failures) is fails, prediction.failures
+    assert bool(problems) is problem, problems
+
+
+def test_the_classifier_is_the_one_both_paths_use(monkeypatch):
+    """Canary: a classifier that says "excluded" of everyone makes both paths keep the holder and blame no one."""
+    monkeypatch.setattr(verify, "classify", lambda *args, **kwargs: verify.EXCLUDED)
+    row = ROWS[-1]  # an unaccounted holder: a failure for both paths under the real classifier
+    predicted = predict(one_holder(THRESHOLD - 1), THRESHOLD, {}, {}, lambda pid: row[1], is_excluded, False)
+    judged = judge(one_holder(THRESHOLD - 1), THRESHOLD, {}, {}, lambda pid: row[1], is_excluded, False)
+    assert predicted.failures == [] and judged == []
+
+
+def test_memory_without_a_process_fails_both_paths():
+    empty = Reading(0, "GPU-uuid", Memory(97887, THRESHOLD + 1, 512, 97887 - 512 - THRESHOLD - 1), [], None)
+    predicted = predict(empty, THRESHOLD, {}, {}, lambda pid: process(), is_excluded, False)
+    judged = judge(empty, THRESHOLD, {}, {}, lambda pid: process(), is_excluded, False, settling=False)
+    assert len(predicted.failures) == 1 and "no process holding it" in predicted.failures[0]
+    assert len(judged) == 1 and "no process holding it" in judged[0].text and judged[0].waitable is False
