@@ -49,7 +49,7 @@ command -v $(1) >/dev/null 2>&1 || { \
   apt-get update -q && $(APT_INSTALL) $(2); }
 endef
 
-.PHONY: help venv sim collection-path ansible-test-cache stage setup tools \
+.PHONY: help venv sim collection-path ansible-test-cache stage setup tools browser \
         units sanity lint simtests integration molecule build-test fleet fleet-tests fleet-tools fleet-down systemd-tests systemd-tools test bench demo demo-clean \
         constraints clean distclean
 
@@ -139,7 +139,11 @@ lint: venv collection-path
 simtests: venv sim
 	$(PYTEST) tests/simulator --junitxml=$(JUNIT)/simtests.xml
 
-integration: venv tools sim collection-path
+# the fleet report's tests and bench load its page in a real headless browser (Debian's chromium)
+browser:
+	@$(call ensure_command,chromium,chromium)
+
+integration: venv tools browser sim collection-path
 	$(PYTEST) tests/integration --junitxml=$(JUNIT)/integration.xml
 
 # the role's molecule scenario (extensions/molecule/default): one simulated host, converge, idempotence, verify
@@ -188,7 +192,7 @@ test: setup
 
 # ---------------------------------------------------------------- other
 
-bench: venv sim collection-path
+bench: venv sim collection-path browser
 	@[ -f $(BENCH_SCRIPT) ] || { echo "bench: $(BENCH_SCRIPT) does not exist yet" >&2; exit 1; }
 	$(PY) $(BENCH_SCRIPT)
 

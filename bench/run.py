@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHES = ("bench_gpu_facts.py", "bench_gpu_reclaim.py", "bench_vllm_benchmark.py", "bench_restart_vllm.py", "bench_fleet.py")
+BENCHES = ("bench_gpu_facts.py", "bench_gpu_reclaim.py", "bench_vllm_benchmark.py", "bench_restart_vllm.py", "bench_fleet.py", "bench_gpu_report.py")
 
 
 def main() -> int:

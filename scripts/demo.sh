@@ -75,6 +75,14 @@ cat "$matrix/summary.md"
 echo
 echo "report: $matrix/ (results.csv, report.json, raw/, chart.png); the servers run the winner now"
 
+banner "8. gpu_report.yml: the fleet at a glance - one page, every GPU, who holds it, whether it is healthy"
+fleet_report=$demo/gpu-report
+ansible-playbook -i "$demo/inventory.json" playbooks/gpu_report.yml -e gpu_report_dir="$fleet_report" >"$demo/gpu-report.log" 2>&1 \
+  || { tail -40 "$demo/gpu-report.log"; exit 1; }
+cat "$fleet_report/summary.md"
+echo
+echo "page: $fleet_report/index.html (open it in a browser; gpus.csv, holders.csv, report.json next to it)"
+
 banner "Done"
 if [ "${KEEP:-0}" = 1 ]; then
   echo "The fleet is still running (KEEP=1). Try: ansible-playbook -i $demo/inventory.json playbooks/restart_vllm.yml"

@@ -10,8 +10,8 @@ module: gpu_report
 short_description: Write the fleet's GPU report (one HTML page, CSV, JSON and Markdown) from every host's reading
 version_added: 0.2.0
 description:
-  - Run on the controller (C(delegate_to: localhost), C(run_once: true)) with the registered results of
-    M(gpuops.fleet.gpu_report_facts) (or M(gpuops.fleet.gpu_facts)) of every host of the play, unreachable and failed ones included.
+  - "Run on the controller (C(delegate_to: localhost), C(run_once: true)) with the registered results of
+    M(gpuops.fleet.gpu_report_facts) (or M(gpuops.fleet.gpu_facts)) of every host of the play, unreachable and failed ones included."
   - Writes into O(dest) C(index.html) (one self-contained page - no fetch, no external script, style or font - readable at
     64 hosts x 8 GPUs; the fleet in numbers, then the problems, then one block per host with each GPU's memory bar, utilisation,
     temperature, power, health flags and holders, and the server the role manages), C(gpus.csv) (one row per GPU),

@@ -80,9 +80,11 @@ owners:
       returned: always
     kind:
       description:
-        - V(server) (the role's server, named in RV(owners[].server)), V(orphan) (its launcher is gone), V(other job)
-          (it hangs from a live process that is neither), V(other namespace) (a PID this namespace does not have),
-          V(unverified) (NVML's PID may be the machine's) or V(gone) (it exited after the reading).
+        - V(server) (the role's server, named in RV(owners[].server)), V(orphan) (its launcher is gone - no launcher-shaped
+          process above it, and it hangs from PID 1, a subreaper or was adopted), V(unmanaged) (its launcher lives, detached
+          under PID 1 or a subreaper, and no record of the role names it), V(other job) (it hangs from a live process that is
+          none of those), V(other namespace) (a PID this namespace does not have), V(unverified) (NVML's PID may be the
+          machine's) or V(gone) (it exited after the reading).
       type: str
       returned: always
       sample: orphan

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import pid_alive
+from gpusim.api import pid_alive
 from report_fleet import chromium, chromium_binary, synthetic_results
 from simfleet import REPO, flat, free_port, role_host_vars, run_playbook, write_role_inventory
 
@@ -32,7 +32,10 @@ MIB = 93029
 SECRET = "sk-report-canary-4711"
 EVIL = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>"
 
-pytestmark = pytest.mark.skipif(chromium_binary() is None, reason="chromium is not installed (make integration installs it)")
+
+@pytest.fixture(autouse=True)
+def browser():
+    assert chromium_binary() is not None, "chromium is not installed: `make integration` installs Debian's chromium (make browser)"
 
 
 class Node:
@@ -118,8 +121,8 @@ def rows(path: Path) -> t.List[t.Dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-@pytest.fixture
-def report_fleet(fleet, tmp_path):
+@pytest.fixture(name="report_fleet")
+def report_fleet_fixture(fleet, tmp_path):
     """The fleet of the issue: the incident, a role-managed server, an unhealthy host with a lost GPU, a foreign PID,
     a host whose reading fails (no driver) and an unreachable one."""
     incident, served, sick, foreign, nodriver = fleet("gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04", "gpu-node-06")
@@ -164,7 +167,7 @@ def test_fleet_report_as_seen_in_a_browser(report_fleet, tmp_path):
     assert "hosts: 4 answered, 1 unreachable, 1 failed (of 6)" in printed
 
     page = out / "index.html"
-    dom, raw, stderr = dump_dom(page)
+    dom, _dumped, stderr = dump_dom(page)
     assert dom.find("html").attrs.get("data-script") == "ok" and "data-script-error" not in dom.find("html").attrs
     assert not console_errors(stderr), console_errors(stderr)
     numbers = {div.attrs["data-key"]: div.find("dd").text() for div in dom.find("dl", class_="numbers").find_all("div")}

@@ -194,9 +194,9 @@ def host_problems(host: t.Mapping[str, t.Any]) -> t.List[t.Dict[str, t.Any]]:
     for gpu in host["gpus"]:
         for holder in gpu["holders"]:
             if holder["owner"] == "orphan":
-                add("orphan", gpu["index"], "GPU %s: %s (PID %s, user %s) holds %s MiB and its launcher is gone: %s" % (
+                add("orphan", gpu["index"], "GPU %s: %s (PID %s, user %s) holds %s MiB; %s" % (
                     gpu["index"], holder["name"] or "?", holder["pid"], holder["username"] or "?", _mib(holder["used_memory_mib"]),
-                    holder["why"] or "an orphan"), holder["pid"])
+                    holder["why"] or "its launcher is gone"), holder["pid"])
     for gpu in host["gpus"]:
         if gpu["unaccounted_mib"] is not None:
             add("unaccounted", gpu["index"], "GPU %s: %s MiB used and held by no process" % (gpu["index"], _mib(gpu["unaccounted_mib"])))

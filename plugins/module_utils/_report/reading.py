@@ -25,7 +25,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.facts import run
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.process_table import ProcessTable, protected_pids
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.owner import ORPHAN, OWNER, GetSid, Ownership, getsid, label
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import climb
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import Owner, build_spec
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import SpecError, build_spec
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import Reply, http_get
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError, read_record, recorded_process
@@ -42,6 +42,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
 SERVER = "server"
 ORPHANED = "orphan"
 OTHER_JOB = "other job"
+UNMANAGED = "unmanaged"
 OTHER_NAMESPACE = "other namespace"
 UNVERIFIED = "unverified"
 GONE = "gone"
@@ -96,21 +97,28 @@ def _systemd_record(path: str) -> t.Optional[t.Dict[str, t.Any]]:
 def read_servers(state_dir: str, psutil: t.Any, health_host: str, health_timeout: float,
                  get: t.Optional[HttpGet] = None) -> t.List[t.Dict[str, t.Any]]:
     """Every server record of the role in ``state_dir`` (NAME.json), sorted by name; none when the folder is absent."""
-    fetch = get or (lambda url, timeout: http_get(url, timeout))
+    fetch = get or http_get
     return [_server(path, psutil, health_host, health_timeout, fetch) for path in sorted(glob.glob(os.path.join(glob.escape(state_dir), "*.json")))]
 
 
 def judge_holders(facts: t.Mapping[str, t.Any], servers: t.Sequence[t.Mapping[str, t.Any]], psutil: t.Any,
                   sid_of: GetSid = getsid) -> t.List[t.Dict[str, t.Any]]:
-    """Whose each holder of the facts is, by gpu_reclaim's rule (_reclaim_owner): the managed server's (its tree or
-    session), an orphan (its launcher chain hangs from PID 1, a subreaper, or was adopted), or another job's."""
+    """Whose each holder of the facts is, by gpu_reclaim's rule (_reclaim.owner): the managed server's (its tree or
+    session); an orphan (no launcher above it, and it hangs from PID 1, a subreaper, or was adopted); unmanaged (its
+    launcher lives but itself hangs from PID 1 or a subreaper: a server started by hand and detached); another job's."""
     pids = sorted({proc["pid"] for gpu in facts.get("gpus") or [] for proc in gpu.get("processes") or []})
     if not pids:
         return []
     spec = build_spec({})
     table = ProcessTable(psutil)
     protected = protected_pids(psutil)
-    running = [server for server in servers if server["running"] is True]
+    owned = []  # (server, the spec with that server as owner), as gpu_reclaim's owner option would check it
+    for server in servers:
+        if server["running"] is True:
+            try:
+                owned.append((server, build_spec({"owner": {"pid": server["pid"], "create_time": server["create_time"]}})))
+            except SpecError:
+                continue  # a record whose PID cannot own anything (it is shown with its values all the same)
     verdicts: t.List[t.Dict[str, t.Any]] = []
     infos = {proc["pid"]: proc for gpu in facts.get("gpus") or [] for proc in gpu.get("processes") or []}
     for pid in pids:
@@ -127,14 +135,20 @@ def judge_holders(facts: t.Mapping[str, t.Any], servers: t.Sequence[t.Mapping[st
             entry.update(kind=GONE, why="exited after the reading")
             continue
         chain, stop = climb(table, pid, spec, protected)
-        for server in running:
-            verdict = Ownership(table, spec._replace(owner=Owner(server["pid"], server["create_time"])), sid_of).judge(pid, chain, stop)
+        for server, server_spec in owned:
+            verdict = Ownership(table, server_spec, sid_of).judge(pid, chain, stop)
             if verdict.kind == OWNER:
                 entry.update(kind=SERVER, server=server["name"], why=verdict.why)
                 break
         else:
             verdict = Ownership(table, spec, sid_of).judge(pid, chain, stop)
-            entry.update(kind=ORPHANED if verdict.kind == ORPHAN else OTHER_JOB, why=verdict.why)
+            if verdict.kind != ORPHAN:
+                entry.update(kind=OTHER_JOB, why=verdict.why)
+            elif chain:
+                # gpu_reclaim may take it under orphans_only, but its launcher lives: a server started by hand, detached
+                entry.update(kind=UNMANAGED, why="its launcher, PID %d, runs detached (%s); no record of the role names it" % (chain[-1], verdict.why))
+            else:
+                entry.update(kind=ORPHANED, why="its launcher is gone: " + verdict.why)
         top = chain[-1] if chain else None
         if top is not None:
             entry.update(launcher_pid=top, launcher=_masked_title(label(table.info.get(top))))
@@ -162,7 +176,7 @@ def run_reading(params: t.Mapping[str, t.Any], pynvml: t.Any, psutil: t.Any, req
     if not os.path.isabs(state_dir):
         return {"msg": "state_dir: %r is not an absolute path" % (state_dir,)}, [], True
     result, warnings, failed = run_facts({"processes": True, "health": True, "topology": False},
-                                                    pynvml, psutil, require, find_smi, run_command)
+                                         pynvml, psutil, require, find_smi, run_command)
     if failed:
         return result, warnings, failed
     if psutil is None:
@@ -170,7 +184,9 @@ def run_reading(params: t.Mapping[str, t.Any], pynvml: t.Any, psutil: t.Any, req
         return {"msg": "psutil is needed to tell whose each holder is"}, warnings, True
     for gpu in result["ansible_facts"].get("gpus") or []:
         for proc in gpu.get("processes") or []:
-            proc.update(name=_masked_title(proc.get("name")), cmdline=[_masked_title(word) for word in proc["cmdline"]] if proc.get("cmdline") else proc.get("cmdline"))
+            proc["name"] = _masked_title(proc.get("name"))
+            if proc.get("cmdline"):
+                proc["cmdline"] = [_masked_title(word) for word in proc["cmdline"]]
     servers = read_servers(state_dir, psutil, params.get("health_host") or "127.0.0.1", float(timeout), get)
     result["servers"] = servers
     result["owners"] = judge_holders(result["ansible_facts"], servers, psutil, sid_of)

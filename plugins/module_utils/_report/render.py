@@ -55,7 +55,7 @@ table.gpus col.c5{width:9%}table.gpus col.c6{width:15%}
 .bar{width:140px;height:9px;background:#e8e8ee;border-radius:4px;overflow:hidden}.bar span{display:block;height:100%;background:#4a6fd8}
 tr.state-free .bar span{background:#3a9d5d}tr.state-lost td,tr.state-unhealthy td{background:#fdecee}
 ul.flags,ul.holders{margin:0;padding-left:16px}.flags li{color:#b00020}.flags li.throttle{color:#8a5a00}
-.o-orphan{color:#b00020;font-weight:600}.o-other-namespace,.o-unverified{color:#8a5a00;font-weight:600}.o-server{color:#1e6b35}
+.o-orphan{color:#b00020;font-weight:600}.o-other-namespace,.o-unverified,.o-unmanaged{color:#8a5a00;font-weight:600}.o-server{color:#1e6b35}
 .cmd{font:11px ui-monospace,Menlo,Consolas,monospace;color:#555;word-break:break-all}
 .na{color:#999}.reason{color:#b00020}
 .filters{margin:6px 0}.filters label{margin-right:12px}
@@ -73,7 +73,8 @@ var b=document.createElement('button');b.textContent=th.textContent;th.textConte
 var k=th.getAttribute('data-key'),n=th.hasAttribute('data-num'),up=th.getAttribute('aria-sort')!=='ascending';
 var rows=Array.prototype.slice.call(tb.rows);rows.sort(function(x,y){var a=x.getAttribute('data-'+k),c=y.getAttribute('data-'+k);
 var r=n?(parseFloat(a)-parseFloat(c)):a.localeCompare(c);return up?r:-r;});rows.forEach(function(r){tb.appendChild(r);});
-document.querySelectorAll('#host-table th').forEach(function(h){h.removeAttribute('aria-sort');});th.setAttribute('aria-sort',up?'ascending':'descending');});});
+document.querySelectorAll('#host-table th').forEach(function(h){h.removeAttribute('aria-sort');});
+th.setAttribute('aria-sort',up?'ascending':'descending');});});
 void document.body.offsetHeight;d.setAttribute('data-render-ms',performance.now().toFixed(1));d.setAttribute('data-script','ok');})();"""
 
 _SCRIPT_HASH = base64.b64encode(hashlib.sha256(_SCRIPT.encode("utf-8")).digest()).decode("ascii")
@@ -130,7 +131,8 @@ def _gpu_row(gpu: t.Mapping[str, t.Any]) -> str:
         holders = "none"
     if gpu["unaccounted_mib"] is not None:
         holders += ' <span class="reason">%s MiB held by no process</span>' % esc(_mib(gpu["unaccounted_mib"]))
-    power = "N/A" if gpu["power_draw_w"] is None else "%.0f / %s W" % (gpu["power_draw_w"], "N/A" if gpu["power_limit_w"] is None else "%.0f" % gpu["power_limit_w"])
+    limit = "N/A" if gpu["power_limit_w"] is None else "%.0f" % gpu["power_limit_w"]
+    power = "N/A" if gpu["power_draw_w"] is None else "%.0f / %s W" % (gpu["power_draw_w"], limit)
     return (
         '<tr class="gpu state-%s" data-gpu="%s" data-state="%s"><td>%s<br><small>%s</small></td>'
         '<td><div class="bar"><span style="width:%.1f%%"></span></div>%s / %s MiB</td><td>%s</td><td>%s</td><td>%s</td>'
@@ -232,7 +234,7 @@ def render_html(report: t.Mapping[str, t.Any]) -> str:
     ))
 
 
-def _cell(value: t.Any) -> t.Any:
+def cell(value: t.Any) -> t.Any:
     """A CSV cell; text that a spreadsheet would take for a formula gets a leading apostrophe."""
     if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
         return "'" + value
@@ -246,7 +248,7 @@ def _csv(header: t.Sequence[str], rows: t.Iterable[t.Sequence[t.Any]]) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
     for row in rows:
-        writer.writerow([_cell(value) for value in row])
+        writer.writerow([cell(value) for value in row])
     return out.getvalue()
 
 
