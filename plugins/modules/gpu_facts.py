@@ -380,6 +380,7 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import finish
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.facts import ARGUMENT_SPEC, run_facts
 
 
@@ -389,11 +390,7 @@ def main() -> None:
     result, warnings, failed = run_facts(module.params, _deps.PYNVML.module, _deps.PSUTIL.module,
                                          lambda name: _deps.require(module, deps[name]),
                                          lambda: module.get_bin_path("nvidia-smi"), module.run_command)
-    for warning in warnings:
-        module.warn(warning)
-    if failed:
-        module.fail_json(**result)
-    module.exit_json(**result)
+    finish(module, result, warnings, failed)
 
 
 if __name__ == "__main__":

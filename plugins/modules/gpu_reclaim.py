@@ -493,6 +493,7 @@ msg:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import finish
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import run_reclaim
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import ARGUMENT_SPEC
 
@@ -505,11 +506,7 @@ def main() -> None:
         return _deps.PYNVML.module, _deps.PSUTIL.module
 
     result, warnings, failed = run_reclaim(module.params, module.check_mode, module._diff, libraries)
-    for warning in warnings:
-        module.warn(warning)
-    if failed:
-        module.fail_json(**result)
-    module.exit_json(**result)
+    finish(module, result, warnings, failed)
 
 
 if __name__ == "__main__":

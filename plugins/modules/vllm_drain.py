@@ -81,12 +81,30 @@ waited_s:
 """
 
 import time
+import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, http_url
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import http_get, metric_sum
 
 _IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
+    "url": {"type": "str", "required": True},
+    "timeout": {"type": "float", "default": 60},
+    "interval": {"type": "float", "default": 0.5},
+    "fail_on_timeout": {"type": "bool", "default": False},
+}
+
+
+def check_params(params: t.Mapping[str, t.Any]) -> str:
+    """The server's base URL (no trailing slash), once every option is in range; raises SpecError naming option and value."""
+    url = http_url("url", params["url"])
+    between("timeout", params["timeout"], 0, 86400, "seconds")
+    between("interval", params["interval"], 0.01, 60, "seconds")
+    return url
 
 
 def _in_flight(url):
@@ -101,22 +119,14 @@ def _in_flight(url):
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "url": {"type": "str", "required": True},
-            "timeout": {"type": "float", "default": 60},
-            "interval": {"type": "float", "default": 0.5},
-            "fail_on_timeout": {"type": "bool", "default": False},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     params = module.params
-    url = params["url"].rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        module.fail_json(msg="url: expected an http:// or https:// URL, got %r" % params["url"])
-    if not 0 <= params["timeout"] <= 86400:
-        module.fail_json(msg="timeout: expected 0 to 86400 seconds, got %r" % params["timeout"])
-    if not 0.01 <= params["interval"] <= 60:
-        module.fail_json(msg="interval: expected 0.01 to 60 seconds, got %r" % params["interval"])
+    try:
+        url = check_params(params)
+    except SpecError as exc:
+        module.fail_json(msg=str(exc))
     start = time.monotonic()
     first = _in_flight(url)
     result = {"changed": False, "answered": first is not None, "running_at_start": first}

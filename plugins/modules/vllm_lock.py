@@ -140,42 +140,57 @@ took_over:
   type: dict
 """
 
+import typing as t
+
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import LockHeld, acquire, release, who
+
+
+ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
+    "path": {"type": "path", "required": True},
+    "state": {"type": "str", "choices": ["locked", "unlocked"], "default": "locked"},
+    "token": {"type": "str", "required": True, "no_log": False},
+    "owner": {"type": "str"},
+    "play": {"type": "str"},
+    "controller": {"type": "dict", "options": {
+        "host": {"type": "str"},
+        "user": {"type": "str"},
+        "pid": {"type": "int"},
+        "pid_start": {"type": "str"},
+        "argv_sha": {"type": "str"},
+        "boot_id": {"type": "str"},
+        "machine_id": {"type": "str"},
+        "pid_namespace": {"type": "str"},
+    }},
+    "takeover": {"type": "str", "no_log": False},
+    "stale_after": {"type": "float", "default": 7200},
+}
+
+
+def check_params(params: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+    """The controller's details that are set, once every option is usable; raises SpecError naming option and value."""
+    if not params["token"].strip():
+        raise SpecError("token: must not be empty")
+    if params["stale_after"] <= 0:
+        raise SpecError("stale_after: expected a positive number of seconds, got %r" % params["stale_after"])
+    controller = {key: value for key, value in (params["controller"] or {}).items() if value is not None}
+    if controller.get("pid") is not None and controller["pid"] <= 0:
+        raise SpecError("controller.pid: expected a positive PID, got %r" % controller["pid"])
+    return controller
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "path": {"type": "path", "required": True},
-            "state": {"type": "str", "choices": ["locked", "unlocked"], "default": "locked"},
-            "token": {"type": "str", "required": True, "no_log": False},
-            "owner": {"type": "str"},
-            "play": {"type": "str"},
-            "controller": {"type": "dict", "options": {
-                "host": {"type": "str"},
-                "user": {"type": "str"},
-                "pid": {"type": "int"},
-                "pid_start": {"type": "str"},
-                "argv_sha": {"type": "str"},
-                "boot_id": {"type": "str"},
-                "machine_id": {"type": "str"},
-                "pid_namespace": {"type": "str"},
-            }},
-            "takeover": {"type": "str", "no_log": False},
-            "stale_after": {"type": "float", "default": 7200},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     params = module.params
-    if not params["token"].strip():
-        module.fail_json(msg="token: must not be empty")
-    if params["stale_after"] <= 0:
-        module.fail_json(msg="stale_after: expected a positive number of seconds, got %r" % params["stale_after"])
-    controller = {key: value for key, value in (params["controller"] or {}).items() if value is not None}
-    if controller.get("pid") is not None and controller["pid"] <= 0:
-        module.fail_json(msg="controller.pid: expected a positive PID, got %r" % controller["pid"])
+    try:
+        controller = check_params(params)
+    except SpecError as exc:
+        module.fail_json(msg=str(exc))
     details = {"controller": controller or None, "play": params["play"]}
     owner = params["owner"] or who(details, with_run=False)
     try:

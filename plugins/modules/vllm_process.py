@@ -195,10 +195,12 @@ stopped:
 
 import os
 import time
+import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import http_get
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.process import LaunchError, launch_detached, stop_tree
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import (
@@ -209,6 +211,28 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import
 )
 
 
+ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
+    "state": {"type": "str", "choices": ["running", "stopped", "status"], "default": "status"},
+    "state_file": {"type": "path", "required": True},
+    "argv": {"type": "list", "elements": "str", "no_log": True},
+    "env": {"type": "dict", "default": {}, "no_log": True},
+    "secret_env": {"type": "list", "elements": "str", "default": []},
+    "log_file": {"type": "path"},
+    "chdir": {"type": "path"},
+    "config_hash": {"type": "str"},
+    "metadata": {"type": "dict", "default": {}},
+    "stop_timeout": {"type": "float", "default": 30},
+    "health_url": {"type": "str"},
+}
+
+
+def check_params(params: t.Mapping[str, t.Any], argv: t.Sequence[str]) -> None:
+    """Raises SpecError naming the option and the value when one cannot be used."""
+    if params["state"] == "running" and not argv:
+        raise SpecError("argv: the command must have at least one word, got %r" % (list(argv),))
+    between("stop_timeout", params["stop_timeout"], 0, 3600, "seconds")
+
+
 def _environment(extra):
     env = dict(os.environ)
     env.update({str(key): "" if value is None else str(value) for key, value in extra.items()})
@@ -217,19 +241,7 @@ def _environment(extra):
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "state": {"type": "str", "choices": ["running", "stopped", "status"], "default": "status"},
-            "state_file": {"type": "path", "required": True},
-            "argv": {"type": "list", "elements": "str", "no_log": True},
-            "env": {"type": "dict", "default": {}, "no_log": True},
-            "secret_env": {"type": "list", "elements": "str", "default": []},
-            "log_file": {"type": "path"},
-            "chdir": {"type": "path"},
-            "config_hash": {"type": "str"},
-            "metadata": {"type": "dict", "default": {}},
-            "stop_timeout": {"type": "float", "default": 30},
-            "health_url": {"type": "str"},
-        },
+        argument_spec=ARGUMENT_SPEC,
         required_if=[("state", "running", ["argv", "log_file"])],
         supports_check_mode=True,
     )
@@ -239,10 +251,10 @@ def main() -> None:
     hide_only_secrets(module, list(argv) + [value for name, value in params["env"].items() if name not in secret_names],
                       secret_argv_values(argv) + [params["env"][name] for name in secret_names])
     shown_argv = masked_argv(argv)
-    if params["state"] == "running" and not argv:
-        module.fail_json(msg="argv: the command must have at least one word, got %r" % (argv,))
-    if not 0 <= params["stop_timeout"] <= 3600:
-        module.fail_json(msg="stop_timeout: expected 0 to 3600 seconds, got %r" % params["stop_timeout"])
+    try:
+        check_params(params, argv)
+    except SpecError as exc:
+        module.fail_json(msg=str(exc))
     _deps.require(module, _deps.PSUTIL)
     psutil = _deps.PSUTIL.module
     try:

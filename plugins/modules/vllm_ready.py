@@ -120,11 +120,13 @@ log_tail:
 """
 
 import time
+import typing as t
 from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, http_url
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.log_tail import file_tail, journal_tail
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import http_get, listed_models
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import same_process
@@ -132,33 +134,42 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import
 _UNIT_ALIVE = ("active", "activating", "reloading")
 
 
+ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
+    "url": {"type": "str", "required": True},
+    "model": {"type": "str"},
+    "api_key": {"type": "str", "no_log": True},
+    "pid": {"type": "int"},
+    "create_time": {"type": "float"},
+    "unit": {"type": "str"},
+    "log_file": {"type": "path"},
+    "log_lines": {"type": "int", "default": 30},
+    "timeout": {"type": "float", "default": 900},
+    "since": {"type": "float"},
+    "poll_for": {"type": "float", "default": 0},
+    "interval": {"type": "float", "default": 0.1},
+}
+
+
+def check_params(params: t.Mapping[str, t.Any]) -> str:
+    """The server's base URL (no trailing slash), once every option is in range; raises SpecError naming option and value."""
+    url = http_url("url", params["url"])
+    for option, low, high in (("timeout", 0, 86400), ("poll_for", 0, 86400), ("interval", 0.01, 60), ("log_lines", 0, 10000)):
+        between(option, params[option], low, high)
+    return url
+
+
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "url": {"type": "str", "required": True},
-            "model": {"type": "str"},
-            "api_key": {"type": "str", "no_log": True},
-            "pid": {"type": "int"},
-            "create_time": {"type": "float"},
-            "unit": {"type": "str"},
-            "log_file": {"type": "path"},
-            "log_lines": {"type": "int", "default": 30},
-            "timeout": {"type": "float", "default": 900},
-            "since": {"type": "float"},
-            "poll_for": {"type": "float", "default": 0},
-            "interval": {"type": "float", "default": 0.1},
-        },
+        argument_spec=ARGUMENT_SPEC,
         mutually_exclusive=[("pid", "unit")],
         required_by={"create_time": "pid"},
         supports_check_mode=True,
     )
     params = module.params
-    url = params["url"].rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        module.fail_json(msg="url: expected an http:// or https:// URL, got %r" % params["url"])
-    for option, low, high in (("timeout", 0, 86400), ("poll_for", 0, 86400), ("interval", 0.01, 60), ("log_lines", 0, 10000)):
-        if not low <= params[option] <= high:
-            module.fail_json(msg="%s: expected %g to %g, got %r" % (option, low, high, params[option]))
+    try:
+        url = check_params(params)
+    except SpecError as exc:
+        module.fail_json(msg=str(exc))
     now = time.time()
     since = params["since"] if params["since"] is not None else now
     if module.check_mode:

@@ -123,9 +123,12 @@ workers:
       returned: always
 """
 
+import typing as t
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import open_nvml
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import hide_only_secrets, secret_env_names
@@ -133,28 +136,39 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._server.check import 
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import same_process
 
 
+ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
+    "pid": {"type": "int", "required": True},
+    "create_time": {"type": "float"},
+    "gpus": {"type": "list", "elements": "int", "required": True},
+    "tensor_parallel_size": {"type": "int", "required": True},
+    "env": {"type": "dict", "default": {}, "no_log": True},
+    "secret_env": {"type": "list", "elements": "str", "default": []},
+}
+
+
+def check_params(params: t.Mapping[str, t.Any]) -> None:
+    """Raises SpecError naming the option and the value when one cannot be used."""
+    if not params["gpus"] or any(index < 0 for index in params["gpus"]) or len(set(params["gpus"])) != len(params["gpus"]):
+        raise SpecError("gpus: expected distinct GPU indices (0 or more), got %r" % (params["gpus"],))
+    if params["tensor_parallel_size"] < 1:
+        raise SpecError("tensor_parallel_size: expected at least 1, got %r" % params["tensor_parallel_size"])
+    if params["pid"] < 1:
+        raise SpecError("pid: expected a PID, got %r" % params["pid"])
+
+
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "pid": {"type": "int", "required": True},
-            "create_time": {"type": "float"},
-            "gpus": {"type": "list", "elements": "int", "required": True},
-            "tensor_parallel_size": {"type": "int", "required": True},
-            "env": {"type": "dict", "default": {}, "no_log": True},
-            "secret_env": {"type": "list", "elements": "str", "default": []},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     params = module.params
     secret_names = secret_env_names(params["env"], params["secret_env"])
     hide_only_secrets(module, [value for name, value in params["env"].items() if name not in secret_names],
                       [params["env"][name] for name in secret_names])
-    if not params["gpus"] or any(index < 0 for index in params["gpus"]) or len(set(params["gpus"])) != len(params["gpus"]):
-        module.fail_json(msg="gpus: expected distinct GPU indices (0 or more), got %r" % (params["gpus"],))
-    if params["tensor_parallel_size"] < 1:
-        module.fail_json(msg="tensor_parallel_size: expected at least 1, got %r" % params["tensor_parallel_size"])
-    if params["pid"] < 1:
-        module.fail_json(msg="pid: expected a PID, got %r" % params["pid"])
+    try:
+        check_params(params)
+    except SpecError as exc:
+        module.fail_json(msg=str(exc))
     _deps.require(module, _deps.PYNVML, _deps.PSUTIL)
     psutil = _deps.PSUTIL.module
     created = params["create_time"]

@@ -17,6 +17,8 @@ import os
 import typing as t
 from urllib.parse import urlsplit
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError
+
 MAX_TOKENS = 1024 * 1024
 MAX_REQUESTS = 1000000
 MAX_CONCURRENCY = 4096
@@ -43,10 +45,6 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "validate_certs": {"type": "bool", "default": True},
     "save_result": {"type": "path"},
 }
-
-
-class SpecError(ValueError):
-    """An option value that cannot be used; the message names the option and the value."""
 
 
 class BenchSpec(t.NamedTuple):

@@ -15,16 +15,17 @@ from __future__ import annotations
 import re
 import typing as t
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import ASCII_DIGITS, SpecError
+
 # An index (int) or a UUID (str, as the user spelled it).
 GpuRef = t.Union[int, str]
 Inventory = t.Sequence[t.Tuple[int, t.Optional[str]]]
 
 _UUID = re.compile(r"^GPU-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$", re.IGNORECASE)
-# ASCII digits only: str.isdigit() also takes '²' (which int() refuses) and '٣' (which int() reads as 3)
-_INDEX = re.compile(r"^[0-9]{1,6}$")
+_INDEX_DIGITS = 6
 
 
-class SelectionError(ValueError):
+class SelectionError(SpecError):
     """A ``gpus`` value that names no GPU; the message names the option and the value."""
 
 
@@ -37,7 +38,7 @@ def parse_gpus(values: t.Optional[t.Sequence[t.Any]], option: str = "gpus") -> t
     refs: t.List[GpuRef] = []
     for value in values:
         word = str(value).strip()
-        if _INDEX.match(word):
+        if ASCII_DIGITS.match(word) and len(word) <= _INDEX_DIGITS:
             refs.append(int(word))
         elif _UUID.match(word):
             refs.append(word)

@@ -17,6 +17,7 @@ import re
 import signal
 import typing as t
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.selection import GpuRef, SelectionError, parse_gpus
 
 # A holder's launcher is found by climbing from its parent through an unbroken chain of
@@ -92,10 +93,6 @@ def default(option: str) -> t.Any:
     """The default of one option, as the argument spec has it (a copy, so callers may not change it)."""
     value = ARGUMENT_SPEC[option].get("default")
     return list(value) if isinstance(value, list) else value
-
-
-class SpecError(ValueError):
-    """An option value that cannot be used; the message names the option and the value."""
 
 
 class Owner(t.NamedTuple):
