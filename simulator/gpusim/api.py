@@ -14,31 +14,37 @@ nvidia-ml-py and anything the collection says. The liveness helpers read /proc a
     assert host.used_mib() == [0] * 8 and not pid_alive(tree["workers"][0])
     host.cleanup()
 
-The `gpusim` command line is a thin layer over the same functions.
+The `gpusim` command line is a thin layer over the same functions; `Host.gpusim()` runs it, for tests that
+check the command itself. `FakeVllm` starts and stops a fake vLLM API server as an operator or a role would
+(`vllm serve MODEL ...`), as a child of the caller, and reads its own answers (/health, /metrics, /sim/*).
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from gpusim import procfs
-from gpusim.allocs import Alloc, write_alloc
+from gpusim.allocs import Alloc, register_own_alloc, write_alloc
 from gpusim.cleanup import cleanup as _cleanup
 from gpusim.devices import DEVICE_DIR_ENV
 from gpusim.gpus import DEFAULT_NAME, DEFAULT_RESERVED_MIB, DEFAULT_TOTAL_MIB
 from gpusim.host import create_host, read_host, set_host_key
 from gpusim.incident import replay_incident
+from gpusim.inventory import host_vars as _host_vars
+from gpusim.inventory import role_inventory as _role_inventory
 from gpusim.procs import ProcRecord, read_records
 from gpusim.scenarios import add_foreign, set_driver_loaded, set_lost, set_orphan
-from gpusim.spawn import SIMULATOR_DIR
-from gpusim.statedir import StateDir, StateError
+from gpusim.spawn import FAKEVLLM_DIR, SIMULATOR_DIR
+from gpusim.statedir import StateDir, StateError, resolve_state
 from gpusim.status import collect_status
 from gpusim.stuck import spawn_stuck
 from gpusim.tree import spawn_tree
@@ -46,11 +52,17 @@ from gpusim.vllm_tree import DEFAULT_MODEL, DEFAULT_WORKER_MIB, TreeSpec, spawn_
 
 SIM_LIB_DIR = SIMULATOR_DIR / "build" / "lib"
 SIM_BIN_DIR = SIMULATOR_DIR / "build" / "bin"
+FAKE_VLLM = FAKEVLLM_DIR / "bin" / "vllm"  # the fake `vllm` console script (run it with an interpreter that has setproctitle)
 
 __all__ = [
-    "Host", "StateError", "SIM_LIB_DIR", "SIM_BIN_DIR", "pid_alive", "pid_exists", "starttime", "proc_state",
-    "parent_pid", "title", "orphan_parent",
+    "Host", "FakeVllm", "GpusimError", "StateError", "SIMULATOR_DIR", "SIM_LIB_DIR", "SIM_BIN_DIR", "FAKEVLLM_DIR",
+    "FAKE_VLLM", "free_port", "pid_alive", "pid_exists", "starttime", "proc_state", "parent_pid", "title",
+    "orphan_parent", "hold_memory", "run_gpusim", "role_host_vars", "role_inventory",
 ]
+
+
+class GpusimError(AssertionError):
+    """The `gpusim` command failed (an AssertionError, so a test that drives it fails with its output)."""
 
 
 # ---- liveness, from /proc alone ---------------------------------------------------------------------------
@@ -109,6 +121,42 @@ def orphan_parent() -> int:
             "os._exit(0)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=10, check=True)
     return int(done.stdout.strip())
+
+
+# ---- the command line, a process's own memory, the role's inventory ------------------------------------------
+
+
+def simulator_environ(env: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """`env` (default: this process's environment) with simulator/ first on PYTHONPATH, so `-m gpusim` is found."""
+    merged = dict(os.environ if env is None else env)
+    merged["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SIMULATOR_DIR), merged.get("PYTHONPATH")]))
+    return merged
+
+
+def run_gpusim(*args: str, env: Optional[Mapping[str, str]] = None, check: bool = True,
+               timeout: float = 120) -> "subprocess.CompletedProcess[str]":
+    """`python -m gpusim ARGS...` with this interpreter; raises GpusimError (with its output) when check and it fails."""
+    done = subprocess.run([sys.executable, "-m", "gpusim", *args], env=simulator_environ(env), capture_output=True,
+                          text=True, timeout=timeout, check=False)
+    if check and done.returncode != 0:
+        raise GpusimError(f"gpusim {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+def hold_memory(gpu: int, mib: int, state: Optional[Union[str, Path]] = None, flags: Sequence[str] = ()) -> None:
+    """Let the CALLING process hold `mib` on `gpu` of the host `state` (default $GPUOPS_SIM_STATE), with its device
+    files open, until it exits: a bystander (a training job, say) that a test starts as its own script."""
+    register_own_alloc(resolve_state(None if state is None else str(state)), gpu, mib, tuple(flags))
+
+
+def role_host_vars(state: Union[str, Path], port: int, **extra: Any) -> Dict[str, Any]:
+    """The vllm_server role's variables for one simulated host: its port, state directory, simulated GPUs."""
+    return _host_vars(Path(state), port, **extra)
+
+
+def role_inventory(hosts: Mapping[str, Dict[str, Any]], python: Optional[str] = None, **group_vars: Any) -> Dict[str, Any]:
+    """An inventory (as a dict) whose group vllm_servers holds `hosts` (name -> role_host_vars), local connection."""
+    return _role_inventory(hosts, python=python, **group_vars)
 
 
 # ---- a simulated host ---------------------------------------------------------------------------------------
@@ -204,6 +252,16 @@ class Host:
                 found[int(entry)] = held
         return found
 
+    def gpusim(self, command: str, *args: str, check: bool = True,
+               env: Optional[Mapping[str, str]] = None) -> "subprocess.CompletedProcess[str]":
+        """The command line on this host: `python -m gpusim COMMAND --state DIR ARGS...` (tree_env in its environment)."""
+        merged = dict(os.environ if env is None else env, **self.tree_env)
+        return run_gpusim(command, "--state", str(self.state), *args, env=merged, check=check)
+
+    def gpusim_json(self, command: str, *args: str) -> Any:
+        """The JSON a `gpusim` command prints (vllm, tree, status --json, ...)."""
+        return json.loads(self.gpusim(command, *args).stdout)
+
     def host_keys(self) -> Dict[str, str]:
         return read_host(self.statedir)
 
@@ -281,3 +339,158 @@ class Host:
         if result["left"]:
             raise StateError(f"still running after SIGKILL: {result['left']}")
         return result
+
+
+# ---- a fake vLLM API server, started as a role or an operator starts vLLM ---------------------------------
+
+
+class FakeVllm:
+    """`vllm serve MODEL --tensor-parallel-size N --port P ARGS...` (the fake vLLM) on a simulated host, started by
+    the caller as its own child in a new session, stopped and reaped by its Popen handle (its tree records itself
+    in the host's procs/, so `host.cleanup()` ends whatever a failed stop leaves).
+
+    The server's environment is the caller's without any GPUOPS_SIM_* knob or NCCL_PROTO (nothing leaks in from a
+    shell), plus what the host needs (`host.environment()`, `host.tree_env`), CUDA_VISIBLE_DEVICES, each worker's
+    memory, and `env` (the serving knobs of docs/simulator.md). Its readings are its own answers: /health, /metrics
+    (`counter()`), /sim/pace, /sim/faults.
+
+        server = FakeVllm(host, tmp_path / "server.log", gpus="0,1", env={"GPUOPS_SIM_TTFT_MS": "50"}).start()
+        try:
+            server.wait_ready()
+            ...
+        finally:
+            server.stop()
+    """
+
+    def __init__(self, host: Host, log: Union[str, Path], *, gpus: str = "0", model: str = "org/model",
+                 env: Optional[Mapping[str, str]] = None, args: Sequence[str] = (), port: Optional[int] = None,
+                 worker_mib: int = 4096, engine_core: bool = False, cpu: Optional[int] = None) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = Path(log)
+        self.model = model
+        self.cpu = cpu  # pin the server to this CPU (a bench keeps its client on another)
+        self.env = {key: value for key, value in simulator_environ().items()
+                    if not key.startswith("GPUOPS_SIM_") and key != "NCCL_PROTO"}
+        self.env.update(host.environment(), **host.tree_env)
+        self.env.update(CUDA_VISIBLE_DEVICES=gpus, GPUOPS_SIM_WORKER_MIB=str(worker_mib),
+                        GPUOPS_SIM_ENGINE_CORE="1" if engine_core else "0", **(env or {}))
+        self.argv = [sys.executable, str(FAKE_VLLM), "serve", model, "--tensor-parallel-size",
+                     str(len(gpus.split(","))), "--port", str(self.port), *args]
+        self.proc: Optional["subprocess.Popen[bytes]"] = None
+        self.launched = 0.0
+
+    def start(self) -> "FakeVllm":
+        pin: Optional[Callable[[], None]] = None
+        if self.cpu is not None:
+            cpus = {self.cpu}
+            pin = lambda: os.sched_setaffinity(0, cpus)  # noqa: E731
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(  # pylint: disable=consider-using-with  # ended by stop()
+                self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=pin)  # pylint: disable=subprocess-popen-preexec-fn
+        self.launched = time.monotonic()
+        return self
+
+    def __enter__(self) -> "FakeVllm":
+        return self if self.proc is not None else self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise GpusimError("the fake vLLM server was never started")
+        return self.proc.pid
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> Optional[int]:
+        """Signal the server (never anything else) and reap it; SIGKILL if it outlives `timeout`. Its exit status."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    # -- its own answers
+
+    def connection(self, timeout: float = 30.0) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def request(self, method: str, path: str, body: Any = None, timeout: float = 30.0, raw: Optional[bytes] = None,
+                headers: Optional[Mapping[str, str]] = None) -> Tuple[int, bytes]:
+        """(status, body) of one request on a connection of its own (http.client: an HTTP error status is returned,
+        a cut connection raises as http.client does)."""
+        conn = self.connection(timeout)
+        try:
+            data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+            sent = dict(headers or {})
+            if data is not None:
+                sent.setdefault("Content-Type", "application/json")
+            conn.request(method, path, data, sent)
+            response = conn.getresponse()
+            return response.status, response.read()
+        finally:
+            conn.close()
+
+    def get_json(self, path: str) -> Any:
+        status, data = self.request("GET", path)
+        if status != 200:
+            raise GpusimError(f"GET {path}: {status} {data!r}")
+        return json.loads(data)
+
+    def post_json(self, path: str, body: Any) -> Any:
+        status, data = self.request("POST", path, body)
+        if status != 200:
+            raise GpusimError(f"POST {path}: {status} {data!r}")
+        return json.loads(data)
+
+    def health(self) -> int:
+        """/health's status, 0 while nothing answers."""
+        try:
+            return self.request("GET", "/health", timeout=5)[0]
+        except OSError:
+            return 0
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Until /health answers 200; raises GpusimError with the server's log if it exits or the time runs out."""
+        deadline = time.monotonic() + timeout
+        while self.health() != 200:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise GpusimError(f"the fake vLLM server exited ({self.proc.returncode}):\n{self.log_text()}")
+            if time.monotonic() > deadline:
+                raise GpusimError(f"the fake vLLM server was not ready after {timeout} s:\n{self.log_text()}")
+            time.sleep(0.05)
+
+    def metrics(self) -> Dict[str, float]:
+        """`name{labels}` -> value for every sample line of /metrics."""
+        status, data = self.request("GET", "/metrics")
+        if status != 200:
+            raise GpusimError(f"GET /metrics: {status}")
+        samples = {}
+        for line in data.decode().splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                samples[name] = float(value)
+        return samples
+
+    def counter(self, name: str, model: Optional[str] = None) -> float:
+        """The sum of a /metrics family's samples (`vllm:generation_tokens_total`, ...), for one served model name
+        when given: the server's own count, for judging what a client claims."""
+        found = [value for sample, value in self.metrics().items() if sample == name or sample.startswith(name + "{")
+                 if model is None or f'model_name="{model}"' in sample]
+        if not found:
+            raise GpusimError(f"no {name} samples{'' if model is None else ' for ' + model} in /metrics")
+        return sum(found)
+
+    def pace_at(self, concurrency: int) -> float:
+        """The per-stream tokens/s the server really schedules at `concurrency` streams (GET /sim/pace)."""
+        return float(self.get_json(f"/sim/pace?concurrency={concurrency}")["tokens_per_s_at"])

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-
 import subprocess
 import sys
 import typing as t
@@ -12,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from gpusim.api import pid_alive, starttime
 from simfleet import SIM_LIB, SimHost, hosts_with_ports, write_inventory
-from gpusim.api import pid_alive, starttime  # after simfleet, which puts the simulator on sys.path
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A process that is not vLLM and holds simulated GPU memory: `python holder.py --gpu N --mib M` (GPUOPS_SIM_STATE set).
 
-Started by tests as a bystander (say, someone's training job); the tests end it by its Popen handle.
+Started by tests as a bystander (say, someone's training job); the tests end it by its Popen handle. A script of
+its own (not a test module), so it finds gpusim's public API through the one path below.
 """
 
 import argparse
@@ -12,14 +13,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "simulator"))
 
-from gpusim.allocs import register_own_alloc  # noqa: E402  # pylint: disable=wrong-import-position
-from gpusim.statedir import resolve_state  # noqa: E402  # pylint: disable=wrong-import-position
+from gpusim.api import hold_memory  # noqa: E402  # pylint: disable=wrong-import-position
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--gpu", type=int, required=True)
 parser.add_argument("--mib", type=int, required=True)
 args = parser.parse_args()
-register_own_alloc(resolve_state(None), args.gpu, args.mib)
+hold_memory(args.gpu, args.mib)
 print("holding", flush=True)
 while True:
     signal.pause()

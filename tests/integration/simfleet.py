@@ -1,31 +1,28 @@
 # Copyright (c) gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A simulated fleet for integration tests: gpusim hosts plus real ansible-playbook runs.
+"""A simulated fleet for integration tests: gpusim hosts (gpusim.api) plus real ansible-playbook runs (tests/support).
 
-Every host is a gpusim state directory; its processes are recorded by gpusim and
-cleaned up by recorded PID only.
+Every host is a gpusim state directory; its processes are recorded by gpusim and cleaned up by recorded PID only.
+The server readings (`server_pid`, `holders`, `health`) are the machine's and the simulator's, never the role's.
+`simulator/` and `tests/support/` are on sys.path through pytest.ini's `pythonpath`.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
 import sys
 import typing as t
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "simulator"))
+import psutil
 
-from gpusim import inventory as sim_inventory  # noqa: E402  # pylint: disable=wrong-import-position
-from gpusim.api import free_port  # noqa: E402,F401  # pylint: disable=wrong-import-position,unused-import  # re-exported
-from gpusim.api import SIM_LIB_DIR, Host  # noqa: E402  # pylint: disable=wrong-import-position
+from ansible_run import BIN, REPO, ansible_env, flat, recap, run_playbook  # noqa: F401  # pylint: disable=unused-import  # re-exported
+from gpusim.api import SIM_LIB_DIR, Host, free_port, pid_alive, role_host_vars as sim_host_vars, role_inventory
+from readings import health, listening_pid  # noqa: F401  # pylint: disable=unused-import  # re-exported
 
 SIM_LIB = SIM_LIB_DIR
 PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
-BIN = Path(sys.executable).parent
+RESTART = REPO / "playbooks" / "restart_vllm.yml"
 
 
 class SimHost(Host):
@@ -35,23 +32,7 @@ class SimHost(Host):
     def __init__(self, name: str, state: Path) -> None:
         super().__init__(state)
         self.name = name
-
-    def gpusim(self, command: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        env = dict(os.environ, PYTHONPATH=str(REPO / "simulator"))
-        proc = subprocess.run(
-            [sys.executable, "-m", "gpusim", command, "--state", str(self.state), *args],
-            env=env, capture_output=True, text=True, timeout=60, check=False,
-        )
-        if check and proc.returncode != 0:
-            raise AssertionError("gpusim %s %s failed (%d): %s %s" % (command, args, proc.returncode, proc.stdout, proc.stderr))
-        return proc
-
-    def gpusim_json(self, command: str, *args: str) -> t.Any:
-        return json.loads(self.gpusim(command, *args).stdout)
-
-    def environment(self, nvidia_smi: bool = False) -> t.Dict[str, str]:
-        """What a play's `environment:` gives the module so the real nvidia-ml-py loads the fake NVML."""
-        return super().environment(nvidia_smi)
+        self.port = 0  # its server's loopback port, when the test gives it one (hosts_with_ports, the fleet fixture)
 
 
 def write_inventory(path: Path, hosts: t.Sequence[SimHost], **group_vars: t.Any) -> Path:
@@ -64,26 +45,6 @@ def write_inventory(path: Path, hosts: t.Sequence[SimHost], **group_vars: t.Any)
     }
     path.write_text(json.dumps(inventory, indent=2))
     return path
-
-
-def ansible_env() -> t.Dict[str, str]:
-    env = dict(os.environ)
-    env.update({
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".collections"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_FORCE_COLOR": "0",
-        "PATH": "%s:%s" % (BIN, env.get("PATH", "")),
-    })
-    return env
-
-
-def run_playbook(playbook: Path, inventory: Path, *extra: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    """Run the real ansible-playbook; returns the completed process (stdout+stderr as text)."""
-    return subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", str(inventory), str(playbook), *extra],
-        env=ansible_env(), capture_output=True, text=True, timeout=timeout, check=False,
-    )
 
 
 def run_module(module: str, inventory: Path, result_dir: Path, args: t.Optional[t.Dict[str, t.Any]] = None,
@@ -104,26 +65,13 @@ def run_module(module: str, inventory: Path, result_dir: Path, args: t.Optional[
 
 def role_host_vars(host: SimHost, port: int, **extra: t.Any) -> t.Dict[str, t.Any]:
     """The role's variables for one simulated host: its own port, state directory and simulated GPUs."""
-    return sim_inventory.host_vars(host.state, port, **extra)
+    return sim_host_vars(host.state, port, **extra)
 
 
 def write_role_inventory(path: Path, hosts: t.Mapping[str, t.Dict[str, t.Any]], **group_vars: t.Any) -> Path:
     """An inventory whose group vllm_servers holds the given hosts (name -> host vars), driving the fake vLLM."""
-    path.write_text(json.dumps(sim_inventory.role_inventory(hosts, python=str(BIN / "python3"), **group_vars), indent=2))
+    path.write_text(json.dumps(role_inventory(hosts, python=str(BIN / "python3"), **group_vars), indent=2))
     return path
-
-
-def flat(output: str) -> str:
-    """The output with every run of whitespace made one space (the YAML callback wraps long lines)."""
-    return " ".join(output.split())
-
-
-def recap(output: str) -> t.Dict[str, t.Dict[str, int]]:
-    """PLAY RECAP counters per host."""
-    found = {}
-    for host, counters in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.M):
-        found[host] = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", counters)}
-    return found
 
 
 def hosts_with_ports(make_host: t.Callable[..., SimHost], *names: str) -> t.List[SimHost]:
@@ -131,6 +79,60 @@ def hosts_with_ports(make_host: t.Callable[..., SimHost], *names: str) -> t.List
     made = []
     for name in names:
         host = make_host(name)
-        host.port = free_port()  # type: ignore[attr-defined]
+        host.port = free_port()
         made.append(host)
     return made
+
+
+def inventory_for(tmp_path: Path, hosts: t.Sequence[SimHost], per_host: t.Optional[t.Mapping[str, t.Dict[str, t.Any]]] = None,
+                  **group_vars: t.Any) -> Path:
+    """tmp_path/inventory.json for the role: each host's own port and state, its `per_host` variables, `group_vars`."""
+    entries = {h.name: role_host_vars(h, h.port, **(per_host or {}).get(h.name, {})) for h in hosts}
+    return write_role_inventory(tmp_path / "inventory.json", entries, **group_vars)
+
+
+# ---- readings of a host's server, none of them the role's ------------------------------------------------------
+
+
+def server_pid(host: SimHost) -> t.Optional[int]:
+    """The PID of the process listening on the host's server port (the kernel's socket table), None when none does."""
+    return listening_pid(host.port)
+
+
+def record(host: SimHost) -> t.Dict[str, t.Any]:
+    """The role's own record of the server it launched. Read only where the role's file itself is what a test checks
+    (its fields, its removal); a server's PID comes from server_pid()."""
+    return json.loads((host.state / "role" / ("vllm-%d.json" % host.port)).read_text())
+
+
+def holders(host: SimHost) -> t.Dict[int, t.List[int]]:
+    """GPU index -> PIDs holding it, from the simulator's own reading."""
+    return {g["index"]: [h["pid"] for h in g["holders"]] for g in host.status()["gpus"]}
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    try:
+        return ancestor in [p.pid for p in psutil.Process(pid).parents()]
+    except psutil.NoSuchProcess:
+        return False
+
+
+def environ(pid: int) -> t.Dict[str, str]:
+    return psutil.Process(pid).environ()
+
+
+def assert_server_owns_gpus(host: SimHost, gpus: t.Iterable[int], tp: int) -> t.Tuple[int, t.List[int]]:
+    """The process listening on the host's port runs, answers /health, and its own descendants (tp of them) hold
+    exactly `gpus`; returns (server PID, worker PIDs)."""
+    server = server_pid(host)
+    assert server is not None and pid_alive(server), "nothing listens on port %d" % host.port
+    assert health(host.port) == 200
+    held = holders(host)
+    workers = []
+    for index in gpus:
+        assert len(held[index]) == 1, "GPU %d: %s" % (index, held[index])
+        assert descends_from(held[index][0], server), "GPU %d is held by PID %d, not by the new server %d" % (
+            index, held[index][0], server)
+        workers.append(held[index][0])
+    assert len(set(workers)) == tp
+    return server, workers

@@ -22,10 +22,9 @@ import psutil
 import pytest
 
 from conftest import pid_alive
-from simfleet import REPO, flat, hosts_with_ports, role_host_vars, run_playbook, write_role_inventory
+from simfleet import REPO, RESTART, flat, role_host_vars, run_playbook, server_pid, write_role_inventory
 
 MATRIX = REPO / "playbooks" / "benchmark_matrix.yml"
-RESTART = REPO / "playbooks" / "restart_vllm.yml"
 PACE = {"baseline": 47.3, "LL": 57.6, "LL128": 45.5}
 # the client times one stream's decode to well under 1% on an idle machine; 4% survives a loaded 2-core one
 TOLERANCE = 0.04
@@ -37,11 +36,6 @@ LOAD = {  # short measurements: 4 requests of 32 tokens, 2 at a time, one warmup
     "vllm_server_benchmark_warmup_requests": 1,
 }
 CRASH = {"GPUOPS_SIM_FAIL_AT_START": "crash", "GPUOPS_SIM_FAIL_AFTER_S": "0.5"}
-
-
-@pytest.fixture
-def hosts(make_host):
-    return lambda *names: hosts_with_ports(make_host, *names)
 
 
 def inventory(tmp_path: Path, nodes, **group_vars: t.Any) -> Path:
@@ -61,11 +55,6 @@ def generation_tokens(port: int) -> float:
         text = reply.read().decode()
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith("vllm:generation_tokens_total{"))
-
-
-def recorded_server(host) -> int:
-    """The PID of the server the role launched last (its record), to be judged by independent readings."""
-    return int(json.loads((host.state / "role" / ("vllm-%d.json" % host.port)).read_text())["pid"])
 
 
 def assert_runs(host, pid: int, gpus: t.Sequence[int]) -> None:
@@ -96,8 +85,8 @@ def csv_median(rows: t.Sequence[t.Dict[str, str]], column: str) -> float:
 
 
 @pytest.mark.timeout(1500)
-def test_matrix_on_two_hosts_ll_wins_crash_is_reported_best_is_left_running(hosts, tmp_path):
-    nodes = hosts("gpu-node-01", "gpu-node-02")
+def test_matrix_on_two_hosts_ll_wins_crash_is_reported_best_is_left_running(fleet, tmp_path):
+    nodes = fleet("gpu-node-01", "gpu-node-02")
     configs = [{"name": "baseline"}, {"name": "LL", "env": {"NCCL_PROTO": "LL"}},
                {"name": "LL128", "env": {"NCCL_PROTO": "LL128"}}, {"name": "crash", "env": CRASH}]
     inv = inventory(tmp_path, nodes, vllm_benchmark_configs=configs, vllm_benchmark_repeats=2)
@@ -162,10 +151,10 @@ def test_matrix_on_two_hosts_ll_wins_crash_is_reported_best_is_left_running(host
     assert "discourages setting `NCCL_PROTO` in production" in fleet_part and "LL128" in fleet_part
     assert "| LL | NCCL_PROTO=LL |" in run.stdout  # the table is printed at the end
 
-    # the best configuration is left running: the record's server, by /proc, /sim/pace and the simulator's GPUs
+    # the best configuration is left running: the process on the port, by /proc, /sim/pace and the simulator's GPUs
     left = {e["host"]: e for e in json.loads((results / "left_running.json").read_text())}
     for node in nodes:
-        pid = recorded_server(node)
+        pid = server_pid(node)
         assert left[node.name]["status"] == "ok" and int(left[node.name]["pid"]) == pid
         assert psutil.Process(pid).environ().get("NCCL_PROTO") == "LL"
         pace = get_json(node.port, "/sim/pace")
@@ -175,8 +164,8 @@ def test_matrix_on_two_hosts_ll_wins_crash_is_reported_best_is_left_running(host
 
 
 @pytest.mark.timeout(900)
-def test_matrix_leaves_the_baseline_and_a_null_removes_an_inventory_variable(hosts, tmp_path):
-    (node,) = hosts("gpu-node-01")
+def test_matrix_leaves_the_baseline_and_a_null_removes_an_inventory_variable(fleet, tmp_path):
+    (node,) = fleet("gpu-node-01")
     configs = [{"name": "unset", "env": {"NCCL_PROTO": None}}, {"name": "LL", "env": {"NCCL_PROTO": "LL"}}]
     inv = inventory(tmp_path, [node], vllm_server_env={"NCCL_PROTO": "LL128"}, vllm_benchmark_configs=configs,
                     vllm_benchmark_repeats=1, vllm_benchmark_leave="baseline", vllm_server_tensor_parallel_size=1)
@@ -189,7 +178,7 @@ def test_matrix_leaves_the_baseline_and_a_null_removes_an_inventory_variable(hos
     summary = (results / "summary.md").read_text()
     assert "Winner: **LL**" in summary and "spread is unknown (one round)" in summary
     assert "Configuration to leave running: **unset** (vllm_benchmark_leave=baseline)" in summary
-    pid = recorded_server(node)
+    pid = server_pid(node)
     assert pid != int(cells["LL"]["server"]["pid"])  # LL ran last: leaving the baseline restarted it
     assert "NCCL_PROTO" not in psutil.Process(pid).environ()
     assert get_json(node.port, "/sim/pace")["nccl_proto"] is None
@@ -204,8 +193,8 @@ def test_matrix_leaves_the_baseline_and_a_null_removes_an_inventory_variable(hos
     ({"vllm_benchmark_configs": [{"name": "a"}], "vllm_benchmark_baseline": "b"}, "must be one of the names"),
     ({"vllm_benchmark_configs": [{"name": "a"}], "vllm_benchmark_leave": "worst"}, "must be best or baseline"),
 ])
-def test_bad_matrix_fails_before_anything_is_touched(hosts, tmp_path, bad, needle):
-    (node,) = hosts("gpu-node-01")
+def test_bad_matrix_fails_before_anything_is_touched(fleet, tmp_path, bad, needle):
+    (node,) = fleet("gpu-node-01")
     run = run_playbook(MATRIX, inventory(tmp_path, [node], **bad))
     assert run.returncode != 0
     assert needle in flat(run.stdout), run.stdout[-3000:]
@@ -213,16 +202,16 @@ def test_bad_matrix_fails_before_anything_is_touched(hosts, tmp_path, bad, needl
     assert not (tmp_path / "results").exists()
 
 
-def test_check_mode_is_refused_before_anything_is_touched(hosts, tmp_path):
-    (node,) = hosts("gpu-node-01")
+def test_check_mode_is_refused_before_anything_is_touched(fleet, tmp_path):
+    (node,) = fleet("gpu-node-01")
     run = run_playbook(MATRIX, inventory(tmp_path, [node], vllm_benchmark_configs=[{"name": "a"}]), "--check")
     assert run.returncode != 0 and "there is no check mode" in flat(run.stdout), run.stdout[-3000:]
     assert not (node.state / "role").exists() and not (tmp_path / "results").exists()
 
 
 @pytest.mark.timeout(600)
-def test_restart_with_benchmark_prints_its_figures_and_they_are_the_servers(hosts, tmp_path):
-    (node,) = hosts("gpu-node-01")
+def test_restart_with_benchmark_prints_its_figures_and_they_are_the_servers(fleet, tmp_path):
+    (node,) = fleet("gpu-node-01")
     inv = inventory(tmp_path, [node], vllm_server_env={"NCCL_PROTO": "LL128"}, vllm_server_benchmark_repeats=2,
                     vllm_server_benchmark_output_len=24)
     run = run_playbook(RESTART, inv, "-e", "vllm_restart_benchmark=true")
@@ -235,7 +224,7 @@ def test_restart_with_benchmark_prints_its_figures_and_they_are_the_servers(host
     assert float(decode) == pytest.approx(PACE["LL128"], rel=TOLERANCE)
     assert float(decode) == pytest.approx(1000.0 / float(tpot), rel=0.01)
     assert (int(completed), int(failed), int(repeats)) == (8, 0, 2)
-    pid = recorded_server(node)
+    pid = server_pid(node)
     assert psutil.Process(pid).environ()["NCCL_PROTO"] == "LL128"
     # the server's own counter: one warmup request and 2 x 4 measured ones, 24 tokens each
     assert generation_tokens(node.port) == (1 + 2 * 4) * 24
@@ -243,4 +232,4 @@ def test_restart_with_benchmark_prints_its_figures_and_they_are_the_servers(host
     again = run_playbook(RESTART, inv, "-e", "vllm_restart_force=false")  # benchmark off by default
     assert again.returncode == 0, again.stdout[-4000:]
     assert "UNCHANGED" in again.stdout and "benchmark:" not in again.stdout
-    assert recorded_server(node) == pid and generation_tokens(node.port) == (1 + 2 * 4) * 24
+    assert server_pid(node) == pid and generation_tokens(node.port) == (1 + 2 * 4) * 24

@@ -15,10 +15,9 @@ import typing as t
 import pytest
 
 from conftest import pid_alive, starttime
-from simfleet import REPO, flat, recap, role_host_vars, run_playbook, write_role_inventory
-from test_vllm_server_role import assert_server_owns_gpus, health, holders, record
+from simfleet import (RESTART, assert_server_owns_gpus, flat, health, holders, recap, record, role_host_vars, run_playbook,
+                      server_pid, write_role_inventory)
 
-RESTART = REPO / "playbooks" / "restart_vllm.yml"
 EIGHT = list(range(8))
 
 # (variables over a healthy TP=8 server's, the variable the failure must name). Each fails before the lock.
@@ -96,6 +95,7 @@ def assert_untouched(host, before: Healthy) -> None:
     assert all(pid_alive(w) for w in before.workers)
     assert health(host.port) == 200
     assert holders(host) == before.gpus
+    assert server_pid(host) == before.pid  # the process on the port, and the role's record still names it
     assert record(host)["pid"] == before.pid
 
 
@@ -183,8 +183,8 @@ def test_a_launch_that_hangs_is_kept_when_asked(fleet, tmp_path):
     assert run.returncode != 0
     text = flat(run.stdout)
     assert "was not ready after 4 s" in text and "was left as it is, with its GPUs" in text, text[-3000:]
-    pid = record(node)["pid"]
-    assert pid_alive(pid) and holders(node)[0]
+    pid = server_pid(node)
+    assert pid is not None and pid_alive(pid) and holders(node)[0]
 
 
 def test_a_port_already_taken_is_named_with_the_log_tail(fleet, tmp_path):

@@ -14,10 +14,9 @@ import typing as t
 
 from conftest import pid_alive, starttime
 from gpusim.api import parent_pid
-from simfleet import REPO, flat, hosts_with_ports, role_host_vars, run_playbook, write_role_inventory
-from test_vllm_server_role import assert_server_owns_gpus, health, holders, record
+from simfleet import (RESTART, assert_server_owns_gpus, flat, health, holders, hosts_with_ports, record, role_host_vars, run_playbook,
+                      server_pid, write_role_inventory)
 
-RESTART = REPO / "playbooks" / "restart_vllm.yml"
 WORKER_MIB = 20000
 JOB_MIB = 12000
 
@@ -63,7 +62,7 @@ def test_forced_restart_refuses_a_colleagues_vllm_job_and_the_server_keeps_runni
 
     refused(run_playbook(RESTART, inventory), job)
     assert alive(watched) == list(watched), "stopped anyway: %s" % sorted(set(watched) - set(alive(watched)))
-    assert record(node)["pid"] == server and health(node.port) == 200
+    assert server_pid(node) == server and record(node)["pid"] == server and health(node.port) == 200
     assert set(holders(node)[3]) == {workers[3], job["worker"]}
     assert [g["used_mib"] for g in node.status()["gpus"]] == [WORKER_MIB] * 3 + [WORKER_MIB + JOB_MIB] + [WORKER_MIB] * 4
 

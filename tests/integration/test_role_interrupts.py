@@ -31,8 +31,8 @@ import psutil
 import pytest
 
 from conftest import pid_alive, starttime
-from simfleet import BIN, ansible_env, flat, hosts_with_ports, run_playbook
-from test_vllm_server_role import RESTART, assert_server_owns_gpus, health, holders, inventory_for, record
+from simfleet import (BIN, RESTART, ansible_env, assert_server_owns_gpus, flat, health, holders, hosts_with_ports, inventory_for,
+                      run_playbook, server_pid)
 
 PLAY = "Restart vLLM servers, rolling"
 
@@ -179,7 +179,8 @@ def _start_stop(host, tmp_path, streams):
         "vllm_server_host_env": {"GPUOPS_SIM_STATE": str(host.state), "GPUOPS_SIM_IGNORE_SIGTERM": "1",
                                  "GPUOPS_SIM_SHUTDOWN_GRACE_S": "60"}}}, vllm_server_tensor_parallel_size=2)
     assert run_playbook(RESTART, inventory).returncode == 0
-    old = record(host)["pid"]
+    old = server_pid(host)
+    assert old is not None
 
     def stopping(_run) -> bool:
         return pid_alive(old) and "received SIGTERM, shutting down" in server_log(host).read_text(errors="replace")
@@ -192,7 +193,8 @@ def _start_health_wait(host, tmp_path, streams):
     state = host.state / "role" / ("vllm-%d.json" % host.port)
 
     def waiting(run) -> bool:
-        return state.exists() and pid_alive(record(host)["pid"]) and health(host.port) != 200 and run.module_runs("vllm_ready")
+        pid = server_pid(host)
+        return state.exists() and pid is not None and pid_alive(pid) and health(host.port) != 200 and run.module_runs("vllm_ready")
     return inventory, waiting
 
 

@@ -16,15 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-REPO = Path(__file__).resolve().parents[2]
-SIMULATOR = REPO / "simulator"
-if str(SIMULATOR) not in sys.path:
-    sys.path.insert(0, str(SIMULATOR))
+from gpusim import api  # simulator/ is on sys.path through pytest.ini's pythonpath
+from gpusim.api import pid_alive as is_running  # noqa: F401  # pylint: disable=unused-import  # re-exported
+from gpusim.api import FAKE_VLLM, SIMULATOR_DIR as SIMULATOR, free_port  # noqa: F401  # pylint: disable=unused-import  # re-exported
 
-# pylint: disable=wrong-import-position  # gpusim is found through the path added above
-from gpusim import api  # noqa: E402
-from gpusim.api import pid_alive as is_running  # noqa: E402,F401  # pylint: disable=unused-import  # re-exported
-from gpusim.api import free_port  # noqa: E402,F401  # pylint: disable=unused-import  # re-exported
+REPO = SIMULATOR.parent
 
 LIB_DIR = api.SIM_LIB_DIR
 GRACE_S = 0.5  # vLLM's 5 s shutdown grace, shortened so the suite stays fast
@@ -107,15 +103,10 @@ class SimHost(api.Host):
             "LD_LIBRARY_PATH": str(LIB_DIR),
         })
 
-    def gpusim(self, *args: str, check: bool = True) -> "subprocess.CompletedProcess[str]":
-        result = subprocess.run([sys.executable, "-m", "gpusim", *args], env=self.env, text=True,
-                                capture_output=True, timeout=60, check=False)
-        if check and result.returncode != 0:
-            raise AssertionError(f"gpusim {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
-        return result
-
-    def gpusim_json(self, *args: str) -> Any:
-        return json.loads(self.gpusim(*args).stdout)
+    def gpusim(self, command: str, *args: str, check: bool = True,
+               env: Optional[Dict[str, str]] = None) -> "subprocess.CompletedProcess[str]":
+        """The real command line on this host (gpusim.api.Host.gpusim), with this host's whole environment."""
+        return super().gpusim(command, *args, check=check, env=self.env if env is None else env)
 
     def nvml(self) -> Dict[str, Any]:
         result = subprocess.run([sys.executable, "-c", NVML_PROBE], env=self.env, text=True,
@@ -140,8 +131,6 @@ class SimHost(api.Host):
 
 
 # -- the fake vLLM server, launched as a role would launch vLLM: `vllm serve MODEL ...` -----------------------
-
-FAKE_VLLM = SIMULATOR / "fakevllm" / "bin" / "vllm"
 
 
 @dataclass
@@ -178,95 +167,20 @@ class StreamResult:
         return finals[-1]["usage"] if finals else None
 
 
-class FakeServer:
-    """A fake vLLM API server started by this test (our child: stopped and reaped by its own Popen handle)."""
+class FakeServer(api.FakeVllm):
+    """A fake vLLM API server started by this test (gpusim.api.FakeVllm: our child, stopped and reaped by its own
+    Popen handle), read with http.client as a streaming client reads it."""
 
     def __init__(self, host: SimHost, log: Path, gpus: str = "0", model: str = "org/model",
                  env: Optional[Dict[str, str]] = None, args: Tuple[str, ...] = (), engine_core: bool = False,
                  port: Optional[int] = None) -> None:
-        self.port = port or free_port()
-        self.log = log
-        self.model = model
-        kept = ("GPUOPS_SIM_STATE", "GPUOPS_SIM_SHUTDOWN_GRACE_S")  # no knob leaks in from the caller's shell
-        self.env = {key: value for key, value in host.env.items()
-                    if key != "NCCL_PROTO" and (key in kept or not key.startswith("GPUOPS_SIM_"))}
-        self.env.update(CUDA_VISIBLE_DEVICES=gpus, GPUOPS_SIM_WORKER_MIB="4096",
-                        GPUOPS_SIM_ENGINE_CORE="1" if engine_core else "0", **(env or {}))
-        self.argv = [sys.executable, str(FAKE_VLLM), "serve", model,
-                     "--tensor-parallel-size", str(len(gpus.split(","))), "--port", str(self.port), *args]
-        self.proc: Optional["subprocess.Popen[bytes]"] = None
-        self.launched = 0.0
-
-    def start(self) -> "FakeServer":
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(  # pylint: disable=consider-using-with  # ended by stop()
-                self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True)
-        self.launched = time.monotonic()
-        return self
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> Optional[int]:
-        """Signal the server (never anything else) and reap it; SIGKILL if it outlives `timeout`."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        return self.proc.returncode
-
-    def connection(self, timeout: float = 30.0) -> http.client.HTTPConnection:
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-
-    def request(self, method: str, path: str, body: Any = None, timeout: float = 30.0,
-                raw: Optional[bytes] = None) -> Tuple[int, bytes]:
-        conn = self.connection(timeout)
-        try:
-            data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-            conn.request(method, path, data, {"Content-Type": "application/json"} if data is not None else {})
-            response = conn.getresponse()
-            return response.status, response.read()
-        finally:
-            conn.close()
-
-    def get_json(self, path: str) -> Any:
-        status, data = self.request("GET", path)
-        assert status == 200, f"GET {path}: {status} {data!r}"
-        return json.loads(data)
-
-    def health(self) -> int:
-        """/health's status, 0 while nothing listens."""
-        try:
-            return self.request("GET", "/health", timeout=5)[0]
-        except OSError:
-            return 0
+        super().__init__(host, log, gpus=gpus, model=model, env=env, args=args, engine_core=engine_core, port=port)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        assert wait_for(lambda: self.health() == 200 or (self.proc is not None and self.proc.poll() is not None),
-                        timeout), f"not ready after {timeout} s:\n{self.log_text()}"
-        assert self.health() == 200, f"server exited:\n{self.log_text()}"
-
-    def metrics(self) -> Dict[str, float]:
-        """`name{labels}` -> value for every sample line of /metrics."""
-        status, data = self.request("GET", "/metrics")
-        assert status == 200
-        samples = {}
-        for line in data.decode().splitlines():
-            if line and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                samples[name] = float(value)
-        return samples
+        try:
+            super().wait_ready(timeout)
+        except api.GpusimError as error:
+            raise AssertionError(str(error)) from None
 
     def stream(self, path: str, body: Dict[str, Any], timeout: float = 30.0,
                conn: Optional[http.client.HTTPConnection] = None) -> StreamResult:

@@ -17,12 +17,9 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT / "simulator") not in sys.path:
-    sys.path.insert(0, str(ROOT / "simulator"))
+from gpusim import api  # simulator/ is on sys.path through pytest.ini's pythonpath
 
-# pylint: disable-next=wrong-import-position  # gpusim is found through the path added above
-from gpusim import api  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 NVML_SRC = ROOT / "simulator" / "nvml"
 LIB_DIR = ROOT / "simulator" / "build" / "lib"
 SMI = ROOT / "simulator" / "build" / "bin" / "nvidia-smi"
