@@ -216,7 +216,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "state_file": {"type": "path", "required": True},
     "argv": {"type": "list", "elements": "str", "no_log": True},
     "env": {"type": "dict", "default": {}, "no_log": True},
-    "secret_env": {"type": "list", "elements": "str", "default": []},
+    "secret_env": {"type": "list", "elements": "str", "default": [], "no_log": False},
     "log_file": {"type": "path"},
     "chdir": {"type": "path"},
     "config_hash": {"type": "str"},

@@ -142,7 +142,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "gpus": {"type": "list", "elements": "int", "required": True},
     "tensor_parallel_size": {"type": "int", "required": True},
     "env": {"type": "dict", "default": {}, "no_log": True},
-    "secret_env": {"type": "list", "elements": "str", "default": []},
+    "secret_env": {"type": "list", "elements": "str", "default": [], "no_log": False},
 }
 
 
