@@ -65,7 +65,11 @@ options:
     type: int
     default: 128
   num_requests:
-    description: Requests per repeat (C(--num-prompts) of vllm bench serve).
+    description:
+      - Requests per repeat (C(--num-prompts) of vllm bench serve).
+      - The default, 64, is for a measurement on its own; the role gpuops.fleet.vllm_server sends 32 per repeat by default
+        (C(vllm_server_benchmark_num_requests)), because its benchmark runs right after a restart, once per configuration and
+        round in C(benchmark_matrix.yml), where many short measurements say more than a few long ones.
     type: int
     default: 64
   concurrency:

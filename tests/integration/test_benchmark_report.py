@@ -1,23 +1,27 @@
 # Copyright (c) gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""playbooks/files/benchmark_report.py on run folders written here: the judgement of a margin against the
-run-to-run spread, the NCCL_PROTO note, a missing matplotlib, and a failed baseline. Runs the script as the
-playbook does (a separate process with the controller's Python)."""
+"""The module gpuops.fleet.vllm_benchmark_report on run folders written here: the judgement of a margin against the
+run-to-run spread, the NCCL_PROTO note, a missing matplotlib, and a failed baseline. Runs the module as the
+playbook does (real Ansible, on the controller, with the controller's Python)."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import typing as t
 from pathlib import Path
 
 import pytest
 
-from simfleet import REPO
+from simfleet import BIN, ansible_env
 
-SCRIPT = REPO / "playbooks" / "files" / "benchmark_report.py"
+MODULE = "gpuops.fleet.vllm_benchmark_report"
+
+
+def run_report_module(run_dir: Path, step: str, **env: str) -> "subprocess.CompletedProcess[str]":
+    """The module on the implicit localhost (the controller's Python), with ad-hoc ansible."""
+    return subprocess.run([str(BIN / "ansible"), "localhost", "-m", MODULE, "-a", json.dumps({"path": str(run_dir), "step": step})],
+                          env=ansible_env(**env), capture_output=True, text=True, timeout=120, check=False)
 
 
 def write_run(run_dir: Path, configs: t.List[t.Dict[str, t.Any]], decode: t.Dict[str, t.List[t.Optional[float]]],
@@ -48,9 +52,8 @@ def write_run(run_dir: Path, configs: t.List[t.Dict[str, t.Any]], decode: t.Dict
 
 
 def report(run_dir: Path, **env: str) -> t.Dict[str, t.Any]:
-    proc = subprocess.run([sys.executable, str(SCRIPT), "report", str(run_dir)], env=dict(os.environ, **env),
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr
+    proc = run_report_module(run_dir, "report", **env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads((run_dir / "report.json").read_text())
 
 
@@ -104,9 +107,8 @@ def test_left_running_is_added_to_the_summary(tmp_path):
     (run_dir / "left_running.json").write_text(json.dumps([
         {"host": "h1", "config": "LL", "status": "ok", "pid": 4242, "action": "started"},
         {"host": "h2", "config": "LL", "status": "failed", "task": "Wait for /health", "msg": "exited"}]))
-    proc = subprocess.run([sys.executable, str(SCRIPT), "left-running", str(run_dir)], capture_output=True, text=True,
-                          timeout=60, check=False)
-    assert proc.returncode == 0, proc.stderr
+    proc = run_report_module(run_dir, "left_running")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = (run_dir / "summary.md").read_text()
     assert "- h1: runs **LL** (server PID 4242, started)" in summary
     assert '- h2: FAILED to leave LL running at "Wait for /health": exited' in summary

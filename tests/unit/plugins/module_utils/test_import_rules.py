@@ -3,8 +3,9 @@
 """The arrows between module_utils' packages point one way: read from every file's imports (ast, no code run).
 
 _host reads the local host and imports no other package; _gpu may use _host; _reclaim and _server may use both;
-_bench stands alone; the fleet report (_report) may read any of them. The flat files (_deps, _argspec, _secrets)
-import no package. Nothing in module_utils imports a module, and every import of this collection is absolute.
+_bench stands alone, and so does the benchmark matrix report (_matrix); the fleet report (_report) may read any of
+them. The flat files (_deps, _argspec, _secrets) import no package. Nothing in module_utils imports a module, and every
+import of this collection is absolute.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ ALLOWED = {
     "_server": {"_host", "_gpu", "_server"},
     "_bench": {"_bench"},
     "_report": {"_host", "_gpu", "_reclaim", "_server", "_bench", "_report"},
+    "_matrix": {"_matrix"},
 }
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -115,6 +117,8 @@ def test_every_import_follows_the_rule(relpath):
     ("_server/x.py", "from ..._host import processes\n", "relative import"),
     ("_newthing/x.py", "import os\n", "has no rule"),
     ("_gpu/x.py", "from ansible_collections.gpuops.fleet.plugins.module_utils._nowhere import y\n", "neither a flat file"),
+    ("_matrix/x.py", "from ansible_collections.gpuops.fleet.plugins.module_utils._bench.stats import median\n", "_matrix imports"),
+    ("_bench/x.py", "from ansible_collections.gpuops.fleet.plugins.module_utils._matrix import analysis\n", "_bench imports"),
 ])
 def test_the_checker_catches_a_bad_arrow(relpath, source, expected):
     """Canary: a synthetic file with a forbidden import is reported (else the test above proves nothing)."""
