@@ -20,11 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / 'simulator'))
+from gpusim.api import pid_alive, starttime  # simulator/ is on sys.path through pytest.ini's pythonpath
 
-# pylint: disable-next=wrong-import-position  # gpusim is found through the path added above
-from gpusim.api import pid_alive, starttime  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 SIM_LIB_DIR = REPO / 'simulator' / 'build' / 'lib'
 

@@ -10,24 +10,18 @@ requests from the machine to each node's address.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import typing as t
+import urllib.error
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "simulator"))
-
-# pylint: disable=wrong-import-position
-from gpusim.fleet import inventory, lifecycle  # noqa: E402
-from gpusim.fleet.record import FleetRecord, NodeRecord  # noqa: E402
-
-BIN = Path(sys.executable).parent
-PLAYBOOKS = REPO / "playbooks"
-SIM_BIN = REPO / "simulator" / "build" / "bin"
+import ansible_run
+from ansible_run import BIN, PLAYBOOKS, REPO, ansible_env, flat, recap  # noqa: F401  # pylint: disable=unused-import  # re-exported
+from gpusim.api import SIM_BIN_DIR as SIM_BIN
+from gpusim.fleet import inventory, lifecycle
+from gpusim.fleet.record import FleetRecord, NodeRecord
 
 
 class Fleet:
@@ -125,35 +119,10 @@ class Fleet:
         return inventory.write(self.rec, path, **kwargs)
 
 
-def ansible_env(**extra: str) -> t.Dict[str, str]:
-    env = dict(os.environ)
-    env.update({
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".collections"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_FORCE_COLOR": "0",
-        "PATH": "%s:%s" % (BIN, env.get("PATH", "")),
-    })
-    env.update(extra)
-    return env
-
-
 def run_playbook(playbook: str, inventory_path: Path, *extra: str, timeout: int = 400,
-                 env: t.Optional[t.Dict[str, str]] = None) -> subprocess.CompletedProcess:
-    path = playbook if os.path.isabs(playbook) else str(PLAYBOOKS / playbook)
-    return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory_path), path, *extra],
-                          env=env or ansible_env(), capture_output=True, text=True, timeout=timeout, check=False)
-
-
-def flat(output: str) -> str:
-    return " ".join(output.split())
-
-
-def recap(output: str) -> t.Dict[str, t.Dict[str, int]]:
-    found = {}
-    for host, counters in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.M):
-        found[host] = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", counters)}
-    return found
+                 env: t.Optional[t.Dict[str, str]] = None) -> "subprocess.CompletedProcess[str]":
+    """tests/support's runner, with the longer default timeout of a play over SSH."""
+    return ansible_run.run_playbook(playbook, inventory_path, *extra, timeout=timeout, env=env)
 
 
 def summary_lines(output: str, host: str) -> str:

@@ -16,80 +16,30 @@ requests and then over 3 repeats keeps such outliers out, so the 1% bound holds 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 import typing as t
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from simfleet import REPO, SimHost, free_port, run_module, write_inventory
+from gpusim import api
+from simfleet import SimHost, run_module, write_inventory
 
-FAKE_VLLM = REPO / "simulator" / "fakevllm" / "bin" / "vllm"
 MODEL = "org/bench-model"
 PACED_TTFT_MS = 50.0
 PACKED_TTFT_MS = 200.0
 PACKED_PACE = 400.0
 
 
-class FakeVllm:
-    """One fake vLLM server this test starts on a simulated host, stopped by its own Popen handle."""
+class FakeVllm(api.FakeVllm):
+    """One fake vLLM server this test starts on a simulated host (gpusim.api.FakeVllm), stopped by its own Popen handle."""
 
     def __init__(self, host: SimHost, gpu: int, knobs: t.Dict[str, str], log: Path) -> None:
-        self.port = free_port()
-        self.url = "http://127.0.0.1:%d" % self.port
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_SIM_") and k != "NCCL_PROTO"}
-        env.update(host.environment(), PYTHONPATH=str(REPO / "simulator"), CUDA_VISIBLE_DEVICES=str(gpu),
-                   GPUOPS_SIM_WORKER_MIB="2048", **knobs)
-        with open(log, "ab") as out:
-            self.proc = subprocess.Popen(  # pylint: disable=consider-using-with  # stopped in stop()
-                [sys.executable, str(FAKE_VLLM), "serve", MODEL, "--tensor-parallel-size", "1", "--port", str(self.port)],
-                env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        self.log = log
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, "fake vLLM exited:\n" + self.log.read_text(errors="replace")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError("fake vLLM not ready in %s s:\n%s" % (timeout, self.log.read_text(errors="replace")))
-
-    def get_json(self, path: str) -> t.Any:
-        with urllib.request.urlopen(self.url + path, timeout=10) as response:
-            return json.loads(response.read())
-
-    def post_json(self, path: str, body: t.Any) -> t.Any:
-        request = urllib.request.Request(self.url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return json.loads(response.read())
+        super().__init__(host, log, gpus=str(gpu), model=MODEL, env=knobs, worker_mib=2048)
+        self.start()
 
     def generated_tokens(self) -> float:
         """The server's own count of generated tokens (its /metrics), read by the test."""
-        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as response:
-            text = response.read().decode()
-        for line in text.splitlines():
-            if line.startswith("vllm:generation_tokens_total{") and 'model_name="%s"' % MODEL in line:
-                return float(line.rsplit(" ", 1)[1])
-        raise AssertionError("no vllm:generation_tokens_total for %s in /metrics:\n%s" % (MODEL, text))
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        return self.counter("vllm:generation_tokens_total", MODEL)
 
 
 class Servers(t.NamedTuple):
@@ -207,7 +157,7 @@ def test_check_mode_sends_nothing(servers: Servers) -> None:
 
 
 def test_unreachable_url_and_unknown_model(servers: Servers) -> None:
-    url = "http://127.0.0.1:%d" % free_port()
+    url = "http://127.0.0.1:%d" % api.free_port()
     result = bench(servers, "unreachable", url=url)
     assert result["failed"] and result["msg"].startswith("url=%r: cannot reach" % url)
     result = bench(servers, "unknown", url=servers.paced.url, model="org/not-served")

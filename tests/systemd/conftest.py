@@ -6,15 +6,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import typing as t
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from nspawn import REPO, Container, root_tarball  # noqa: E402  # pylint: disable=wrong-import-position
+from nspawn import REPO, Container, root_tarball
 
 CAP_SYS_ADMIN = 21
 

@@ -22,14 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from ansible_run import BIN, ansible_env, flat, recap
+from gpusim.api import FAKE_VLLM, role_host_vars, role_inventory
 from nspawn import CACHE, INSIDE_PYTHON, REPO, Container
-
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-sys.path.insert(0, str(REPO / "simulator"))
-
-from gpusim.inventory import host_vars, role_inventory  # noqa: E402  # pylint: disable=wrong-import-position
-from gpusim.spawn import FAKEVLLM_DIR  # noqa: E402  # pylint: disable=wrong-import-position
-from simfleet import BIN, ansible_env, flat, recap  # noqa: E402  # pylint: disable=wrong-import-position
 
 RESTART = REPO / "playbooks" / "restart_vllm.yml"
 PLUGINS = Path(__file__).resolve().parent / "connection_plugins"
@@ -92,8 +87,8 @@ def assert_runs_in_unit(snap: t.Mapping[str, t.Any], output: str) -> None:
 def server_fixture(container: Container, tmp_path_factory: pytest.TempPathFactory) -> Server:
     """A simulated 8-GPU host inside the container, and an inventory whose one host is the container."""
     container.run([INSIDE_PYTHON, "-m", "gpusim", "create", "--state", STATE])
-    fake_vllm = [INSIDE_PYTHON, str(FAKEVLLM_DIR / "bin" / "vllm"), "serve"]
-    inside = host_vars(Path(STATE), PORT, ansible_connection="nspawn_nsenter", nspawn_nsenter_leader_pid=container.leader,
+    fake_vllm = [INSIDE_PYTHON, str(FAKE_VLLM), "serve"]
+    inside = role_host_vars(Path(STATE), PORT, ansible_connection="nspawn_nsenter", nspawn_nsenter_leader_pid=container.leader,
                        ansible_python_interpreter=INSIDE_PYTHON, vllm_server_command=fake_vllm,
                        vllm_server_launch_mode="systemd", vllm_server_gpus=GPUS, vllm_server_tensor_parallel_size=len(GPUS))
     inventory = tmp_path_factory.mktemp("systemd") / "inventory.json"
