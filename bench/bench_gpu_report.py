@@ -44,7 +44,7 @@ def main() -> int:
         return 1
     results = synthetic_results(64, 8, 4)
     build = []
-    for _ in range(ROUNDS):
+    for _round in range(ROUNDS):
         start = time.perf_counter()
         files = render.render_all(model.build_report(results, generated_at=time.time()))
         build.append(time.perf_counter() - start)
@@ -53,7 +53,7 @@ def main() -> int:
         page.write_text(files["index.html"], encoding="utf-8")
         trivial.write_text(TRIVIAL, encoding="utf-8")
         samples = {"page": [], "trivial": []}
-        for _ in range(ROUNDS):  # alternately, so a change in the machine's load hits both alike
+        for _round in range(ROUNDS):  # alternately, so a change in the machine's load hits both alike
             samples["trivial"].append(in_browser(trivial))
             samples["page"].append(in_browser(page))
     size = len(files["index.html"].encode("utf-8"))

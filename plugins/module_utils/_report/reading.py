@@ -33,6 +33,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import
 DEFAULT_STATE_DIR = "/var/lib/gpuops-fleet/vllm"
 
 ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
+    "gpus": {"type": "list", "elements": "str"},
     "state_dir": {"type": "path", "default": DEFAULT_STATE_DIR},
     "health_host": {"type": "str", "default": "127.0.0.1"},
     "health_timeout": {"type": "float", "default": 3.0},
@@ -175,7 +176,7 @@ def run_reading(params: t.Mapping[str, t.Any], pynvml: t.Any, psutil: t.Any, req
     state_dir = params.get("state_dir") or DEFAULT_STATE_DIR
     if not os.path.isabs(state_dir):
         return {"msg": "state_dir: %r is not an absolute path" % (state_dir,)}, [], True
-    result, warnings, failed = run_facts({"processes": True, "health": True, "topology": False},
+    result, warnings, failed = run_facts({"gpus": params.get("gpus"), "processes": True, "health": True, "topology": False},
                                          pynvml, psutil, require, find_smi, run_command)
     if failed:
         return result, warnings, failed

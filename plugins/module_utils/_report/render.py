@@ -108,7 +108,8 @@ def _holder_html(holder: t.Mapping[str, t.Any]) -> str:
         parts = ['<b>%s</b> PID %s' % (esc(holder["name"] or "?"), esc(holder["pid"])), "user %s" % esc(holder["username"] or "?")]
     parts.append("%s MiB" % esc(_mib(holder["used_memory_mib"])))
     tag = owner + (" " + holder["server"] if holder["server"] else "")
-    parts.append('<span class="o-%s" title="%s">%s</span>' % (_slug(owner), esc(holder["why"]), esc(tag)))
+    why = ' title="%s"' % esc(holder["why"]) if holder["why"] and owner != "server" else ""  # a server's own worker needs no why
+    parts.append('<span class="o-%s"%s>%s</span>' % (_slug(owner), why, esc(tag)))
     if holder["launcher_pid"] is not None:
         parts.append("launcher %s (PID %s)" % (esc(holder["launcher"]), esc(holder["launcher_pid"])))
     elif owner == "orphan":
