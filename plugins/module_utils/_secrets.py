@@ -79,22 +79,45 @@ def secret_argv_values(argv: t.Sequence[t.Any]) -> t.List[str]:
 
 
 def masked_argv(argv: t.Sequence[t.Any]) -> t.List[str]:
-    """``argv`` as words, each secret value replaced by MASK (``--api-key=********``)."""
+    """``argv`` as words, each secret value replaced by MASK (``--api-key=********``). A word with spaces in it (a process
+    title set with setproctitle is one word: ``python3 serve.py --api-key K``) is masked inside as well."""
     words = [str(word) for word in argv]
     for secret in argv_secrets(words):
         words[secret.index] = words[secret.index][:secret.start] + MASK
-    return words
+    return [masked_text(word) if any(ch.isspace() for ch in word) else word for word in words]
+
+
+def masked_text(value: t.Any) -> t.Optional[str]:
+    """A command line or a process title as one text, the value of every secret option in it masked; None stays None."""
+    if value is None:
+        return None
+    text = " ".join(str(word) for word in value) if isinstance(value, (list, tuple)) else str(value)
+    words = text.split()
+    secrets = argv_secrets(words)
+    if not secrets:
+        return text
+    for secret in secrets:
+        words[secret.index] = words[secret.index][:secret.start] + MASK
+    return " ".join(words)
 
 
 def mask_cmdlines(value: t.Any) -> t.Any:
-    """``value`` (a module result: dicts and lists) with every ``cmdline`` list masked as masked_argv does, so that a
-    process's ``--api-key K`` read from /proc is never returned or printed. Other values are returned as they are."""
+    """``value`` (a module result: dicts and lists) with every ``cmdline`` list masked as masked_argv does, and every
+    ``name`` that is a whole process title masked inside, so that a process's ``--api-key K`` read from /proc is never
+    returned or printed. Other values are returned as they are."""
     if isinstance(value, dict):
-        return {key: (masked_argv(item) if key == "cmdline" and isinstance(item, (list, tuple)) else mask_cmdlines(item))
-                for key, item in value.items()}
+        return {key: _masked_field(key, item) for key, item in value.items()}
     if isinstance(value, list):
         return [mask_cmdlines(item) for item in value]
     return value
+
+
+def _masked_field(key: str, item: t.Any) -> t.Any:
+    if key == "cmdline" and isinstance(item, (list, tuple)):
+        return masked_argv(item)
+    if key == "name" and isinstance(item, str):
+        return masked_text(item)
+    return mask_cmdlines(item)
 
 
 def api_key_of(argv: t.Sequence[t.Any], env: t.Optional[t.Mapping[str, t.Any]] = None) -> str:

@@ -21,7 +21,7 @@ import datetime
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._report import gpu_state
-from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import mask_cmdlines, masked_argv
+from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import mask_cmdlines, masked_text
 
 CMDLINE_LIMIT = 300
 HOST_OK = "ok"
@@ -48,15 +48,6 @@ def when(epoch: t.Any) -> t.Optional[str]:
         return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     except (OverflowError, OSError, ValueError):
         return None
-
-
-def masked_text(value: t.Any) -> t.Optional[str]:
-    """Text with the value of every secret option masked, also inside one word: a process title set with
-    setproctitle is a single argv word that may read ``python3 serve.py --api-key K``."""
-    if value is None:
-        return None
-    words = (" ".join(str(word) for word in value) if isinstance(value, (list, tuple)) else str(value)).split()
-    return " ".join(masked_argv(words))
 
 
 def _cmdline(proc: t.Mapping[str, t.Any]) -> t.Optional[str]:

@@ -26,7 +26,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._host.process_table i
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.owner import ORPHAN, OWNER, GetSid, Ownership, getsid, label
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import climb
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import SpecError, build_spec
-from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
+from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv, masked_text
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import Reply, http_get
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError, read_record, recorded_process
 
@@ -152,18 +152,11 @@ def judge_holders(facts: t.Mapping[str, t.Any], servers: t.Sequence[t.Mapping[st
                 entry.update(kind=ORPHANED, why="its launcher is gone: " + verdict.why)
         top = chain[-1] if chain else None
         if top is not None:
-            entry.update(launcher_pid=top, launcher=_masked_title(label(table.info.get(top))))
+            entry.update(launcher_pid=top, launcher=masked_text(label(table.info.get(top))))
         elif entry["kind"] == SERVER:
-            entry.update(launcher_pid=pid, launcher=_masked_title(label(table.info.get(pid))))
-        entry["why"] = _masked_title(entry["why"])
+            entry.update(launcher_pid=pid, launcher=masked_text(label(table.info.get(pid))))
+        entry["why"] = masked_text(entry["why"])
     return verdicts
-
-
-def _masked_title(value: t.Any) -> t.Any:
-    """A word with the secret options inside it masked (a process title is one argv word: ``serve.py --api-key K``)."""
-    if not isinstance(value, str) or not any(ch.isspace() for ch in value):
-        return value
-    return " ".join(masked_argv(value.split()))
 
 
 def run_reading(params: t.Mapping[str, t.Any], pynvml: t.Any, psutil: t.Any, require: t.Callable[[str], None],
@@ -185,9 +178,9 @@ def run_reading(params: t.Mapping[str, t.Any], pynvml: t.Any, psutil: t.Any, req
         return {"msg": "psutil is needed to tell whose each holder is"}, warnings, True
     for gpu in result["ansible_facts"].get("gpus") or []:
         for proc in gpu.get("processes") or []:
-            proc["name"] = _masked_title(proc.get("name"))
+            proc["name"] = masked_text(proc.get("name"))
             if proc.get("cmdline"):
-                proc["cmdline"] = [_masked_title(word) for word in proc["cmdline"]]
+                proc["cmdline"] = [masked_text(word) for word in proc["cmdline"]]
     servers = read_servers(state_dir, psutil, params.get("health_host") or "127.0.0.1", float(timeout), get)
     result["servers"] = servers
     result["owners"] = judge_holders(result["ansible_facts"], servers, psutil, sid_of)

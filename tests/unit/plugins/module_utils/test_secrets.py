@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import (
-    MASK, api_key_of, argv_secrets, env_summary, hide_only_secrets, is_secret_name, mask_cmdlines, masked_argv, secret_argv_values,
-    secret_env_names,
+    MASK, api_key_of, argv_secrets, env_summary, hide_only_secrets, is_secret_name, mask_cmdlines, masked_argv, masked_text,
+    secret_argv_values, secret_env_names,
 )
 
 
@@ -97,3 +97,13 @@ def test_mask_cmdlines_masks_every_cmdline_of_a_result_and_nothing_else():
     assert masked["gpus"][0]["processes_left"][0]["cmdline"] == ["python3", "--hf-token=" + MASK]
     assert masked["killed"][0]["name"] == "--api-key" and masked["msg"] == "kept as it is" and masked["gpus"][0]["cmdline"] is None
     assert result["killed"][0]["cmdline"][-1] == "sk-1"  # the input is not changed
+
+
+def test_a_process_title_is_masked_inside_wherever_it_is_returned():
+    title = "python3 serve.py --api-key sk-9 --port 8000"
+    assert masked_argv([title]) == ["python3 serve.py --api-key %s --port 8000" % MASK]
+    assert masked_text(title) == "python3 serve.py --api-key %s --port 8000" % MASK
+    assert masked_text(["vllm", "serve", "--api-key=sk-9"]) == "vllm serve --api-key=" + MASK
+    assert masked_text(None) is None and masked_text("VLLM::Worker_TP0") == "VLLM::Worker_TP0"
+    facts = {"processes": [{"name": title, "cmdline": [title]}]}
+    assert "sk-9" not in repr(mask_cmdlines(facts))
