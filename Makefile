@@ -36,7 +36,10 @@ JUNIT := $(OUTPUT)/junit
 STEPS_FILE := $(OUTPUT)/make-test-steps.txt
 PYTEST := $(PY) -m pytest -p no:cacheprovider -ra --timeout=900
 # the checks `make test` runs, in order; a failing one does not stop the others
-TEST_STEPS := units sanity lint simtests integration molecule build-test fleet systemd-tests
+TEST_STEPS := units sanity lint docs-lint simtests integration molecule build-test fleet systemd-tests
+# the integration suite in parallel (pytest-xdist): its tests mostly wait on ansible-playbook and servers, each file
+# runs whole on one worker (module fixtures are shared, a file's tests keep their order); INTEGRATION_XDIST= runs it serially
+INTEGRATION_XDIST ?= -n 3 --dist loadfile
 
 DEMO_SCRIPT := scripts/demo.sh
 BENCH_SCRIPT := bench/run.py
@@ -50,7 +53,7 @@ command -v $(1) >/dev/null 2>&1 || { \
 endef
 
 .PHONY: help venv sim collection-path ansible-test-cache stage setup tools browser \
-        units sanity lint simtests integration molecule build-test fleet fleet-tests fleet-tools fleet-down systemd-tests systemd-tools test bench demo demo-clean \
+        units sanity lint docs-lint simtests integration molecule build-test fleet fleet-tests fleet-tools fleet-down systemd-tests systemd-tools test bench demo demo-clean \
         constraints clean distclean
 
 help:
@@ -60,7 +63,7 @@ help:
 	@echo "make venv             .venv with the pinned requirements/ (controller + managed host)"
 	@echo "make sim              build the simulated GPU host's fake NVML into simulator/build/"
 	@echo "make collection-path  .collections/ansible_collections/gpuops/fleet -> this checkout (ansible.cfg)"
-	@echo "make units|sanity|lint|simtests|integration|molecule|build-test   one check"
+	@echo "make units|sanity|lint|docs-lint|simtests|integration|molecule|build-test   one check"
 	@echo "make fleet-tests      playbooks over SSH on a fleet of namespaced nodes (root; installs openssh-server, sudo)"
 	@echo "make systemd-tests    the role's systemd launch mode against systemd booted in a container (root; installs debootstrap, systemd-container)"
 	@echo "make bench            benchmarks ($(BENCH_SCRIPT))"
@@ -136,6 +139,11 @@ sanity: venv tools ansible-test-cache stage
 lint: venv collection-path
 	ansible-lint --profile production
 
+# the collection's docs as community collections check them: every plugin's and the role's documentation parses,
+# its markup (M(), O(), P(), ...) names what exists; run from .collections/ (the ansible_collections/NS/NAME layout)
+docs-lint: venv collection-path
+	cd .collections/ansible_collections/gpuops/fleet && antsibull-docs lint-collection-docs --plugin-docs .
+
 simtests: venv sim
 	$(PYTEST) tests/simulator --junitxml=$(JUNIT)/simtests.xml
 
@@ -144,7 +152,7 @@ browser:
 	@$(call ensure_command,chromium,chromium)
 
 integration: venv tools browser sim collection-path
-	$(PYTEST) tests/integration --junitxml=$(JUNIT)/integration.xml
+	$(PYTEST) $(INTEGRATION_XDIST) --durations=20 tests/integration --junitxml=$(JUNIT)/integration.xml
 
 # the role's molecule scenario (extensions/molecule/default): one simulated host, converge, idempotence, verify
 molecule: venv sim collection-path
