@@ -15,11 +15,11 @@ from typing import Any, Dict, Optional, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 SIM_DIR = REPO / "simulator"
-if str(SIM_DIR) not in sys.path:
+if str(SIM_DIR) not in sys.path:  # bench scripts run as scripts, not under pytest: the one place that finds gpusim
     sys.path.insert(0, str(SIM_DIR))
 
 # pylint: disable=wrong-import-position  # gpusim is found through the path added above
-from gpusim.api import SIM_BIN_DIR, SIM_LIB_DIR, Host  # noqa: E402
+from gpusim.api import SIM_BIN_DIR, SIM_LIB_DIR, GpusimError, Host  # noqa: E402
 
 RESULTS_DIR = REPO / "bench" / "results"
 
@@ -70,12 +70,13 @@ class SimHost(Host):
         env["PYTHONPATH"] = os.pathsep.join([str(self.collections), str(SIM_DIR)])
         return env
 
-    def gpusim(self, command: str, *args: str, check: bool = True) -> str:
-        """Run `python -m gpusim COMMAND --state DIR ARGS...` and return its stdout."""
-        argv = [sys.executable, "-m", "gpusim", command, "--state", str(self.state), *args]
-        done = subprocess.run(argv, env=self.env(), capture_output=True, text=True, timeout=120, check=False)
-        if check and done.returncode != 0:
-            raise BenchError(f"gpusim {command} failed ({done.returncode}): {done.stderr.strip()}")
+    def gpusim(self, command: str, *args: str, check: bool = True,  # type: ignore[override]  # a bench wants the output
+               env: Optional[Dict[str, str]] = None) -> str:
+        """Run `python -m gpusim COMMAND --state DIR ARGS...` (gpusim.api.Host.gpusim) and return its stdout."""
+        try:
+            done = super().gpusim(command, *args, check=check, env=self.env() if env is None else env)
+        except GpusimError as error:
+            raise BenchError(str(error)) from None
         return done.stdout
 
     def vllm(self, *args: str) -> Dict[str, Any]:

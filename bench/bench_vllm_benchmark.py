@@ -11,67 +11,33 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List
 
 from _benchlib import REPO, BenchError, SimHost, ensure_simulator, median, save_results, table
-from gpusim.api import free_port
-
-FAKE_VLLM = REPO / "simulator" / "fakevllm" / "bin" / "vllm"
+from gpusim.api import FakeVllm, GpusimError
 MODEL = "org/ingest"
 CLIENTS = ("gpuops", "aiohttp")
 TARGET_TOK_S = 20000.0
 
 
-class FakeServer:
+class FakeServer(FakeVllm):
     """The fake vLLM at a fast pace, one token per chunk (the most events per token), pinned to its own core."""
 
     def __init__(self, host: SimHost, cpu: int, pace: float, ttft_ms: float, log: Path) -> None:
-        self.port = free_port()
-        self.url = "http://127.0.0.1:%d" % self.port
+        super().__init__(host, log, model=MODEL, worker_mib=1024, cpu=cpu, env={
+            "GPUOPS_SIM_TOKENS_PER_S": str(pace), "GPUOPS_SIM_TTFT_MS": str(ttft_ms), "GPUOPS_SIM_TOKENS_PER_CHUNK": "1",
+            "GPUOPS_SIM_JITTER": "0", "GPUOPS_SIM_CONCURRENCY_SLOWDOWN": "0"})
         self.ttft_ms = ttft_ms
-        env = {k: v for k, v in host.env().items() if not k.startswith("GPUOPS_SIM_") and k != "NCCL_PROTO"}
-        env.update(GPUOPS_SIM_STATE=str(host.state), CUDA_VISIBLE_DEVICES="0", GPUOPS_SIM_WORKER_MIB="1024",
-                   GPUOPS_SIM_TOKENS_PER_S=str(pace), GPUOPS_SIM_TTFT_MS=str(ttft_ms), GPUOPS_SIM_TOKENS_PER_CHUNK="1",
-                   GPUOPS_SIM_JITTER="0", GPUOPS_SIM_CONCURRENCY_SLOWDOWN="0")
-        with open(log, "ab") as out:
-            self.proc = subprocess.Popen(  # pylint: disable=consider-using-with  # stopped in stop()
-                [sys.executable, str(FAKE_VLLM), "serve", MODEL, "--tensor-parallel-size", "1", "--port", str(self.port)],
-                env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
-        self.log = log
+        self.start()
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise BenchError("fake vLLM exited:\n" + self.log.read_text(errors="replace"))
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise BenchError("fake vLLM not ready within %s s" % timeout)
-
-    def pace_at(self, concurrency: int) -> float:
-        with urllib.request.urlopen(self.url + "/sim/pace?concurrency=%d" % concurrency, timeout=10) as response:
-            return float(json.loads(response.read())["tokens_per_s_at"])
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        try:
+            super().wait_ready(timeout)
+        except GpusimError as error:
+            raise BenchError(str(error)) from None
 
 
 def probe(client: str, server: FakeServer, concurrency: int, output_len: int, cpu: int) -> Dict[str, Any]:
