@@ -55,7 +55,10 @@ def plan(rows, gpu_of, sessions=None, **options):
         holders.setdefault(pid, dict(describe_process(psutil, pid), gpus=[]))["gpus"].append(gpu)
     options.setdefault("match", VLLM_MATCH)
     options.setdefault("orphans_only", True)
-    sid_of = (lambda pid: (sessions or {}).get(pid, 1) if pid in psutil.table else None)
+
+    def sid_of(pid):
+        return (sessions or {}).get(pid, 1) if pid in psutil.table else None
+
     return plan_targets(psutil, spec(**options), holders, set(range(8)), {}, sid_of=sid_of)
 
 

@@ -204,7 +204,7 @@ def _race(path, token, start, results):
 
 def test_racing_takeovers_of_one_holder_let_exactly_one_run_in(tmp_path):
     path = str(tmp_path / "l")
-    for _ in range(5):
+    for _round in range(5):
         if os.path.exists(path):
             os.unlink(path)
         acquire(path, "dead", "run-dead", 3600)
@@ -214,7 +214,7 @@ def test_racing_takeovers_of_one_holder_let_exactly_one_run_in(tmp_path):
         racers = [context.Process(target=_race, args=(path, "run-%d" % i, start, results)) for i in range(8)]
         for racer in racers:
             racer.start()
-        won = [token for token, acquired in (results.get(timeout=30) for _ in racers) if acquired]
+        won = [token for token, acquired in (results.get(timeout=30) for _racer in racers) if acquired]
         for racer in racers:
             racer.join(timeout=30)
         assert len(won) == 1, won
