@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from gpusim_helpers import LIB_DIR, SIMULATOR, SimHost
+from gpusim_helpers import LIB_DIR, SIMULATOR, FakeServers, SimHost
 
 
 @pytest.fixture(scope="session")
@@ -28,3 +28,13 @@ def simhost(tmp_path: Path, nvml_lib: Path) -> Iterator[SimHost]:  # pylint: dis
     finally:
         result = host.gpusim("cleanup", check=False)
         assert result.returncode == 0, f"cleanup left processes running:\n{result.stdout}\n{result.stderr}"
+
+
+@pytest.fixture
+def servers(simhost: SimHost, tmp_path: Path) -> Iterator[FakeServers]:
+    """The fake vLLM servers a test starts on its simulated host (servers.start(...)), all stopped at the end."""
+    started = FakeServers(simhost, tmp_path)
+    try:
+        yield started
+    finally:
+        started.close()

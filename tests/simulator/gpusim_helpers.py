@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -14,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from gpusim import api  # simulator/ is on sys.path through pytest.ini's pythonpath
 from gpusim.api import pid_alive as is_running  # noqa: F401  # pylint: disable=unused-import  # re-exported
@@ -227,3 +228,18 @@ class FakeServers:
     def close(self) -> None:
         for server in self.started:
             server.stop(signal.SIGTERM, timeout=15.0)  # the host's own cleanup then ends anything left by record
+
+
+@contextlib.contextmanager
+def host_with_servers(root: Path, gpus: int) -> Iterator[FakeServers]:
+    """A simulated host of its own (root/host, `gpus` GPUs) and the FakeServers a module's tests share on it: every
+    server stopped, then the host cleaned up by record, whatever happened."""
+    host = SimHost(root / "host")
+    host.gpusim("create", "--gpus", str(gpus))
+    servers = FakeServers(host, root)
+    try:
+        yield servers
+    finally:
+        servers.close()
+        result = host.gpusim("cleanup", check=False)
+        assert result.returncode == 0, result.stderr

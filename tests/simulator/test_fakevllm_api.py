@@ -12,7 +12,7 @@ import urllib.request
 from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
-from gpusim_helpers import FakeServer, FakeServers, SimHost, StreamResult, wait_for
+from gpusim_helpers import FakeServer, StreamResult, host_with_servers, wait_for
 
 NATURAL_LEN = 20
 PACE = 400.0  # tokens/s per stream: short tests, yet slow enough to watch requests run
@@ -21,11 +21,7 @@ PACE = 400.0  # tokens/s per stream: short tests, yet slow enough to watch reque
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tuple[FakeServer, FakeServer]]:
     """Two servers on one simulated host: one token per chunk, and four."""
-    root = tmp_path_factory.mktemp("fakevllm-api")
-    host = SimHost(root / "host")
-    host.gpusim("create", "--gpus", "2")
-    servers = FakeServers(host, root)
-    try:
+    with host_with_servers(tmp_path_factory.mktemp("fakevllm-api"), 2) as servers:
         knobs = {"GPUOPS_SIM_TOKENS_PER_S": str(PACE), "GPUOPS_SIM_TTFT_MS": "5",
                  "GPUOPS_SIM_NATURAL_LEN": str(NATURAL_LEN)}
         plain = servers.start(gpus="0", model="org/plain", env=knobs)
@@ -33,10 +29,6 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tuple[FakeServer
         plain.wait_ready()
         packed.wait_ready()
         yield plain, packed
-    finally:
-        servers.close()
-        result = host.gpusim("cleanup", check=False)
-        assert result.returncode == 0, result.stderr
 
 
 @pytest.fixture

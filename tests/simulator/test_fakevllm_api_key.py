@@ -10,7 +10,7 @@ import json
 from typing import Dict, Iterator, Optional, Tuple
 
 import pytest
-from gpusim_helpers import FakeServer, FakeServers, SimHost
+from gpusim_helpers import FakeServer, host_with_servers
 
 KEY = "sk-sim-arg-1"
 ENV_KEY = "sk-sim-env-2"
@@ -19,11 +19,7 @@ COMPLETION = {"model": "org/model", "prompt": "one two three", "max_tokens": 3}
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, FakeServer]]:
-    root = tmp_path_factory.mktemp("fakevllm-api-key")
-    host = SimHost(root / "host")
-    host.gpusim("create", "--gpus", "4")
-    started = FakeServers(host, root)
-    try:
+    with host_with_servers(tmp_path_factory.mktemp("fakevllm-api-key"), 4) as started:
         knobs = {"GPUOPS_SIM_TOKENS_PER_S": "2000", "GPUOPS_SIM_TTFT_MS": "1"}
         found = {
             "arg": started.start(gpus="0", env=knobs, args=("--api-key", KEY)),
@@ -34,10 +30,6 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Fake
         for server in found.values():
             server.wait_ready()
         yield found
-    finally:
-        started.close()
-        result = host.gpusim("cleanup", check=False)
-        assert result.returncode == 0, result.stderr
 
 
 def call(server: FakeServer, method: str, path: str, key: Optional[str] = None, body: Optional[dict] = None,

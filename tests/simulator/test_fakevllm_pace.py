@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import Dict, Iterator, List
 
 import pytest
-from gpusim_helpers import SIMULATOR, FakeServer, FakeServers, SimHost, StreamResult
+from gpusim_helpers import SIMULATOR, FakeServer, StreamResult, host_with_servers
 
 TOLERANCE = 0.08
 
@@ -86,19 +86,11 @@ SERVERS: Dict[str, Dict[str, str]] = {
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, FakeServer]]:
-    root = tmp_path_factory.mktemp("fakevllm-pace")
-    host = SimHost(root / "host")
-    host.gpusim("create", "--gpus", str(len(SERVERS)))
-    servers = FakeServers(host, root)
-    try:
+    with host_with_servers(tmp_path_factory.mktemp("fakevllm-pace"), len(SERVERS)) as servers:
         started = {name: servers.start(gpus=str(index), env=env) for index, (name, env) in enumerate(SERVERS.items())}
         for server in started.values():
             server.wait_ready()
         yield started
-    finally:
-        servers.close()
-        result = host.gpusim("cleanup", check=False)
-        assert result.returncode == 0, result.stderr
 
 
 def rate(result: StreamResult, first: int = 0, last: int = -1) -> float:

@@ -11,20 +11,10 @@ from __future__ import annotations
 import json
 import signal
 import threading
-from pathlib import Path
-from typing import Iterator, List
+from typing import List
 
 import pytest
 from gpusim_helpers import FakeServer, FakeServers, SimHost, StreamResult, is_running, wait_for
-
-
-@pytest.fixture
-def servers(simhost: SimHost, tmp_path: Path) -> Iterator[FakeServers]:
-    started = FakeServers(simhost, tmp_path)
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 def held(simhost: SimHost) -> List[int]:

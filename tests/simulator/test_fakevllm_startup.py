@@ -8,20 +8,10 @@ import json
 import signal
 import socket
 import time
-from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, List
 
 import pytest
 from gpusim_helpers import FakeServers, SimHost, is_running, wait_for
-
-
-@pytest.fixture
-def servers(simhost: SimHost, tmp_path: Path) -> Iterator[FakeServers]:
-    started = FakeServers(simhost, tmp_path)
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 def used_mib(simhost: SimHost) -> List[int]:
