@@ -384,11 +384,14 @@ class FakeVllm:
         pin: Optional[Callable[[], None]] = None
         if self.cpu is not None:
             cpus = {self.cpu}
-            pin = lambda: os.sched_setaffinity(0, cpus)  # noqa: E731
+
+            def pin() -> None:  # in the child, before exec
+                os.sched_setaffinity(0, cpus)
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(  # pylint: disable=consider-using-with  # ended by stop()
+            # ended by stop(); the affinity is set in the child before exec, where no thread of ours runs
+            self.proc = subprocess.Popen(  # pylint: disable=consider-using-with,subprocess-popen-preexec-fn
                 self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=pin)  # pylint: disable=subprocess-popen-preexec-fn
+                start_new_session=True, preexec_fn=pin)
         self.launched = time.monotonic()
         return self
 

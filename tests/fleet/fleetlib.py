@@ -19,7 +19,7 @@ from pathlib import Path
 
 import ansible_run
 from ansible_run import BIN, PLAYBOOKS, REPO, ansible_env, flat, recap  # noqa: F401  # pylint: disable=unused-import  # re-exported
-from gpusim.api import SIM_BIN_DIR as SIM_BIN
+from gpusim.api import SIM_BIN_DIR as SIM_BIN  # noqa: F401  # pylint: disable=unused-import  # re-exported
 from gpusim.fleet import inventory, lifecycle
 from gpusim.fleet.record import FleetRecord, NodeRecord
 

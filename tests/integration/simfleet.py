@@ -131,7 +131,7 @@ def assert_server_owns_gpus(host: SimHost, gpus: t.Iterable[int], tp: int) -> t.
     workers = []
     for index in gpus:
         assert len(held[index]) == 1, "GPU %d: %s" % (index, held[index])
-        assert descends_from(held[index][0], server), "GPU %d is held by PID %d, not by the new server %d" % (
+        assert descends_from(held[index][0], server), "GPU %d is held by PID %d, not by the new server %s" % (
             index, held[index][0], server)
         workers.append(held[index][0])
     assert len(set(workers)) == tp

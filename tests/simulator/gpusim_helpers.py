@@ -104,7 +104,7 @@ class SimHost(api.Host):
             "LD_LIBRARY_PATH": str(LIB_DIR),
         })
 
-    def gpusim(self, command: str, *args: str, check: bool = True,
+    def gpusim(self, command: str, *args: str, check: bool = True,  # pylint: disable=useless-parent-delegation  # env differs
                env: Optional[Dict[str, str]] = None) -> "subprocess.CompletedProcess[str]":
         """The real command line on this host (gpusim.api.Host.gpusim), with this host's whole environment."""
         return super().gpusim(command, *args, check=check, env=self.env if env is None else env)

@@ -89,8 +89,8 @@ def server_fixture(container: Container, tmp_path_factory: pytest.TempPathFactor
     container.run([INSIDE_PYTHON, "-m", "gpusim", "create", "--state", STATE])
     fake_vllm = [INSIDE_PYTHON, str(FAKE_VLLM), "serve"]
     inside = role_host_vars(Path(STATE), PORT, ansible_connection="nspawn_nsenter", nspawn_nsenter_leader_pid=container.leader,
-                       ansible_python_interpreter=INSIDE_PYTHON, vllm_server_command=fake_vllm,
-                       vllm_server_launch_mode="systemd", vllm_server_gpus=GPUS, vllm_server_tensor_parallel_size=len(GPUS))
+                            ansible_python_interpreter=INSIDE_PYTHON, vllm_server_command=fake_vllm,
+                            vllm_server_launch_mode="systemd", vllm_server_gpus=GPUS, vllm_server_tensor_parallel_size=len(GPUS))
     inventory = tmp_path_factory.mktemp("systemd") / "inventory.json"
     inventory.write_text(json.dumps(role_inventory({HOST: inside}, python=str(BIN / "python3")), indent=2))
     return Server(container, inventory)
