@@ -43,7 +43,7 @@ from gpusim.inventory import host_vars as _host_vars
 from gpusim.inventory import role_inventory as _role_inventory
 from gpusim.procs import ProcRecord, read_records
 from gpusim.scenarios import add_foreign, set_driver_loaded, set_lost, set_orphan
-from gpusim.spawn import FAKEVLLM_DIR, SIMULATOR_DIR
+from gpusim.spawn import FAKEVLLM_DIR, SIMULATOR_DIR, wait_until
 from gpusim.statedir import StateDir, StateError, resolve_state
 from gpusim.status import collect_status
 from gpusim.stuck import spawn_stuck
@@ -57,7 +57,7 @@ FAKE_VLLM = FAKEVLLM_DIR / "bin" / "vllm"  # the fake `vllm` console script (run
 __all__ = [
     "Host", "FakeVllm", "GpusimError", "StateError", "SIMULATOR_DIR", "SIM_LIB_DIR", "SIM_BIN_DIR", "FAKEVLLM_DIR",
     "FAKE_VLLM", "free_port", "pid_alive", "pid_exists", "starttime", "proc_state", "parent_pid", "title",
-    "orphan_parent", "hold_memory", "run_gpusim", "role_host_vars", "role_inventory",
+    "orphan_parent", "hold_memory", "run_gpusim", "role_host_vars", "role_inventory", "wait_for",
 ]
 
 
@@ -106,6 +106,11 @@ def pid_alive(pid: int, start: Optional[int] = None) -> bool:
 def title(pid: int) -> str:
     """The command line as ps shows it ([comm] for a zombie), "" when gone."""
     return procfs.title(pid)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02) -> bool:
+    """Poll `condition` until it is true (True) or `timeout` seconds pass (False)."""
+    return wait_until(condition, timeout, interval)
 
 
 def orphan_parent() -> int:

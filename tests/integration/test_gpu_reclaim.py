@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from conftest import pid_alive
-from gpusim.api import orphan_parent, parent_pid, proc_state, title
+from gpusim.api import orphan_parent, parent_pid, proc_state, title, wait_for
 from simfleet import BIN, REPO, ansible_env, run_module, run_playbook
 
 MIB = 93029
@@ -447,15 +447,6 @@ def node(key, title, *children, **extra):
 
 def holds(gpu, mib, *flags):
     return [{"gpu": gpu, "mib": mib, "flags": list(flags)}]
-
-
-def wait_for(condition, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def tree(host, root):
