@@ -12,8 +12,6 @@ import re
 import socket
 import typing as t
 
-import pytest
-
 from conftest import pid_alive, starttime
 from simfleet import (RESTART, assert_server_owns_gpus, flat, health, holders, recap, record, role_host_vars, run_playbook,
                       server_pid, write_role_inventory)
@@ -114,7 +112,7 @@ def test_bad_inventories_stop_nothing_on_a_healthy_server(fleet, tmp_path):
     variable, and the healthy server is untouched, by PID, start time, /health, GPU holders and files."""
     (node,) = fleet("gpu-node-01")
     before, base = healthy_server(node, tmp_path)
-    aliases = {"bad-%02d" % i: dict(base, **bad) for i, (bad, _) in enumerate(BAD_BEFORE_THE_HOST)}
+    aliases = {"bad-%02d" % i: dict(base, **case[0]) for i, case in enumerate(BAD_BEFORE_THE_HOST)}
     inventory = write_role_inventory(tmp_path / "bad.json", aliases)
     run = run_playbook(RESTART, inventory, "--forks", str(len(aliases)))
     assert run.returncode != 0

@@ -124,7 +124,7 @@ def test_restart_with_secrets_shows_none_and_the_keyed_server_is_ready_checked_b
     text = flat(run.stdout)
     assert "HF_TOKEN (secret, as configured)" in text and "NCCL_PROTO=LL" in text, text[-3000:]
     summary = text[text.index("One line per host"):]
-    completed = int(summary.split(" completed,")[0].rsplit(" ", 1)[1])
+    completed = int(summary.split(" completed,", maxsplit=1)[0].rsplit(" ", 1)[1])
     assert "benchmark:" in summary and completed > 0, summary[:3000]
     assert " 0 failed" in summary
 
