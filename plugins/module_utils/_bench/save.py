@@ -18,12 +18,11 @@ Private to this collection: the API may change without notice.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import typing as t
 from datetime import datetime
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.metrics import LATENCIES, PERCENTILES
+from ansible_collections.gpuops.fleet.plugins.module_utils._io import write_atomic
 
 _TOTALS = ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
            "output_throughput", "total_token_throughput")
@@ -64,14 +63,4 @@ def write_results(path: str, results: t.Sequence[t.Dict[str, t.Any]]) -> None:
         text = json.dumps(results[0]) + "\n"
     else:
         text = "".join(json.dumps(result) + "\n" for result in results)
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, tmp = tempfile.mkstemp(prefix=".vllm_benchmark.", dir=directory)
-    try:
-        with os.fdopen(handle, "w") as stream:
-            stream.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, text, prefix=".vllm_benchmark.")

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._matrix import analysis
 from ansible_collections.gpuops.fleet.plugins.module_utils._matrix import render
+from ansible_collections.gpuops.fleet.plugins.module_utils._io import write_atomic
 
 ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "path": {"type": "path", "required": True},
@@ -55,16 +55,7 @@ def _write(path: str, content: bytes, check_mode: bool) -> bool:
         pass
     if check_mode:
         return True
-    handle_fd, tmp = tempfile.mkstemp(prefix=".report.", dir=os.path.dirname(path))
-    try:
-        with os.fdopen(handle_fd, "wb") as out:
-            out.write(content)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, content, prefix=".report.")
     return True
 
 

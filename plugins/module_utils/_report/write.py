@@ -14,13 +14,13 @@ Private to this collection: the API may change without notice.
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._report import gpu_state
 from ansible_collections.gpuops.fleet.plugins.module_utils._report import model
 from ansible_collections.gpuops.fleet.plugins.module_utils._report import render
+from ansible_collections.gpuops.fleet.plugins.module_utils._io import write_atomic
 
 ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "dest": {"type": "path", "required": True},
@@ -43,16 +43,7 @@ def _write(path: str, content: str) -> bool:
                 return False
     except (OSError, UnicodeDecodeError):
         pass
-    handle_fd, tmp = tempfile.mkstemp(prefix=".report.", dir=os.path.dirname(path))
-    try:
-        with os.fdopen(handle_fd, "w", encoding="utf-8") as out:
-            out.write(content)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, content, prefix=".report.")
     return True
 
 
