@@ -128,8 +128,9 @@ def run_playbook(playbook: str, inventory_path: Path, *extra: str, timeout: int 
 def summary_lines(output: str, host: str) -> str:
     """Every line the summaries print about <host> (YAML single-quoted items that start with '<host>: '), joined.
 
-    Only the summary tasks' own output is read (from each summary task, restart_vllm.yml's "One line per host" or gpu_cleanup.yml's "Summarise every host", to the next
-    task or the recap), so an apostrophe elsewhere (a task name such as "the server's GPUs") cannot shift the quotes."""
+    Only the summary tasks' own output is read (restart_vllm.yml's "One line per host" or gpu_cleanup.yml's
+    "Summarise every host", up to the next task or the recap), so an apostrophe elsewhere (a task name such as
+    "the server's GPUs") cannot shift the quotes."""
     sections = re.findall(r"TASK \[(?:One line per host|Summarise every host)[^\]]*\](.*?)(?=TASK \[|PLAY RECAP|$)", flat(output))
     items = [item.replace("''", "'") for section in sections for item in re.findall(r"'((?:[^']|'')*)'", section)]
     return " ".join(item for item in items if item.startswith(host + ": "))
