@@ -37,9 +37,10 @@ STEPS_FILE := $(OUTPUT)/make-test-steps.txt
 PYTEST := $(PY) -m pytest -p no:cacheprovider -ra --timeout=900
 # the checks `make test` runs, in order; a failing one does not stop the others
 TEST_STEPS := units sanity lint docs-lint simtests integration molecule build-test fleet systemd-tests
-# the integration suite in parallel (pytest-xdist): its tests mostly wait on ansible-playbook and servers, each file
-# runs whole on one worker (module fixtures are shared, a file's tests keep their order); INTEGRATION_XDIST= runs it serially
-INTEGRATION_XDIST ?= -n 3 --dist loadfile
+# the integration suite in parallel (pytest-xdist): its tests mostly wait on ansible-playbook and servers; each test is
+# scheduled on its own, the longest first, except files that share a module fixture (tests/integration/conftest.py:
+# KEEP_TOGETHER), which run whole on one worker; INTEGRATION_XDIST= runs it serially
+INTEGRATION_XDIST ?= -n 3 --dist loadgroup
 
 DEMO_SCRIPT := scripts/demo.sh
 BENCH_SCRIPT := bench/run.py

@@ -15,6 +15,24 @@ from gpusim.api import pid_alive, starttime
 from simfleet import SIM_LIB, SimHost, hosts_with_ports, write_inventory
 
 
+# Under pytest-xdist (`make integration`: --dist loadgroup) every test is scheduled on its own, except the files
+# named here, whose tests share a module-scoped fixture and run whole on one worker, in order.
+KEEP_TOGETHER = {"test_vllm_benchmark.py"}
+# The longest tests are handed out first, so none of them starts last and makes the whole run wait for it alone.
+LONGEST_FIRST = ("test_benchmark_matrix.py", "test_rollout.py", "test_role_interrupts.py", "test_vllm_server_role.py", "test_role_faults.py",
+                 "test_role_secrets.py")
+
+
+def pytest_collection_modifyitems(items: t.List[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in KEEP_TOGETHER:
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
+
+    def rank(item: pytest.Item) -> int:
+        return LONGEST_FIRST.index(item.path.name) if item.path.name in LONGEST_FIRST else len(LONGEST_FIRST)
+    items.sort(key=rank)  # stable: a file's tests keep their order
+
+
 @pytest.fixture(scope="session", autouse=True)
 def fake_nvml_built() -> None:
     if not (SIM_LIB / "libnvidia-ml.so.1").exists():
