@@ -23,7 +23,7 @@ from __future__ import annotations
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.request import REASONS, Outcome
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench.stats import mean, percentile, spread, std
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.stats import mean, percentile, percentile_label, spread, std
 
 PERCENTILES = (90, 99)
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
@@ -37,20 +37,21 @@ HEADLINE = (
           for stat in ("mean", "median", "std") + tuple("p%d" % p for p in PERCENTILES))
 
 
-def latency_stats(name: str, values_s: t.Sequence[float]) -> t.Dict[str, float]:
-    """mean/median/std/pNN of a list of seconds, in milliseconds, named like vllm bench serve's result keys."""
+def latency_stats(name: str, values_s: t.Sequence[float], percentiles: t.Sequence[float] = PERCENTILES) -> t.Dict[str, float]:
+    """mean/median/std/pNN of a list of seconds, in milliseconds, named like vllm bench serve's result keys
+    (p99.9 is p99_9: see stats.percentile_label)."""
     ordered = sorted(values_s)
     stats = {
         "mean_%s_ms" % name: mean(ordered) * 1000,
         "median_%s_ms" % name: percentile(ordered, 50, presorted=True) * 1000,
         "std_%s_ms" % name: std(ordered) * 1000,
     }
-    for p in PERCENTILES:
-        stats["p%d_%s_ms" % (p, name)] = percentile(ordered, p, presorted=True) * 1000
+    for p in percentiles:
+        stats["%s_%s_ms" % (percentile_label(p), name)] = percentile(ordered, p, presorted=True) * 1000
     return stats
 
 
-def run_metrics(outcomes: t.Sequence[Outcome], duration: float) -> t.Dict[str, t.Any]:
+def run_metrics(outcomes: t.Sequence[Outcome], duration: float, percentiles: t.Sequence[float] = PERCENTILES) -> t.Dict[str, t.Any]:
     """The figures of one run."""
     ttfts: t.List[float] = []
     tpots: t.List[float] = []
@@ -88,10 +89,10 @@ def run_metrics(outcomes: t.Sequence[Outcome], duration: float) -> t.Dict[str, t
         "output_throughput": total_output / duration,
         "total_token_throughput": (total_input + total_output) / duration,
     }
-    metrics.update(latency_stats("ttft", ttfts))
-    metrics.update(latency_stats("tpot", tpots))
-    metrics.update(latency_stats("itl", itls))
-    metrics.update(latency_stats("e2el", e2els))
+    metrics.update(latency_stats("ttft", ttfts, percentiles))
+    metrics.update(latency_stats("tpot", tpots, percentiles))
+    metrics.update(latency_stats("itl", itls, percentiles))
+    metrics.update(latency_stats("e2el", e2els, percentiles))
     median_tpot = metrics["median_tpot_ms"]
     metrics["decode_tok_s"] = 1000.0 / median_tpot if median_tpot > 0 else None
     metrics["failed_by_reason"] = {reason: count for reason, count in by_reason.items() if count}
@@ -102,11 +103,18 @@ def run_metrics(outcomes: t.Sequence[Outcome], duration: float) -> t.Dict[str, t
     return metrics
 
 
-def aggregate(runs: t.Sequence[t.Dict[str, t.Any]]) -> t.Dict[str, t.Optional[t.Dict[str, t.Any]]]:
+def headline(percentiles: t.Sequence[float] = PERCENTILES) -> t.Tuple[str, ...]:
+    """HEADLINE with the latency percentiles asked for instead of p90 and p99."""
+    return HEADLINE[:HEADLINE.index("mean_ttft_ms")] + tuple(
+        "%s_%s_ms" % (stat, name) for name in LATENCIES
+        for stat in ("mean", "median", "std") + tuple(percentile_label(p) for p in percentiles))
+
+
+def aggregate(runs: t.Sequence[t.Dict[str, t.Any]], names: t.Sequence[str] = HEADLINE) -> t.Dict[str, t.Optional[t.Dict[str, t.Any]]]:
     """Each headline figure across the repeats: median, min, max, mean, stdev, n and (n >= 3) ci95; None for a figure
     no repeat has (decode_tok_s when no request generated two tokens), never a zero."""
     result: t.Dict[str, t.Optional[t.Dict[str, t.Any]]] = {}
-    for name in HEADLINE:
+    for name in names:
         values = [run[name] for run in runs if isinstance(run.get(name), (int, float))]
         result[name] = spread(values) if values else None
     return result

@@ -63,6 +63,17 @@ def percentile(values: t.Sequence[float], p: float, presorted: bool = False) -> 
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+def percentile_label(p: float) -> str:
+    """The key prefix of a percentile: p50, p90, p99, and p99_9 for 99.9 (vllm bench serve writes p99.9; a dot in a
+    result key would need brackets in every Jinja expression, so the module writes an underscore)."""
+    return "p" + percentile_text(p).replace(".", "_")
+
+
+def percentile_text(p: float) -> str:
+    """A percentile as vllm bench serve names it in its result keys: 99 for 99.0, 99.9 for 99.9."""
+    return str(int(p)) if float(p) == int(p) else "%.6g" % p
+
+
 def t_quantile_975(dof: int) -> float:
     """The 0.975 quantile of Student's t with `dof` degrees of freedom (table; between entries the next lower
     entry, which is wider, so the interval errs on the safe side)."""
