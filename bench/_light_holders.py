@@ -34,6 +34,11 @@ class LightHolders:
         for proc in self.procs:
             proc.wait()
 
+    @property
+    def pids(self) -> List[int]:
+        """The PIDs of every holder started so far."""
+        return [proc.pid for proc in self.procs]
+
     def add(self, gpus: int, per_gpu: int, mib: int) -> None:
         """Start ``per_gpu`` more holders on each of GPUs 0..gpus-1, each holding ``mib``."""
         for gpu in range(gpus):

@@ -22,9 +22,11 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--grace", type=float, default=10)
     parser.add_argument("--timeout", type=float, default=30)
-    parser.add_argument("--settle", type=float, default=0.5)
+    parser.add_argument("--settle", type=float, default=None, help="omitted: the module's default")
     args = parser.parse_args()
-    params = {"signals": ["TERM", "KILL"], "grace": args.grace, "timeout": args.timeout, "settle": args.settle}
+    params = {"signals": ["TERM", "KILL"], "grace": args.grace, "timeout": args.timeout}
+    if args.settle is not None:
+        params["settle"] = args.settle
     start = time.perf_counter()
     result, _warnings, _failed = run_reclaim(params, False, False, lambda: (pynvml, psutil))
     wall_s = time.perf_counter() - start

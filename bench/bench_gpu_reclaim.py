@@ -1,24 +1,35 @@
 # Copyright (c) gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""gpu_reclaim's time above the floor, against a careful shell script, on the incident's simulated host.
+"""gpu_reclaim's time above the floor, against a careful shell script, on simulated hosts.
 
-Each repetition prepares identical hosts (an API server with 8 workers at 93,029 MiB, `gpusim vllm --tp 8`),
-as found ("full tree") or after the incident's broken cleanup ("incident": the server and worker 0
-SIGKILLed, 7 workers reparented), one per approach, and runs, one after the other:
+Scenarios, each on 8 GPUs:
 
-- floor: the bench itself SIGTERMs every process of the tree at once and polls /proc until the last one has
-  exited: each holder's own exit time, the least any approach can take;
-- gpu_reclaim through its module_utils in a fresh interpreter (`Reclaim(...).run()`), with `settle` 0.5 s
-  (the module's default: two fresh readings 0.5 s apart) and with `settle` 0 (one reading);
+- "incident" and "full tree": the incident's server (an API server with 8 workers at 93,029 MiB,
+  `gpusim vllm --tp 8`), after the incident's broken cleanup (the server and worker 0 SIGKILLed, 7 workers
+  adopted by the simulator's reaper) or as found;
+- "8 x 16", "8 x 512", "8 x 4096": that many `sleep` holders (see _light_holders.py), spread evenly over the
+  GPUs, each the bench's own child; the bench is an ancestor of the module's process, which the module never
+  signals, so nothing in these shapes can respawn a holder.
+
+For each, on one host per approach, one after the other:
+
+- floor: the bench itself SIGTERMs every process at once and polls /proc until the last one has exited:
+  the slowest holder's own exit, the least any approach can take;
+- gpu_reclaim through its module_utils in a fresh interpreter (`run_reclaim`, as the module runs it), with
+  the module's default `settle`, and with a fixed `settle` window (`--settle`, 0.5 s: the old default, a
+  baseline measured in the same run);
 - the shell baseline (SHELL below): signal every PID nvidia-smi lists, then poll nvidia-smi until the memory
   is back (SIGKILL what is left after the grace), as a careful operator would write it.
 
 The figure of each approach is the median over repetitions of (its elapsed time - that repetition's floor).
 Every approach's "verified" comes from the same independent reading after it finished: the simulator's own
-status (memory used and holders per GPU) and the liveness of every process of the tree.
+status (memory used and holders per GPU) and the liveness of every process involved.
+Targets (the module's default settle, above the floor): at most 0.2 s at 8 x 16 and 0.5 s at 8 x 512;
+8 x 4096 is reported with its growth against 8 x 512.
 
 Run from the repository root: .venv/bin/python bench/bench_gpu_reclaim.py
-Exits non-zero only when something fails (including a run that does not free the GPUs), never for slowness.
+Exits non-zero only when something fails (including a run that does not free the GPUs), never for slowness:
+PASS/FAIL against the targets is printed.
 """
 
 from __future__ import annotations
@@ -31,13 +42,19 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from _benchlib import BenchError, SimHost, ensure_simulator, median, save_results, table
+from _light_holders import LightHolders
 from gpusim.api import pid_alive
 
 INCIDENT_MIB = 93029
-SCENARIOS = ("incident", "full tree")
+TREES = ("incident", "full tree")
+SHAPES = {"8 x 16": 2, "8 x 512": 64, "8 x 4096": 512}  # holders per GPU, on 8 GPUs
+LIGHT_MIB = 100
+# the module's default settle, above the floor (seconds); 8 x 4096 has no target, its growth against 8 x 512 is printed
+TARGETS = {"8 x 16": 0.2, "8 x 512": 0.5}
+DEFAULT = "gpu_reclaim, default settle"
 SHELL = r"""
 smi() { nvidia-smi "$@" --format=csv,noheader,nounits; }
 held() {  # true while any GPU lists a process or uses more than the threshold
@@ -91,9 +108,10 @@ def floor_run(host: SimHost, tree: List[int]) -> Dict[str, Any]:
     return {"wall_s": time.perf_counter() - start}
 
 
-def module_run(host: SimHost, settle: float, grace: float, timeout: float) -> Dict[str, Any]:
-    result: Dict[str, Any] = host.probe("_reclaim_probe.py", "--grace", str(grace), "--timeout", str(timeout),
-                                        "--settle", str(settle))
+def module_run(host: SimHost, settle: Optional[float], grace: float, timeout: float) -> Dict[str, Any]:
+    """gpu_reclaim in a fresh interpreter; ``settle`` None: the module's default."""
+    extra = [] if settle is None else ["--settle", str(settle)]
+    result: Dict[str, Any] = host.probe("_reclaim_probe.py", "--grace", str(grace), "--timeout", str(timeout), *extra)
     return result
 
 
@@ -109,18 +127,27 @@ def shell_run(host: SimHost, grace: float) -> Dict[str, Any]:
 def approaches(args: argparse.Namespace) -> Dict[str, Callable[[SimHost, List[int]], Dict[str, Any]]]:
     return {
         "floor": floor_run,
-        f"gpu_reclaim settle {args.settle:g}": lambda host, _tree: module_run(host, args.settle, args.grace, args.timeout),
-        "gpu_reclaim settle 0": lambda host, _tree: module_run(host, 0.0, args.grace, args.timeout),
+        DEFAULT: lambda host, _tree: module_run(host, None, args.grace, args.timeout),
+        f"gpu_reclaim, settle {args.settle:g}": lambda host, _tree: module_run(host, args.settle, args.grace, args.timeout),
         "shell: signal + poll nvidia-smi": lambda host, _tree: shell_run(host, args.grace),
     }
 
 
-def measure(args: argparse.Namespace) -> Dict[str, List[Dict[str, Dict[str, Any]]]]:
-    """results[scenario][repetition][approach]; the hosts of a repetition are prepared (in parallel) before its runs."""
+def run_one(name: str, runner: Callable[[SimHost, List[int]], Dict[str, Any]], host: SimHost, tree: List[int],
+            scenario: str) -> Dict[str, Any]:
+    run = runner(host, tree)
+    run.update(independent(host, tree))
+    if not run["verified"]:
+        raise BenchError(f"{scenario}: {name} left the GPUs held: {run}")
+    print(f"  {name}: {run['wall_s']:.3f} s", file=sys.stderr)
+    return run
+
+
+def measure_trees(args: argparse.Namespace, results: Dict[str, List[Dict[str, Dict[str, Any]]]]) -> None:
+    """The incident's server; the hosts of a repetition are prepared (two at a time) before its runs."""
     runners = approaches(args)
-    results: Dict[str, List[Dict[str, Dict[str, Any]]]] = {scenario: [] for scenario in SCENARIOS}
     for repetition in range(args.repeats):
-        for scenario in SCENARIOS:
+        for scenario in TREES:
             with contextlib.ExitStack() as stack:
                 hosts = {name: stack.enter_context(SimHost()) for name in runners}
                 print(f"bench_gpu_reclaim: {scenario}, repetition {repetition + 1}: preparing {len(hosts)} hosts",
@@ -128,44 +155,89 @@ def measure(args: argparse.Namespace) -> Dict[str, List[Dict[str, Dict[str, Any]
                 with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
                     futures = {name: pool.submit(prepare, host, scenario) for name, host in hosts.items()}
                     trees = {name: future.result() for name, future in futures.items()}
-                runs: Dict[str, Dict[str, Any]] = {}
-                for name, runner in runners.items():
-                    run = runner(hosts[name], trees[name])
-                    run.update(independent(hosts[name], trees[name]))
-                    if not run["verified"]:
-                        raise BenchError(f"{scenario}: {name} left the GPUs held: {run}")
-                    runs[name] = run
-                    print(f"  {name}: {run['wall_s']:.3f} s", file=sys.stderr)
-                results[scenario].append(runs)
+                results[scenario].append({name: run_one(name, runner, hosts[name], trees[name], scenario)
+                                          for name, runner in runners.items()})
+
+
+def measure_shapes(args: argparse.Namespace, results: Dict[str, List[Dict[str, Dict[str, Any]]]]) -> None:
+    """`sleep` holders; one host at a time (8 x 4096 is 4,096 processes per host)."""
+    runners = approaches(args)
+    for scenario, per_gpu in SHAPES.items():
+        if scenario not in args.shapes:
+            continue
+        repeats = args.large_repeats if per_gpu * 8 > 1000 else args.repeats
+        for repetition in range(repeats):
+            print(f"bench_gpu_reclaim: {scenario}, repetition {repetition + 1} of {repeats}", file=sys.stderr)
+            runs: Dict[str, Dict[str, Any]] = {}
+            for name, runner in runners.items():
+                with SimHost() as host, LightHolders(host.state) as light:
+                    host.gpusim("create", "--gpus", "8")
+                    light.add(8, per_gpu, LIGHT_MIB)
+                    runs[name] = run_one(name, runner, host, light.pids, scenario)
+            results[scenario].append(runs)
+
+
+def measure(args: argparse.Namespace) -> Dict[str, List[Dict[str, Dict[str, Any]]]]:
+    """results[scenario][repetition][approach]."""
+    results: Dict[str, List[Dict[str, Dict[str, Any]]]] = {scenario: [] for scenario in [*TREES, *SHAPES]
+                                                           if scenario in TREES and args.trees or scenario in args.shapes}
+    if args.trees:
+        measure_trees(args, results)
+    measure_shapes(args, results)
     return results
+
+
+def verdicts(figures: Dict[str, Any]) -> List[str]:
+    """PASS/FAIL of the module's default against the targets; the growth from 8 x 512 to 8 x 4096."""
+    lines = []
+    for scenario, target in TARGETS.items():
+        figure = figures.get(f"{scenario} / {DEFAULT}")
+        if figure is not None:
+            over = figure["above_floor_s"]
+            lines.append(f"{'PASS' if over <= target else 'FAIL'}: {scenario}, {DEFAULT}: {over:.3f} s above the floor"
+                         f" (target at most {target:g} s)")
+    small, large = figures.get(f"8 x 512 / {DEFAULT}"), figures.get(f"8 x 4096 / {DEFAULT}")
+    if large is not None:
+        growth = f", {large['above_floor_s'] / small['above_floor_s']:.1f}x the 8 x 512 figure for 8x the holders" if (
+            small is not None and small["above_floor_s"] > 0) else ""
+        lines.append(f"8 x 4096, {DEFAULT}: {large['above_floor_s']:.3f} s above the floor, {large['elapsed_s']:.3f} s elapsed"
+                     f"{growth} (5.3 s before the one-scan plan)")
+    return lines
 
 
 def report(results: Dict[str, List[Dict[str, Dict[str, Any]]]], args: argparse.Namespace) -> Tuple[str, Dict[str, Any]]:
     rows = []
     figures: Dict[str, Any] = {}
     for scenario, repetitions in results.items():
+        if not repetitions:
+            continue
         names = list(repetitions[0])
         above = {name: [rep[name]["wall_s"] - rep["floor"]["wall_s"] for rep in repetitions] for name in names}
-        shell_name = names[-1]
+        shell_name, fixed_name = names[-1], names[2]
         for name in names:
             over = median(above[name])
             ratio = "-" if name in ("floor", shell_name) else f"{median(above[shell_name]) / over:.2f}" if over > 0 else "-"
+            fixed = f"{median(above[fixed_name]) / over:.2f}" if name == DEFAULT and over > 0 else "-"
             verified = all(rep[name]["verified"] for rep in repetitions)
             left = max(len(rep[name]["tree_left"]) for rep in repetitions)
             rows.append([scenario, name, len(repetitions), median([rep[name]["wall_s"] for rep in repetitions]),
-                         "-" if name == "floor" else over, "yes" if verified else "NO", left, ratio])
+                         "-" if name == "floor" else over, "yes" if verified else "NO", left, ratio, fixed])
             figures[f"{scenario} / {name}"] = {"elapsed_s": median([rep[name]["wall_s"] for rep in repetitions]),
                                                "above_floor_s": over}
     load = os.getloadavg()[0]
     text = "\n".join([
-        table(["scenario", "approach", "runs", "elapsed s", "above floor s", "verified", "tree left", "shell/this"], rows),
+        table(["scenario", "approach", "runs", "elapsed s", "above floor s", "verified", "left", "shell/this",
+               "fixed/default"], rows),
         "elapsed: median wall time. above floor: median over repetitions of (elapsed - the same repetition's floor).",
-        "floor: the bench SIGTERMs every process of the tree itself and waits for the last exit (each holder's own exit).",
-        "verified: the simulator's reading right after the run: no holder, 0 MiB used. tree left: processes of the tree"
+        "floor: the bench SIGTERMs every process itself and waits for the last exit (each holder's own exit).",
+        "verified: the simulator's reading right after the run: no holder, 0 MiB used. left: processes of the tree"
         " still running at that moment (most in any repetition; the shell never ends an API server, it exits later).",
-        f"grace {args.grace:g},"
-        f" timeout {args.timeout:g}; settle is gpu_reclaim's two-reading window (default 0.5 s), inside its elapsed time.",
-        f"shell/this: the shell's time above the floor over gpu_reclaim's. load average (1 min) {load:.2f} on {os.cpu_count()} CPUs.",
+        f"grace {args.grace:g}, timeout {args.timeout:g}; the fixed settle column waits {args.settle:g} s for a second"
+        " reading (the old default), inside its elapsed time.",
+        "shell/this: the shell's time above the floor over this approach's. fixed/default: the fixed window's over the"
+        " default's (same run).",
+        f"load average (1 min) {load:.2f} on {os.cpu_count()} CPUs.",
+        *verdicts(figures),
     ])
     return text, figures
 
@@ -173,9 +245,12 @@ def report(results: Dict[str, List[Dict[str, Dict[str, Any]]]], args: argparse.N
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="repetitions per scenario (each: floor, module x2, shell)")
+    parser.add_argument("--large-repeats", type=int, default=1, help="repetitions of 8 x 4096 (4,096 processes per host)")
     parser.add_argument("--grace", type=float, default=10)
     parser.add_argument("--timeout", type=float, default=30)
-    parser.add_argument("--settle", type=float, default=0.5, help="gpu_reclaim's settle in the first module column")
+    parser.add_argument("--settle", type=float, default=0.5, help="gpu_reclaim's fixed settle window in the second module column")
+    parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES), help="the sleep-holder shapes to run")
+    parser.add_argument("--no-trees", dest="trees", action="store_false", help="skip the incident's server (incident, full tree)")
     args = parser.parse_args()
     try:
         ensure_simulator()
