@@ -15,6 +15,7 @@ import time
 from typing import TYPE_CHECKING, Optional
 
 from vllm._faults import DROP, ERROR_EVENT, STALL
+from vllm._metrics import BLOCK_TOKENS
 from vllm._openai import DONE_EVENT, Bodies, GenRequest, dumps, error_info, token_text
 from vllm._pace import TokenClock
 
@@ -40,7 +41,11 @@ class Generation:
         knobs = self.serving.knobs
         self.chunk_tokens = knobs.tokens_per_chunk
         self.fault_after = knobs.fault_after_tokens
-        self.clock = TokenClock(self.serving.pace, arrival + knobs.ttft_ms / 1000.0, self.serving.metrics.running_now)
+        self.arrival = arrival
+        self.first_due = arrival + knobs.ttft_ms / 1000.0
+        self.clock = TokenClock(self.serving.pace, self.first_due, self.serving.metrics.running_now)
+        self.kv_tokens = 0
+        self.kv_blocks = 0
         self._poller = select.poll()
         self._poller.register(self.serving.stop_fd, select.POLLIN)
         self._poller.register(handler.connection, select.POLLIN)
@@ -49,6 +54,7 @@ class Generation:
     def run(self) -> None:
         metrics = self.serving.metrics
         metrics.admit(self.request.prompt_tokens)
+        self._hold(self.request.prompt_tokens)
         try:
             if self.request.stream:
                 self._stream()
@@ -60,6 +66,8 @@ class Generation:
         finally:
             if not self._finished:
                 metrics.finish("")
+            metrics.hold(-self.kv_blocks)
+            self.kv_blocks = 0
 
     # -- streaming -----------------------------------------------------------------------------------------
 
@@ -79,9 +87,12 @@ class Generation:
                 self._stream_fault()
                 return
             self._wait_until(self.clock.due_after(size))
+            if sent == 0:  # token 0 was ready at its due instant; alone in its chunk, when it actually left
+                self.serving.metrics.first_token((time.monotonic() if size == 1 else self.first_due) - self.arrival)
             last = sent + size == total
             self._write(self.bodies.chunk_event(token_text(sent, size), request.finish_reason if last else None))
             self.serving.metrics.generated(size)
+            self._hold(size)
             sent += size
         tail = self.bodies.usage_event(total) if request.include_usage else b""
         self._finish(request.finish_reason)
@@ -113,7 +124,9 @@ class Generation:
                 handler.reply_json(500, dumps({"error": error_info(FAULT_MESSAGE, "InternalServerError", 500)}))
             return
         self._wait_until(self.clock.due_after(total))
+        self.serving.metrics.first_token(self.first_due - self.arrival)
         self.serving.metrics.generated(total)
+        self._hold(total)
         self._finish(request.finish_reason)
         handler.reply_json(200, self.bodies.full(token_text(0, total), total))
 
@@ -121,8 +134,16 @@ class Generation:
 
     def _finish(self, reason: str) -> None:
         """Count the request as done just before its last byte goes out (a drain waiting for 0 then holds)."""
-        self.serving.metrics.finish(reason)
+        self.serving.metrics.finish(reason, time.monotonic() - self.arrival)
         self._finished = True
+
+    def _hold(self, tokens: int) -> None:
+        """The request's KV cache now holds `tokens` more (whole blocks of BLOCK_TOKENS, as vLLM allocates them)."""
+        self.kv_tokens += tokens
+        blocks = -(-self.kv_tokens // BLOCK_TOKENS)
+        if blocks != self.kv_blocks:
+            self.serving.metrics.hold(blocks - self.kv_blocks)
+            self.kv_blocks = blocks
 
     def _write(self, data: bytes, last: bool = False) -> None:
         frame = b"%x\r\n%s\r\n" % (len(data), data)

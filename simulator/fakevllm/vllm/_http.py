@@ -47,7 +47,7 @@ class Serving:  # pylint: disable=too-many-instance-attributes
     _stop_w: int = field(init=False)
 
     def __post_init__(self) -> None:
-        self.metrics = Metrics(self.args.served_model_names[0])
+        self.metrics = Metrics(self.args.served_model_names[0], self.args.max_model_len)
         self.pace = PaceModel(self.knobs.tokens_per_s, self.knobs.concurrency_slowdown, self.knobs.jitter)
         self.stop_fd, self._stop_w = os.pipe()
 
