@@ -28,6 +28,8 @@ import threading
 import time
 import typing as t
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.stats import percentile_label
+
 TTFT = "vllm:time_to_first_token_seconds"
 E2EL = "vllm:e2e_request_latency_seconds"
 PREEMPTIONS = "vllm:num_preemptions_total"
@@ -227,8 +229,8 @@ def quantile(hist: Histogram, p: float) -> t.Optional[float]:
 
 
 def histogram_figures(hist: t.Optional[Histogram], percentiles: t.Sequence[float]) -> t.Optional[t.Dict[str, t.Any]]:
-    """count, sum_s, mean_ms and pNN_ms (bucket estimates; p99.9_ms for 99.9, as vllm bench serve names its keys)
-    of a phase's histogram."""
+    """count, sum_s, mean_ms and pNN_ms (bucket estimates; p99_9_ms for 99.9, as the client's
+    figures name it) of a phase's histogram."""
     if hist is None:
         return None
     count = int(hist.count) if hist.count == int(hist.count) else hist.count
@@ -236,7 +238,7 @@ def histogram_figures(hist: t.Optional[Histogram], percentiles: t.Sequence[float
                                    "mean_ms": hist.total / hist.count * 1000.0 if hist.count > 0 else None}
     for p in percentiles:
         value = quantile(hist, p)
-        figures["p%g_ms" % p] = value * 1000.0 if value is not None else None
+        figures["%s_ms" % percentile_label(p)] = value * 1000.0 if value is not None else None
     return figures
 
 

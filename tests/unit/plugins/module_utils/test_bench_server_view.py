@@ -87,7 +87,7 @@ def test_phase_deltas_against_hand_counts():
     figures = sv.histogram_figures(change, (50, 99.9))
     assert figures["count"] == 10 and figures["mean_ms"] == approx(30.0)
     assert figures["p50_ms"] == approx(20 + 20 * (5 - 2) / 6)  # rank 5 in (0.02, 0.04], which holds 6
-    assert figures["p99.9_ms"] == approx(40.0)
+    assert figures["p99_9_ms"] == approx(40.0)
     assert sv.counter_delta(before.preemptions, after.preemptions) == (3.0, False)
     assert before.kv_cache == approx(0.1) and after.kv_cache == 0.0
 
