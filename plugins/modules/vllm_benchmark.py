@@ -22,8 +22,18 @@ description:
     of chunks. A server that sends no usage gets its chunks counted, and the result says so (RV(runs[].approximate_token_count)).
   - A request that fails (an HTTP error, an error event after HTTP 200, a timeout, a dropped connection, a stream without content)
     counts in RV(runs[].failed) with its reason; the task fails only when nothing could be measured.
-  - Reads the server's C(vllm:generation_tokens_total) from C(/metrics) before and after each phase and reports its count next to the
+  - Reads the server's C(vllm:generation_tokens_total) from O(metrics_url) before and after each phase and reports its count next to the
     client's; a difference is a warning.
+  - Works with any OpenAI-compatible server that streams C(/v1/completions) or C(/v1/chat/completions). C(/v1/models) is asked
+    only to check or find the model, and C(/metrics) is optional.
+  - Gives O(concurrency) or O(request_rate) as a list to sweep its levels in one task, one result per level (RV(sweep)), with the
+    knee of the sweep (RV(knee)).
+  - Runs for O(duration) seconds instead of a number of requests when asked; requests still running at the end are counted apart
+    (RV(runs[].in_flight_at_end)), not as failures.
+  - Reports the latency percentiles asked for (O(percentiles)) and, with service-level targets (O(goodput)), the share and rate of
+    requests that met all of them, as vllm bench serve's C(--metric-percentiles) and C(--goodput) do.
+  - Checks every option before it sends anything; a bad value fails the task with the option and the value named, and no request
+    reaches the server.
   - Uses only the Python standard library (asyncio over plain sockets, TLS for https); one core reads tens of thousands of tokens a
     second with accurate timing. Runs on the GPU host or anywhere that reaches the server (for example with C(delegate_to)).
   - Never changes the server's state.
@@ -45,8 +55,10 @@ options:
     default: http://127.0.0.1:8000
   model:
     description:
-      - Model name to ask for. It must be one the server lists at V(/v1/models).
-      - Omit it to use the first model the server lists.
+      - Model name to ask for. When the server lists models at V(/v1/models), it must be one of them.
+      - When V(/v1/models) does not answer with a model list (HTTP 404 on a server that does not have it, for one), the model is used as
+        given, with a warning. A server that does not answer at all fails the task either way.
+      - Omit it to use the first model the server lists; the server must then have V(/v1/models).
     type: str
   endpoint:
     description: Which API to call.
@@ -67,21 +79,83 @@ options:
   num_requests:
     description:
       - Requests per repeat (C(--num-prompts) of vllm bench serve).
-      - The default, 64, is for a measurement on its own; the role gpuops.fleet.vllm_server sends 32 per repeat by default
-        (C(vllm_server_benchmark_num_requests)), because its benchmark runs right after a restart, once per configuration and
-        round in C(benchmark_matrix.yml), where many short measurements say more than a few long ones.
+      - Without O(duration) the default is 64, for a measurement on its own; the role gpuops.fleet.vllm_server sends 32 per
+        repeat by default (C(vllm_server_benchmark_num_requests)), because its benchmark runs right after a restart, once per
+        configuration and round in C(benchmark_matrix.yml), where many short measurements say more than a few long ones.
+      - With O(duration) there is no default; the repeat sends requests until the time is up. Given together with O(duration),
+        it is a cap; a repeat ends at whichever comes first, the time or this many requests all answered.
     type: int
-    default: 64
+  duration:
+    description:
+      - Run each repeat for this many seconds instead of a number of requests (AIPerf's and GuideLLM's C(max_seconds)). New
+        requests arrive only within it; the requests still running when it ends are closed and counted in
+        RV(runs[].in_flight_at_end), not as failed, and in no other figure. Throughputs divide by the repeat's duration.
+      - Combines with O(num_requests) (a cap, see there). The warmup is still O(warmup_requests) requests.
+      - Omit it to run O(num_requests) requests per repeat, each one to its end.
+    type: float
   concurrency:
-    description: Most requests in flight at once (C(--max-concurrency)).
-    type: int
-    default: 8
+    description:
+      - Most requests in flight at once (C(--max-concurrency)).
+      - A list of levels, V([1, 8, 32, 64]) for one, is a sweep; the whole benchmark (warmup and every repeat) runs at each
+        level in turn, in the order given, and RV(sweep) has one result per level, RV(knee) the knee. A single value (or a list
+        of one) runs one level. Each level draws prompts of its own, so the server's prefix cache cannot favour a later one.
+      - Only one of O(concurrency) and O(request_rate) may be a list of more than one level.
+    type: list
+    elements: int
+    default: [8]
   request_rate:
     description:
       - Mean arrival rate in requests per second; arrivals follow a Poisson process (exponential gaps), as C(--request-rate) with
         burstiness 1.
       - Omit it to send every request at once (limited by O(concurrency)), vllm bench serve's default (V(inf)).
+      - A list of rates is a sweep, as for O(concurrency) (V(inf) may be one of them). O(concurrency) still caps the requests in
+        flight at every rate; raise it so that the rate, not the cap, sets the load.
+    type: list
+    elements: float
+  knee_tolerance:
+    description:
+      - For a sweep, how far in percent the decode rate per stream (RV(metrics.decode_tok_s) median) may fall below the lowest
+        level's before the server counts as saturated. The knee (RV(knee)) is the highest level reached, going up from the lowest,
+        before the first level that falls further (or completed nothing).
+      - The 10% default tells a batch that still decodes nearly at single-stream speed from an overloaded server; a smaller value
+        finds an earlier knee, and needs repeats with little spread to mean anything.
     type: float
+    default: 10
+  percentiles:
+    description:
+      - Percentiles of TTFT, TPOT, ITL and E2EL to report (vllm bench serve's C(--metric-percentiles)), each more than 0 and at
+        most 100.
+      - Each gives result keys C(p<N>_<figure>_ms), like C(p90_ttft_ms); a fraction gives an underscore for the dot, C(p99_9_ttft_ms)
+        for 99.9, so that Jinja can read the key as an attribute. The file of O(save_result) keeps vllm bench serve's C(p99.9_ttft_ms).
+      - C(p90_*) and C(p99_*) stay in the result as long as V(90) and V(99) are in the list (as by default).
+    type: list
+    elements: float
+    default: [50, 90, 99]
+  goodput:
+    description:
+      - Service-level targets in milliseconds (vllm bench serve's C(--goodput)). A completed request is good when each figure given
+        is at most its target; a failed request is never good. The result gets RV(runs[].good_requests),
+        RV(runs[].goodput_pct) (their share of the requests that ended), RV(runs[].request_goodput) (good requests per second) and
+        RV(runs[].slo_missed).
+      - Give at least one target.
+    type: dict
+    suboptions:
+      ttft_ms:
+        description: Most time to first token, in milliseconds.
+        type: float
+      tpot_ms:
+        description: Most time per output token, in milliseconds ((E2EL - TTFT) / (output tokens - 1), 0 for one token).
+        type: float
+      e2el_ms:
+        description: Most end-to-end latency, in milliseconds.
+        type: float
+  metrics_url:
+    description:
+      - Where the server's Prometheus metrics are read for the token cross-check, V(http(s)://...) or a path under O(url), such as
+        V(/vllm/metrics) (AIPerf's mock server has them there).
+      - Omit it for V(<url>/metrics). An empty string reads no metrics at all; the cross-check is skipped, and RV(notes) says so.
+        A URL that does not answer with the counter skips the cross-check with a warning.
+    type: str
   warmup_requests:
     description: Requests sent before the first repeat and left out of every figure (at most O(concurrency) at a time).
     type: int
@@ -120,6 +194,11 @@ options:
       - The file is output, not server state; it does not make the task changed.
     type: path
 notes:
+  - A sweep (O(concurrency) or O(request_rate) as a list) answers how much load one server takes before each stream slows down;
+    C(benchmark_matrix.yml) compares configurations at one fixed load and should keep one level per run. Use a sweep, and its
+    RV(knee), to choose that load (the matrix's concurrency at or below the knee of the baseline configuration), or when the
+    question is the capacity itself; run it again after a change of model, GPU count or context length.
+  - With a sweep the result grows with the levels (each has its runs); O(save_result) writes every repeat of every level.
   - Compare a figure with another tool's only under the same definition. GuideLLM, for one, calls the gap between tokens TPOT and
     the per-request average ITL, the other way round from vllm bench serve and this module.
 seealso:
@@ -157,6 +236,42 @@ EXAMPLES = r"""
     repeats: 1
     save_result: /tmp/bench-chat.json
   delegate_to: localhost
+
+- name: Sweep the concurrency in one task and find the knee
+  gpuops.fleet.vllm_benchmark:
+    url: http://127.0.0.1:8000
+    output_len: 256
+    num_requests: 64
+    concurrency: [1, 8, 16, 32, 64]
+    knee_tolerance: 10
+    repeats: 2
+  register: sweep
+
+- name: Show where one stream's decode rate stops holding up
+  ansible.builtin.debug:
+    msg: >-
+      knee at concurrency {{ sweep.knee.level }} ({{ sweep.knee.value | round(1) }} tok/s per stream against
+      {{ sweep.knee.reference_value | round(1) }} at {{ sweep.knee.reference_level }});
+      {{ sweep.sweep | map(attribute='concurrency') | zip(sweep.sweep | map(attribute='metrics.decode_tok_s.median')) | list }}
+
+- name: Two minutes at 2 requests/s against a server without /v1/models or /metrics, with service-level targets
+  gpuops.fleet.vllm_benchmark:
+    url: http://10.0.0.7:8080
+    model: my-model
+    request_rate: 2
+    concurrency: 64
+    duration: 120
+    repeats: 1
+    percentiles: [50, 95, 99, 99.9]
+    goodput:
+      ttft_ms: 500
+      tpot_ms: 50
+    metrics_url: ""
+  register: timed
+
+- name: Share of requests within both targets and the 99.9th percentile TTFT
+  ansible.builtin.debug:
+    msg: "{{ timed.runs[0].goodput_pct }}% good, p99.9 TTFT {{ timed.runs[0].p99_9_ttft_ms }} ms, {{ timed.runs[0].in_flight_at_end }} in flight at the end"
 """
 
 RETURN = r"""
@@ -180,16 +295,18 @@ metrics:
     - Each headline figure across the repeats that completed at least one request, as a dict of C(median) (the figure to quote), C(min),
       C(max), C(mean), C(stdev) (sample standard deviation), C(n) (repeats) and C(ci95) (V([low, high]), the 95% confidence interval
       of the mean by Student t, from 3 repeats on; else V(null)).
-    - Figures are C(decode_tok_s), C(completed), C(failed), C(duration), C(request_throughput), C(output_throughput),
-      C(total_token_throughput), C(total_input_tokens), C(total_output_tokens), and for C(ttft), C(tpot), C(itl) and C(e2el) each
-      of C(mean_*_ms), C(median_*_ms), C(std_*_ms), C(p90_*_ms), C(p99_*_ms).
+    - Figures are C(decode_tok_s), C(completed), C(failed), C(in_flight_at_end), C(duration), C(request_throughput),
+      C(output_throughput), C(total_token_throughput), C(total_input_tokens), C(total_output_tokens), and for C(ttft), C(tpot),
+      C(itl) and C(e2el) each of C(mean_*_ms), C(median_*_ms), C(std_*_ms) and one C(p<N>_*_ms) per O(percentiles) entry
+      (C(p50_*_ms), C(p90_*_ms), C(p99_*_ms) by default); with O(goodput) also C(good_requests), C(goodput_pct) and C(request_goodput).
     - A figure that no repeat has (C(decode_tok_s) when no request generated two tokens) is V(null), never a zero.
+    - With a sweep, the figures of the first level (each level's are in RV(sweep)).
     - Empty in check mode.
   returned: always
   type: dict
   sample: {"decode_tok_s": {"median": 47.3, "min": 47.2, "max": 47.4, "mean": 47.3, "stdev": 0.1, "n": 3, "ci95": [47.05, 47.55]}}
 runs:
-  description: Each repeat's figures, in order. Empty in check mode.
+  description: Each repeat's figures, in order; with a sweep, those of the first level. Empty in check mode.
   returned: always
   type: list
   elements: dict
@@ -204,6 +321,12 @@ runs:
       returned: always
     failed:
       description: Requests that failed; see RV(runs[].failed_by_reason) and RV(runs[].errors).
+      type: int
+      returned: always
+    in_flight_at_end:
+      description:
+        - Requests still running when O(duration) ended, closed then and counted in no other figure (neither completed nor failed);
+          always V(0) without O(duration).
       type: int
       returned: always
     failed_by_reason:
@@ -250,10 +373,29 @@ runs:
       returned: always
     median_tpot_ms:
       description:
-        - Median over the requests of (E2EL - TTFT) / (output tokens - 1). Likewise C(mean_*), C(std_*), C(p90_*) and C(p99_*) of
-          C(ttft), C(tpot), C(itl) and C(e2el), all in milliseconds.
+        - Median over the requests of (E2EL - TTFT) / (output tokens - 1). Likewise C(mean_*), C(std_*) and C(p<N>_*) (one per
+          O(percentiles) entry, C(p99_9_*) for 99.9) of C(ttft), C(tpot), C(itl) and C(e2el), all in milliseconds.
       type: float
       returned: always
+    good_requests:
+      description: Completed requests that met every target of O(goodput).
+      type: int
+      returned: when O(goodput) is set
+    goodput_pct:
+      description:
+        - RV(runs[].good_requests) as a percentage of the requests that ended (completed and failed; those in flight at the end of
+          O(duration) have no verdict). V(null) when none ended.
+      type: float
+      returned: when O(goodput) is set
+    request_goodput:
+      description: Good requests per second of the repeat (vllm bench serve's C(request_goodput)).
+      type: float
+      returned: when O(goodput) is set
+    slo_missed:
+      description: Completed requests over each target of O(goodput) (one request may miss several).
+      type: dict
+      returned: when O(goodput) is set
+      sample: {"ttft_ms": 3, "tpot_ms": 0}
     approximate_token_count:
       description: True when the server sent no usage for some completed request, whose tokens were then counted as content chunks.
       type: bool
@@ -274,6 +416,41 @@ warmup:
       C(errors), C(client_generation_tokens) and C(server_generation_tokens); V(null) without warmup requests or in check mode.
   returned: always
   type: dict
+sweep:
+  description:
+    - One entry per level, in the order given (one entry without a sweep), each with C(concurrency), C(request_rate) (V(inf) for
+      all at once), and C(metrics), C(runs) and C(warmup) shaped as the top-level keys of the same names.
+    - The top-level RV(metrics), RV(runs) and RV(warmup) are those of the first entry, so a task written for one level reads the
+      same keys with or without a sweep.
+    - A level at which every warmup request failed has no runs and null figures, and the sweep goes on (a warning says so);
+      without a sweep that fails the task. Empty in check mode.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"concurrency": 1, "request_rate": "inf", "metrics": {}, "runs": [], "warmup": null}]
+knee:
+  description:
+    - For a sweep, where the decode rate per stream stops holding up. Going up from the lowest level (whatever the order given),
+      C(level) is the last level whose C(value) (the median of RV(metrics.decode_tok_s) at it) is within O(knee_tolerance) percent
+      of C(reference_value) at C(reference_level), the lowest level; C(next_level) and C(next_value) are the first level that
+      falls further (C(value) V(null) when it completed nothing), both V(null) when no level does (the sweep never saturated the
+      server; add higher levels). C(level) is V(null) when the lowest level has no decode rate.
+    - Also C(option) (V(concurrency) or V(request_rate)), C(tolerance_pct) and C(figure) (V(decode_tok_s)).
+    - V(null) without a sweep.
+  returned: always
+  type: dict
+  sample: {"option": "concurrency", "tolerance_pct": 10.0, "figure": "decode_tok_s", "reference_level": 1, "reference_value": 47.3,
+           "level": 16, "value": 44.1, "next_level": 32, "next_value": 38.0}
+metrics_url:
+  description: Where the server's metrics were read; empty when O(metrics_url) is empty (nothing was read).
+  returned: when the benchmark ran
+  type: str
+  sample: http://127.0.0.1:8000/metrics
+notes:
+  description: What the result leaves out on purpose, and why (for example no metrics read when O(metrics_url) is empty).
+  returned: always
+  type: list
+  elements: str
 save_result:
   description: The file written, when O(save_result) is set.
   returned: when O(save_result) is set and the benchmark ran
@@ -287,13 +464,13 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.run import Benchmark, BenchmarkFailed
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.server import ServerError
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench.spec import ARGUMENT_SPEC, SpecError, build_spec
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.spec import ARGUMENT_SPEC, BenchSpec, SpecError, build_spec
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     result: t.Dict[str, t.Any] = {"changed": False, "url": module.params["url"], "endpoint": module.params["endpoint"],
-                                  "metrics": {}, "runs": [], "warmup": None}
+                                  "metrics": {}, "runs": [], "warmup": None, "sweep": [], "knee": None, "notes": []}
     try:
         spec = build_spec(module.params)
     except SpecError as exc:
@@ -312,10 +489,23 @@ def main() -> None:
         module.fail_json(msg=str(exc), **result)
     for warning in benchmark.warnings:
         module.warn(warning)
-    median = (result["metrics"].get("decode_tok_s") or {}).get("median")
-    result["msg"] = "%d repeat(s) of %d requests at concurrency %d: median decode %s tok/s per stream" % (
-        spec.repeats, spec.num_requests, spec.concurrency, "%.2f" % median if median else "n/a")
+    result["msg"] = _summary(spec, result)
     module.exit_json(**result)
+
+
+def _summary(spec: BenchSpec, result: t.Dict[str, t.Any]) -> str:
+    size = "%d requests" % spec.num_requests if spec.duration is None else "%g s" % spec.duration + (
+        " (at most %d requests)" % spec.num_requests if spec.num_requests else "")
+    if not spec.sweep_option:
+        median = (result["metrics"].get("decode_tok_s") or {}).get("median")
+        return "%d repeat(s) of %s at concurrency %d: median decode %s tok/s per stream" % (
+            spec.repeats, size, spec.concurrency, "%.2f" % median if median else "n/a")
+    knee = result["knee"] or {}
+    levels = ", ".join("%s %s" % (level[spec.sweep_option], "%.2f" % figure["median"] if figure and figure["median"] else "n/a")
+                       for level, figure in ((level, level["metrics"].get("decode_tok_s")) for level in result["sweep"]))
+    return "sweep of %s, %d repeat(s) of %s per level, median decode tok/s per stream: %s; knee at %s %s" % (
+        spec.sweep_option, spec.repeats, size, levels, spec.sweep_option,
+        knee.get("level") if knee.get("level") is not None else "n/a (no decode rate at the lowest level)")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.http_reader import HttpProtocolError, ResponseReader
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.request import (
-    BAD_RESPONSE, CONNECT_ERROR, DROPPED, ERROR_EVENT, HTTP_ERROR, NO_CONTENT, TIMEOUT, Outcome, Target)
+    BAD_RESPONSE, CONNECT_ERROR, DROPPED, ERROR_EVENT, HTTP_ERROR, IN_FLIGHT, NO_CONTENT, TIMEOUT, Outcome, Target)
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.sse import SseError, SseSplitter, StreamInterpreter
 
 MAX_ERROR_BODY = 4096
@@ -49,6 +49,7 @@ class _StreamProtocol(asyncio.Protocol):
         self.transport: t.Optional[asyncio.Transport] = None
         self.timer: t.Optional[asyncio.TimerHandle] = None
         self.error_body = b""
+        self.finished = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = t.cast(asyncio.Transport, transport)
@@ -58,9 +59,15 @@ class _StreamProtocol(asyncio.Protocol):
         self.outcome.start = perf_counter()
         t.cast(asyncio.Transport, self.transport).write(self.request)
 
+    def interrupt(self) -> None:
+        """The run's duration ended while this request ran: close it and count it as in flight, not as failed."""
+        if not self.finished:
+            self._finish(IN_FLIGHT, "still running when the run's duration ended (%d content chunks received)"
+                         % self.stream.content_chunks)
+
     def data_received(self, data: bytes) -> None:
         now = perf_counter()
-        if self.done.done():
+        if self.finished:
             return
         reader = self.reader
         try:
@@ -93,7 +100,7 @@ class _StreamProtocol(asyncio.Protocol):
         return None  # close our side too; connection_lost follows
 
     def connection_lost(self, exc: t.Optional[Exception]) -> None:
-        if self.done.done():
+        if self.finished:
             return
         if self.reader.status is None:
             self._finish(DROPPED, "connection closed before the response headers%s" % _why(exc))
@@ -106,7 +113,7 @@ class _StreamProtocol(asyncio.Protocol):
                          % (self.stream.content_chunks, _why(exc)))
 
     def _on_timeout(self) -> None:
-        if not self.done.done():
+        if not self.finished:
             self._finish(TIMEOUT, "no complete answer within %g s (%d content chunks received)"
                          % (self.timeout, self.stream.content_chunks))
 
@@ -116,10 +123,11 @@ class _StreamProtocol(asyncio.Protocol):
         self._finish(HTTP_ERROR, "HTTP %s %s%s" % (reader.status, reader.reason, (": " + body[:500]) if body else ""))
 
     def _finish(self, reason: str = "", error: str = "") -> None:
+        self.finished = True
         if self.timer is not None:
             self.timer.cancel()
         if self.transport is not None:
-            if reason == TIMEOUT:
+            if reason in (TIMEOUT, IN_FLIGHT):
                 self.transport.abort()
             else:
                 self.transport.close()
@@ -142,11 +150,33 @@ class _StreamProtocol(asyncio.Protocol):
             else:
                 outcome.output_tokens = stream.content_chunks
                 outcome.approximate = True
-        self.done.set_result(outcome)
+        if not self.done.done():  # cancelled when the run's duration ended
+            self.done.set_result(outcome)
 
 
 def _why(exc: t.Optional[Exception]) -> str:
     return ": %s" % exc if exc else ""
+
+
+class OpenArrivals:
+    """Arrival offsets without a count known in advance (a time-bounded run): all at once for an infinite rate,
+    else a Poisson process at the rate, drawn in order as the client asks for them."""
+
+    def __init__(self, request_rate: float, rng: random.Random, cap: int) -> None:
+        self.request_rate = request_rate
+        self.rng = rng
+        self.cap = cap
+        self.drawn: t.List[float] = []
+
+    def __len__(self) -> int:
+        return self.cap
+
+    def __getitem__(self, index: int) -> float:
+        if self.request_rate == float("inf"):
+            return 0.0
+        while len(self.drawn) <= index:
+            self.drawn.append((self.drawn[-1] if self.drawn else 0.0) + self.rng.expovariate(self.request_rate))
+        return self.drawn[index]
 
 
 def arrival_offsets(count: int, request_rate: float, rng: random.Random) -> t.List[float]:
@@ -171,39 +201,58 @@ class Client:
         self.endpoint = endpoint
         self.timeout = timeout
 
-    def run(self, bodies: t.Sequence[bytes], concurrency: int, offsets: t.Sequence[float]) -> t.Tuple[t.List[Outcome], float]:
-        """Send every body; return the outcomes (in the bodies' order) and the batch's duration in seconds."""
+    def run(self, bodies: t.Sequence[bytes], concurrency: int, offsets: t.Sequence[float],
+            duration: t.Optional[float] = None) -> t.Tuple[t.List[Outcome], float]:
+        """Send every body; return the outcomes (in the bodies' order) and the batch's duration in seconds.
+
+        With `duration`, no request arrives after that many seconds, and the requests still running then are closed
+        and returned with reason IN_FLIGHT; `bodies` and `offsets` may then be sequences that make their items as they
+        are asked for (only the requests sent are returned)."""
         gc_was_enabled = gc.isenabled()
         gc.collect()
         gc.disable()  # no collector pause in the middle of a stream's timing
         loop = asyncio.new_event_loop()
         try:
-            return loop.run_until_complete(self._run(bodies, concurrency, offsets))
+            return loop.run_until_complete(self._run(bodies, concurrency, offsets, duration))
         finally:
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
             if gc_was_enabled:
                 gc.enable()
 
-    async def _run(self, bodies: t.Sequence[bytes], concurrency: int,
-                   offsets: t.Sequence[float]) -> t.Tuple[t.List[Outcome], float]:
-        outcomes = [Outcome(i) for i in range(len(bodies))]
+    async def _run(self, bodies: t.Sequence[bytes], concurrency: int, offsets: t.Sequence[float],
+                   duration: t.Optional[float] = None) -> t.Tuple[t.List[Outcome], float]:
+        count = len(bodies)
+        sent: t.Dict[int, Outcome] = {}
         next_index = [0]
         start = perf_counter()
+        deadline = float("inf") if duration is None else start + duration
 
         async def worker() -> None:
-            while next_index[0] < len(bodies):
+            while next_index[0] < count and perf_counter() < deadline:
                 index = next_index[0]
-                next_index[0] += 1
                 arrival = start + offsets[index]
+                if arrival >= deadline:
+                    break  # offsets only grow: no later request arrives in time either
+                next_index[0] += 1
                 wait = arrival - perf_counter()
                 if wait > 0:
                     await asyncio.sleep(wait)
-                outcomes[index].arrival = arrival
-                await self._one(outcomes[index], bodies[index])
+                outcome = sent[index] = Outcome(index)
+                outcome.arrival = arrival
+                await self._one(outcome, bodies[index])
 
-        await asyncio.gather(*(worker() for _slot in range(max(1, min(concurrency, len(bodies))))))
-        return outcomes, perf_counter() - start
+        loop = asyncio.get_running_loop()
+        workers = [loop.create_task(worker()) for _slot in range(max(1, min(concurrency, count)))]
+        timer = None if duration is None else loop.call_later(duration, _cancel_all, workers)
+        try:
+            for answer in await asyncio.gather(*workers, return_exceptions=True):
+                if isinstance(answer, Exception):
+                    raise answer
+        finally:
+            if timer is not None:
+                timer.cancel()
+        return [sent[index] for index in sorted(sent)], perf_counter() - start
 
     async def _one(self, outcome: Outcome, body: bytes) -> None:
         loop = asyncio.get_running_loop()
@@ -221,5 +270,17 @@ class Client:
         except (OSError, ssl.SSLError) as exc:
             outcome.reason, outcome.error = CONNECT_ERROR, "cannot connect to %s:%d: %s" % (target.host, target.port, exc)
             return
+        except asyncio.CancelledError:
+            outcome.reason, outcome.error = IN_FLIGHT, "still connecting when the run's duration ended"
+            raise
         protocol.send()
-        await protocol.done
+        try:
+            await protocol.done
+        except asyncio.CancelledError:
+            protocol.interrupt()  # keeps an outcome that was complete already
+            raise
+
+
+def _cancel_all(tasks: t.Sequence[asyncio.Task]) -> None:
+    for task in tasks:
+        task.cancel()

@@ -26,6 +26,8 @@ DROPPED = "connection_dropped"
 BAD_RESPONSE = "bad_response"
 NO_CONTENT = "no_content"
 REASONS = (CONNECT_ERROR, HTTP_ERROR, ERROR_EVENT, TIMEOUT, DROPPED, BAD_RESPONSE, NO_CONTENT)
+# Not a failure: a request still running when a time-bounded run (duration) ended; counted in in_flight_at_end
+IN_FLIGHT = "in_flight_at_end"
 
 
 class Target:

@@ -2,7 +2,8 @@
 # Copyright (c) 2026, gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""A whole benchmark: resolve the model, warm up, run each repeat, cross-check with the server's counter.
+"""A whole benchmark: resolve the model, then for each level of a sweep (one level without) warm up, run each
+repeat, cross-check with the server's counter; the knee of a sweep.
 
 Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils and
 its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
@@ -16,17 +17,21 @@ import random
 import time
 import typing as t
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench.client import Client, arrival_offsets
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench.request import Outcome
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench.metrics import aggregate, run_metrics
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench.prompts import request_bodies
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.client import Client, OpenArrivals, arrival_offsets
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.goodput import GOODPUT_FIGURES, goodput
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.request import IN_FLIGHT, Outcome
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.metrics import aggregate, headline, run_metrics
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.prompts import prompt_words, request_bodies, request_body
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.save import vllm_result, write_results
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.server import GENERATION_TOKENS, Server
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench.spec import BenchSpec
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.server_view import Phase
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.spec import MAX_REQUESTS, BenchSpec
 
 # The server's counter may lag the last chunk a little: read it again while it still moves.
 COUNTER_SETTLE_READS = 5
 COUNTER_SETTLE_S = 0.2
+# The figure a sweep's knee is judged by: the decode rate of one stream (median across repeats)
+KNEE_FIGURE = "decode_tok_s"
 
 
 class BenchmarkFailed(Exception):
@@ -40,52 +45,110 @@ class BenchmarkFailed(Exception):
 class Benchmark:
     def __init__(self, spec: BenchSpec, server: t.Optional[Server] = None) -> None:
         self.spec = spec
-        self.server = server or Server(spec.url, spec.api_key, spec.validate_certs, timeout=min(spec.timeout, 30.0))
+        self.server = server or Server(spec.url, spec.api_key, spec.validate_certs, timeout=min(spec.timeout, 30.0),
+                                       metrics_url=spec.metrics_url)
         self.warnings: t.List[str] = []
+        self.notes: t.List[str] = []
 
     def run(self) -> t.Dict[str, t.Any]:
+        """Every level of the sweep; the top-level metrics, runs and warmup are those of the first level."""
         spec = self.spec
         model = self.server.resolve_model(spec.model)
+        self.warnings.extend(self.server.warnings)
         client = Client(self.server.target(spec.endpoint), spec.endpoint, spec.timeout)
-        counter = self.server.generation_tokens(model)
-        if counter is None:
-            self.warnings.append("the server offers no %s at %s/metrics: the token cross-check is skipped"
-                                 % (GENERATION_TOKENS, self.server.base))
         result: t.Dict[str, t.Any] = {"url": spec.url, "model": model, "endpoint": spec.endpoint, "warmup": None,
-                                      "runs": [], "metrics": {}}
-        if spec.warmup_requests:
-            bodies = self._bodies(model, spec.warmup_requests, "warmup")
-            outcomes, duration = client.run(bodies, spec.concurrency, [0.0] * len(bodies))
-            warmup = _phase_summary(outcomes, duration)
-            counter = self._cross_check("warmup", warmup, counter, model)
-            result["warmup"] = warmup
-            if not warmup["completed"]:
-                raise BenchmarkFailed("every warmup request failed, so the server cannot be benchmarked as asked: %s"
-                                      % _reasons_text(warmup), result)
-        for repeat in range(1, spec.repeats + 1):
-            bodies = self._bodies(model, spec.num_requests, "repeat%d" % repeat)
-            offsets = arrival_offsets(len(bodies), spec.request_rate, random.Random("%d/arrivals/%d" % (spec.seed, repeat)))
-            outcomes, duration = client.run(bodies, spec.concurrency, offsets)
-            metrics = run_metrics(outcomes, duration)
-            metrics["repeat"] = repeat
-            counter = self._cross_check("repeat %d" % repeat, metrics, counter, model)
-            self._warn_about_run(repeat, metrics)
-            result["runs"].append(metrics)
-        result["metrics"] = aggregate([run for run in result["runs"] if run["completed"]])
+                                      "runs": [], "metrics": {}, "sweep": [], "knee": None,
+                                      "metrics_url": self.server.metrics_url, "notes": self.notes}
+        if not self.server.metrics_url:
+            self.notes.append("metrics_url is empty: the server's metrics were not read, so its count of generated tokens "
+                              "is not compared with the client's (server_generation_tokens is null)")
+        option = spec.sweep_option
+        for number, level_spec in enumerate(spec.levels()):
+            level = self._level(level_spec, client, model, number, result)
+            result["sweep"].append(level)
+            if number == 0:
+                result.update(warmup=level["warmup"], runs=level["runs"], metrics=level["metrics"])
+        if option:
+            result["knee"] = find_knee(option, [(_level_value(level[option]), (level["metrics"].get(KNEE_FIGURE) or {}).get("median"))
+                                                for level in result["sweep"]], spec.knee_tolerance)
         if spec.save_result:
             try:
                 write_results(spec.save_result, [
-                    vllm_result(run, endpoint=spec.endpoint, model=model, num_requests=spec.num_requests,
-                                request_rate=spec.request_rate, concurrency=spec.concurrency)
-                    for run in result["runs"]])
+                    vllm_result(run, endpoint=spec.endpoint, model=model,
+                                num_requests=spec.num_requests or run["completed"] + run["failed"] + run["in_flight_at_end"],
+                                request_rate=level_spec.request_rate, concurrency=level_spec.concurrency,
+                                percentiles=spec.percentiles, goodput=spec.goodput)
+                    for level_spec, level in zip(spec.levels(), result["sweep"]) for run in level["runs"]])
             except OSError as exc:
                 raise BenchmarkFailed("save_result: %r cannot be written: %s" % (spec.save_result, exc), result) from None
             result["save_result"] = spec.save_result
-        if not any(run["completed"] for run in result["runs"]):
-            raise BenchmarkFailed("no request completed in any repeat: %s"
-                                  % "; ".join("repeat %d: %s" % (run["repeat"], _reasons_text(run)) for run in result["runs"]),
-                                  result)
+        if not any(run["completed"] for level in result["sweep"] for run in level["runs"]):
+            raise BenchmarkFailed("no request completed in any repeat: %s" % "; ".join(
+                "%srepeat %d: %s" % (self._prefix(level_spec), run["repeat"], _reasons_text(run))
+                for level_spec, level in zip(spec.levels(), result["sweep"]) for run in level["runs"]), result)
         return result
+
+    def _prefix(self, spec: BenchSpec) -> str:
+        """How warnings name a level of a sweep ('' without a sweep)."""
+        option = self.spec.sweep_option
+        return "%s %s: " % (option, _level_value(getattr(spec, option))) if option else ""
+
+    def _level(self, spec: BenchSpec, client: Client, model: str, number: int, result: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
+        """One level: warmup and repeats at its concurrency and request rate, in today's result shape."""
+        prefix = self._prefix(spec)
+        phase = "" if number == 0 else "level%d/" % number  # each level draws prompts of its own (no cached prefix)
+        level: t.Dict[str, t.Any] = {"concurrency": spec.concurrency, "request_rate": _level_value(spec.request_rate),
+                                     "warmup": None, "runs": [], "metrics": {}}
+        counter = self.server.generation_tokens(model)
+        if counter is None and number == 0 and self.server.metrics_url:
+            self.warnings.append("the server offers no %s at %s: the token cross-check is skipped"
+                                 % (GENERATION_TOKENS, self.server.metrics_url))
+        if spec.warmup_requests:
+            bodies = self._bodies(model, spec.warmup_requests, phase + "warmup")
+            outcomes, duration = client.run(bodies, spec.concurrency, [0.0] * len(bodies))
+            warmup = _phase_summary(outcomes, duration)
+            counter = self._cross_check(prefix + "warmup", warmup, counter, model)
+            level["warmup"] = warmup
+            if not warmup["completed"]:
+                message = "every warmup request failed, so the server cannot be benchmarked as asked: %s" % _reasons_text(warmup)
+                if not self.spec.sweep_option:
+                    result["warmup"] = warmup
+                    raise BenchmarkFailed(message, result)
+                self.warnings.append("%s%s; this level has no repeats" % (prefix, message))
+                level["metrics"] = aggregate([], headline(spec.percentiles))
+                return level
+        for repeat in range(1, spec.repeats + 1):
+            seed = "%d/arrivals/%s%d" % (spec.seed, phase, repeat)
+            if spec.duration is None:
+                bodies = self._bodies(model, t.cast(int, spec.num_requests), "%srepeat%d" % (phase, repeat))
+                offsets: t.Sequence[float] = arrival_offsets(len(bodies), spec.request_rate, random.Random(seed))
+            else:
+                cap = spec.num_requests or MAX_REQUESTS
+                bodies = _OpenBodies(spec, model, "%srepeat%d" % (phase, repeat), cap)
+                offsets = OpenArrivals(spec.request_rate, random.Random(seed), cap)
+            view = Phase(self.server.metrics_text, model, spec.percentiles) if self.server.metrics_url else None
+            outcomes, duration = client.run(bodies, spec.concurrency, offsets, spec.duration)
+            metrics = self._figures(outcomes, duration)
+            metrics["repeat"] = repeat
+            metrics["server"] = view.finish(metrics["completed"], metrics.get("mean_ttft_ms")) if view else None
+            counter = self._cross_check("%srepeat %d" % (prefix, repeat), metrics, counter, model)
+            self._warn_about_run("%srepeat %d" % (prefix, repeat), metrics)
+            level["runs"].append(metrics)
+        names = headline(spec.percentiles) + ("in_flight_at_end",) + (GOODPUT_FIGURES if spec.goodput else ())
+        level["metrics"] = aggregate([run for run in level["runs"] if run["completed"]], names)
+        return level
+
+    def _figures(self, outcomes: t.Sequence[Outcome], duration: float) -> t.Dict[str, t.Any]:
+        """One repeat's figures: requests in flight at the end of a time-bounded run are counted apart, in no other figure
+        (their tokens still count in client_generation_tokens, for the cross-check)."""
+        spec = self.spec
+        ended = [outcome for outcome in outcomes if outcome.reason != IN_FLIGHT]
+        metrics = run_metrics(ended, duration, spec.percentiles)
+        metrics["in_flight_at_end"] = len(outcomes) - len(ended)
+        metrics["client_tokens_seen"] = sum(outcome.tokens_seen for outcome in outcomes)
+        if spec.goodput:
+            metrics.update(goodput(ended, spec.goodput, duration))
+        return metrics
 
     def _bodies(self, model: str, count: int, phase: str) -> t.List[bytes]:
         spec = self.spec
@@ -115,27 +178,82 @@ class Benchmark:
         if served != client_tokens:
             self.warnings.append(
                 "%s: the server counted %d generated tokens (%s), the client saw %d (%+d): other traffic on the "
-                "server, or tokens that never reached the client (failed requests)"
-                % (phase, served, GENERATION_TOKENS, client_tokens, served - client_tokens))
+                "server, or tokens that never reached the client (failed requests%s)"
+                % (phase, served, GENERATION_TOKENS, client_tokens, served - client_tokens,
+                   ", requests closed at the end of the duration" if figures.get("in_flight_at_end") else ""))
         return after
 
-    def _warn_about_run(self, repeat: int, metrics: t.Dict[str, t.Any]) -> None:
+    def _warn_about_run(self, phase: str, metrics: t.Dict[str, t.Any]) -> None:
         spec = self.spec
         if metrics["failed"]:
-            self.warnings.append("repeat %d: %d of %d requests failed (%s)"
-                                 % (repeat, metrics["failed"], spec.num_requests, _reasons_text(metrics)))
+            self.warnings.append("%s: %d of %d requests failed (%s)"
+                                 % (phase, metrics["failed"], metrics["completed"] + metrics["failed"], _reasons_text(metrics)))
         if metrics["approximate_token_count"]:
-            self.warnings.append("repeat %d: the server sent no usage for %d requests; their output tokens are counted "
+            self.warnings.append("%s: the server sent no usage for %d requests; their output tokens are counted "
                                  "as content chunks, which undercounts when a chunk carries several tokens"
-                                 % (repeat, metrics["approximate_requests"]))
+                                 % (phase, metrics["approximate_requests"]))
         expected = spec.output_len * metrics["completed"]
         if spec.ignore_eos and metrics["completed"] and metrics["total_output_tokens"] != expected:
-            self.warnings.append("repeat %d: %d output tokens where ignore_eos and output_len=%d ask for %d"
-                                 % (repeat, metrics["total_output_tokens"], spec.output_len, expected))
+            self.warnings.append("%s: %d output tokens where ignore_eos and output_len=%d ask for %d"
+                                 % (phase, metrics["total_output_tokens"], spec.output_len, expected))
+
+
+class _OpenBodies:
+    """Request bodies made one at a time as a time-bounded run sends them (how many is not known in advance),
+    the same ones request_bodies makes for the phase, without keeping them."""
+
+    def __init__(self, spec: BenchSpec, model: str, phase: str, cap: int) -> None:
+        self.spec = spec
+        self.model = model
+        self.rng = random.Random("%d/%s" % (spec.seed, phase))
+        self.cap = cap
+        self.next = 0
+
+    def __len__(self) -> int:
+        return self.cap
+
+    def __getitem__(self, index: int) -> bytes:
+        spec = self.spec
+        if index < self.next:
+            raise IndexError("request %d was made already" % index)
+        while True:
+            prompt = prompt_words(spec.input_len, self.rng)
+            self.next += 1
+            if self.next > index:
+                return request_body(spec.endpoint, self.model, prompt, spec.output_len, spec.ignore_eos)
+
+
+def _level_value(value: float) -> t.Union[float, str]:
+    """A level as results show it: an infinite request rate (all at once) is 'inf', as vllm bench serve writes it."""
+    return "inf" if value == float("inf") else value
+
+
+def find_knee(option: str, levels: t.Sequence[t.Tuple[t.Any, t.Optional[float]]], tolerance_pct: float) -> t.Dict[str, t.Any]:
+    """The knee of a sweep: going up from the lowest level, the last level whose decode rate per stream is within
+    tolerance_pct of the lowest level's, before the first that is not (or has none). `levels` are (level, figure)."""
+    def order(item: t.Tuple[t.Any, t.Optional[float]]) -> float:
+        return float("inf") if item[0] == "inf" else float(item[0])
+
+    ordered = sorted(levels, key=order)
+    reference_level, reference = ordered[0]
+    knee: t.Dict[str, t.Any] = {
+        "option": option, "tolerance_pct": tolerance_pct, "figure": KNEE_FIGURE,
+        "reference_level": reference_level, "reference_value": reference,
+        "level": None, "value": None, "next_level": None, "next_value": None,
+    }
+    if reference is None:
+        return knee
+    floor = reference * (1 - tolerance_pct / 100.0)
+    for level, value in ordered:
+        if value is None or value < floor:
+            knee.update(next_level=level, next_value=value)
+            break
+        knee.update(level=level, value=value)
+    return knee
 
 
 def _phase_summary(outcomes: t.Sequence[Outcome], duration: float) -> t.Dict[str, t.Any]:
-    metrics = run_metrics(outcomes, duration)
+    metrics = run_metrics(outcomes, duration, ())
     keys = ("completed", "failed", "duration", "total_output_tokens", "failed_by_reason", "errors", "client_tokens_seen")
     return {key: metrics[key] for key in keys}
 

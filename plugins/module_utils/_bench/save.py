@@ -22,17 +22,20 @@ import typing as t
 from datetime import datetime
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.metrics import LATENCIES, PERCENTILES
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.stats import percentile_label, percentile_text
 from ansible_collections.gpuops.fleet.plugins.module_utils._io import write_atomic
 
 _TOTALS = ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
            "output_throughput", "total_token_throughput")
 _EXTRAS = ("decode_tok_s", "failed_by_reason", "approximate_token_count", "server_generation_tokens",
-           "client_generation_tokens")
+           "client_generation_tokens", "in_flight_at_end", "good_requests", "goodput_pct", "slo_missed")
 
 
 def vllm_result(run: t.Dict[str, t.Any], *, endpoint: str, model: str, num_requests: int, request_rate: float,
-                concurrency: int, date: t.Optional[str] = None) -> t.Dict[str, t.Any]:
-    """One repeat in the shape of vllm bench serve's result JSON (without --save-detailed)."""
+                concurrency: int, date: t.Optional[str] = None, percentiles: t.Sequence[float] = PERCENTILES,
+                goodput: t.Optional[t.Mapping[str, float]] = None) -> t.Dict[str, t.Any]:
+    """One repeat in the shape of vllm bench serve's result JSON (without --save-detailed). Percentile keys are
+    vllm bench serve's (p99.9_ttft_ms), not the module's (p99_9_ttft_ms)."""
     backend = "openai-chat" if endpoint == "chat" else "openai"
     result: t.Dict[str, t.Any] = {
         "date": date or datetime.now().strftime("%Y%m%d-%H%M%S"),
@@ -48,12 +51,15 @@ def vllm_result(run: t.Dict[str, t.Any], *, endpoint: str, model: str, num_reque
     }
     for key in _TOTALS:
         result[key] = run[key]
-    result["request_goodput"] = None
+    result["request_goodput"] = run.get("request_goodput") if goodput else None
     for name in LATENCIES:
-        for stat in ("mean", "median", "std") + tuple("p%d" % p for p in PERCENTILES):
+        for stat in ("mean", "median", "std"):
             key = "%s_%s_ms" % (stat, name)
             result[key] = run[key]
-    result["gpuops_fleet"] = dict({key: run.get(key) for key in _EXTRAS}, repeat=run.get("repeat"))
+        for p in percentiles:
+            result["p%s_%s_ms" % (percentile_text(p), name)] = run["%s_%s_ms" % (percentile_label(p), name)]
+    result["gpuops_fleet"] = dict({key: run.get(key) for key in _EXTRAS}, repeat=run.get("repeat"),
+                                  goodput=dict(goodput) if goodput else None)
     return result
 
 

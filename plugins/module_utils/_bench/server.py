@@ -31,11 +31,15 @@ class ServerError(Exception):
     """The server cannot be benchmarked as asked (unreachable, model not served, bad URL)."""
 
 
+class Unreachable(ServerError):
+    """No HTTP answer at all (refused, no route, TLS failure, timeout)."""
+
+
 class Server:
     """One OpenAI-compatible server, by base URL (http(s)://host:port, optionally with a path prefix)."""
 
     def __init__(self, url: str, api_key: t.Optional[str] = None, validate_certs: bool = True,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, metrics_url: t.Optional[str] = None) -> None:
         self.url = url
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https"):
@@ -67,14 +71,22 @@ class Server:
                 context.verify_mode = ssl.CERT_NONE
             handlers.append(urllib.request.HTTPSHandler(context=context))
         self._opener = urllib.request.build_opener(*handlers)
+        self.warnings: t.List[str] = []
+        # Where the Prometheus text is read: <base>/metrics by default, a path under the base, another URL, or
+        # '' for none at all (metrics_text() is then None and every cross-check is skipped)
+        if metrics_url is None:
+            metrics_url = "/metrics"
+        self.metrics_url = self.base + metrics_url if metrics_url.startswith("/") else metrics_url
 
     def target(self, endpoint: str) -> Target:
         return Target(self.scheme, self.host, self.port, self.prefix + ENDPOINT_PATHS[endpoint], self.api_key,
                       self.validate_certs)
 
     def get(self, path: str) -> t.Tuple[int, bytes]:
-        """GET base+path; (status, body). Raises ServerError when no HTTP answer comes at all."""
-        request = urllib.request.Request(self.base + path, headers={"User-Agent": "gpuops.fleet-vllm_benchmark"})
+        """GET base+path, or the URL itself when `path` is a whole URL; (status, body). Raises ServerError when no
+        HTTP answer comes at all."""
+        url = path if "://" in path else self.base + path
+        request = urllib.request.Request(url, headers={"User-Agent": "gpuops.fleet-vllm_benchmark"})
         if self.api_key:
             request.add_header("Authorization", "Bearer %s" % self.api_key)
         try:
@@ -84,7 +96,7 @@ class Server:
             return exc.code, exc.read()
         except (urllib.error.URLError, OSError, ssl.SSLError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise ServerError("url=%r: cannot reach %s: %s" % (self.url, self.base + path, reason)) from None
+            raise Unreachable("url=%r: cannot reach %s: %s" % (self.url, url, reason)) from None
 
     def models(self) -> t.List[str]:
         """The model ids the server lists at /v1/models."""
@@ -98,8 +110,16 @@ class Server:
             raise ServerError("url=%r: /v1/models is not an OpenAI model list: %r" % (self.url, body[:300])) from None
 
     def resolve_model(self, model: t.Optional[str]) -> str:
-        """The model to benchmark: as given (it must be listed), or the first one listed."""
-        served = self.models()
+        """The model to benchmark: as given (it must be listed when the server lists models), or the first one listed.
+        With a model given, a server without a usable /v1/models (HTTP 404, not a model list) is used anyway, with a
+        warning in self.warnings; one that does not answer at all is an error either way."""
+        try:
+            served = self.models()
+        except ServerError as exc:
+            if model is None or isinstance(exc, Unreachable):
+                raise
+            self.warnings.append("%s; benchmarking model=%r as given, unchecked" % (exc, model))
+            return model
         if model is None:
             if not served:
                 raise ServerError("url=%r: the server lists no model at /v1/models; set model" % self.url)
@@ -108,15 +128,22 @@ class Server:
             raise ServerError("model=%r is not served at url=%r; the server lists: %s" % (model, self.url, ", ".join(served) or "none"))
         return model
 
-    def generation_tokens(self, model: str) -> t.Optional[float]:
-        """The server's vllm:generation_tokens_total for the model (None when /metrics does not offer it)."""
+    def metrics_text(self) -> t.Optional[str]:
+        """The Prometheus text at metrics_url; None when it is '' or does not answer HTTP 200."""
+        if not self.metrics_url:
+            return None
         try:
-            status, body = self.get("/metrics")
+            status, body = self.get(self.metrics_url)
         except ServerError:
             return None
         if status != 200:
             return None
-        return counter_value(body.decode("utf-8", "replace"), GENERATION_TOKENS, model)
+        return body.decode("utf-8", "replace")
+
+    def generation_tokens(self, model: str) -> t.Optional[float]:
+        """The server's vllm:generation_tokens_total for the model (None when the metrics do not offer it)."""
+        text = self.metrics_text()
+        return None if text is None else counter_value(text, GENERATION_TOKENS, model)
 
 
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)')

@@ -18,12 +18,16 @@ import typing as t
 from urllib.parse import urlsplit
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.stats import percentile_label
 
 MAX_TOKENS = 1024 * 1024
 MAX_REQUESTS = 1000000
 MAX_CONCURRENCY = 4096
 MAX_REPEATS = 100
 MAX_TIMEOUT_S = 24 * 3600.0
+MAX_LEVELS = 64
+DEFAULT_NUM_REQUESTS = 64
+GOODPUT_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 
 # Every option of vllm_benchmark with its type and default, written once: the module's argument_spec is this
 # table, and a unit test compares it with the module's DOCUMENTATION.
@@ -33,9 +37,14 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "endpoint": {"type": "str", "default": "completions", "choices": ["completions", "chat"]},
     "input_len": {"type": "int", "default": 1024},
     "output_len": {"type": "int", "default": 128},
-    "num_requests": {"type": "int", "default": 64},
-    "concurrency": {"type": "int", "default": 8},
-    "request_rate": {"type": "float"},
+    "num_requests": {"type": "int"},
+    "duration": {"type": "float"},
+    "concurrency": {"type": "list", "elements": "int", "default": [8]},
+    "request_rate": {"type": "list", "elements": "float"},
+    "knee_tolerance": {"type": "float", "default": 10.0},
+    "percentiles": {"type": "list", "elements": "float", "default": [50.0, 90.0, 99.0]},
+    "goodput": {"type": "dict", "options": {key: {"type": "float"} for key in GOODPUT_KEYS}},
+    "metrics_url": {"type": "str"},
     "warmup_requests": {"type": "int", "default": 4},
     "repeats": {"type": "int", "default": 3},
     "timeout": {"type": "float", "default": 300.0},
@@ -48,12 +57,14 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
 
 
 class BenchSpec(t.NamedTuple):
+    """The options, checked. `concurrency` and `request_rate` are the level being run (the first one of a sweep);
+    `concurrency_levels` and `request_rates` every level given; `levels()` a spec for each."""
     url: str
     model: t.Optional[str]
     endpoint: str
     input_len: int
     output_len: int
-    num_requests: int
+    num_requests: t.Optional[int]  # None: as many as `duration` allows
     concurrency: int
     request_rate: float
     warmup_requests: int
@@ -64,6 +75,30 @@ class BenchSpec(t.NamedTuple):
     ignore_eos: bool
     validate_certs: bool
     save_result: t.Optional[str]
+    duration: t.Optional[float] = None
+    concurrency_levels: t.Tuple[int, ...] = ()
+    request_rates: t.Tuple[float, ...] = ()
+    knee_tolerance: float = 10.0
+    percentiles: t.Tuple[float, ...] = (50.0, 90.0, 99.0)
+    goodput: t.Optional[t.Dict[str, float]] = None  # only the targets given, in milliseconds
+    metrics_url: t.Optional[str] = None  # None: <url>/metrics; "": no /metrics read at all
+
+    @property
+    def sweep_option(self) -> t.Optional[str]:
+        """The option whose list of levels is swept, or None for one level."""
+        if len(self.concurrency_levels) > 1:
+            return "concurrency"
+        if len(self.request_rates) > 1:
+            return "request_rate"
+        return None
+
+    def levels(self) -> t.List["BenchSpec"]:
+        """One spec per level of the sweep, in the order given (a single one without a sweep)."""
+        if self.sweep_option == "concurrency":
+            return [self._replace(concurrency=level) for level in self.concurrency_levels]
+        if self.sweep_option == "request_rate":
+            return [self._replace(request_rate=level) for level in self.request_rates]
+        return [self]
 
 
 def _whole(option: str, value: t.Any, lower: int, upper: int, unit: str) -> int:
@@ -104,6 +139,78 @@ def _url(value: t.Any) -> str:
     return url
 
 
+def _levels(option: str, value: t.Any, check: t.Callable[[t.Any], t.Any]) -> t.Tuple[t.Any, ...]:
+    """One level or a list of them (a sweep), each checked; never empty, no level twice."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    if not values:
+        raise SpecError("%s: [] is an empty sweep: give one level or a list of levels" % option)
+    if len(values) > MAX_LEVELS:
+        raise SpecError("%s: %d levels are more than the %d a sweep may have" % (option, len(values), MAX_LEVELS))
+    levels = tuple(check(item) for item in values)
+    for index, level in enumerate(levels):
+        if level in levels[:index]:
+            raise SpecError("%s: %r is given twice in %r; give each level once" % (option, values[index], list(values)))
+    return levels
+
+
+def _percentiles(value: t.Any) -> t.Tuple[float, ...]:
+    values = value if isinstance(value, (list, tuple)) else [value]
+    if not values:
+        raise SpecError("percentiles: [] is empty: give at least one, e.g. [50, 90, 99]")
+    chosen: t.Dict[str, float] = {}
+    for item in values:
+        number = None if isinstance(item, bool) else _number(item)
+        if number is None or not 0 < number <= 100:
+            raise SpecError("percentiles: %r is not a percentile: give numbers more than 0 and at most 100" % (item,))
+        chosen.setdefault(percentile_label(number), number)
+    return tuple(sorted(chosen.values()))
+
+
+def _number(value: t.Any) -> t.Optional[float]:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) else number
+
+
+def _goodput(value: t.Any) -> t.Optional[t.Dict[str, float]]:
+    """The service-level targets given, in milliseconds; None when the option is not set."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise SpecError("goodput: %r is not a dict of targets in milliseconds (%s)" % (value, ", ".join(GOODPUT_KEYS)))
+    unknown = sorted(str(key) for key in value if key not in GOODPUT_KEYS)
+    if unknown:
+        raise SpecError("goodput: unknown key %s in %r; the targets are %s (milliseconds)"
+                        % (", ".join(repr(key) for key in unknown), value, ", ".join(GOODPUT_KEYS)))
+    targets = {key: _positive("goodput.%s" % key, value[key], MAX_TIMEOUT_S * 1000, "milliseconds")
+               for key in GOODPUT_KEYS if value.get(key) is not None}
+    if not targets:
+        raise SpecError("goodput: %r sets no target; give at least one of %s (milliseconds)" % (value, ", ".join(GOODPUT_KEYS)))
+    return targets
+
+
+def _metrics_url(value: t.Any) -> t.Optional[str]:
+    """None: <url>/metrics; '': skip; else an http(s) URL or a path under the server's base URL."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise SpecError("metrics_url: %r is not a URL" % (value,))
+    url = value.strip()
+    if not url or url.startswith("/"):
+        return url
+    try:
+        parts = urlsplit(url)
+        parts.port  # pylint: disable=pointless-statement  # raises ValueError on a bad port
+    except ValueError as exc:
+        raise SpecError("metrics_url: %r is not a valid URL: %s" % (value, exc)) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SpecError("metrics_url: %r must be an http:// or https:// URL, a path such as /vllm/metrics, or empty to skip "
+                        "the server's counters" % (value,))
+    return url
+
+
 def build_spec(params: t.Mapping[str, t.Any]) -> BenchSpec:
     """Every option checked; raises SpecError naming the option and the value. A missing option takes its default."""
     def get(option: str) -> t.Any:
@@ -131,16 +238,37 @@ def build_spec(params: t.Mapping[str, t.Any]) -> BenchSpec:
     api_key = get("api_key")
     if api_key is not None and not isinstance(api_key, str):
         raise SpecError("api_key: not a string")
+    duration = None if get("duration") is None else _positive("duration", get("duration"), MAX_TIMEOUT_S, "seconds")
+    num_requests = get("num_requests")
+    if num_requests is None and duration is None:
+        num_requests = DEFAULT_NUM_REQUESTS
+    concurrency = _levels("concurrency", get("concurrency"),
+                          lambda value: _whole("concurrency", value, 1, MAX_CONCURRENCY, "streams"))
+    rates = (float("inf"),) if get("request_rate") is None else _levels(
+        "request_rate", get("request_rate"),
+        lambda value: _positive("request_rate", value, 1e6, "requests per second", infinite=True))
+    if len(concurrency) > 1 and len(rates) > 1:
+        raise SpecError("concurrency: %r and request_rate: %r are both lists; sweep one of them and give the other one value"
+                        % (list(concurrency), list(rates)))
+    knee_tolerance = _positive("knee_tolerance", get("knee_tolerance"), 100.0, "percent")
+    if knee_tolerance >= 100:
+        raise SpecError("knee_tolerance: %r must be less than 100 percent" % (get("knee_tolerance"),))
     return BenchSpec(
         url=_url(get("url")),
         model=model.strip() if model else None,
         endpoint=endpoint,
         input_len=_whole("input_len", get("input_len"), 1, MAX_TOKENS, "words"),
         output_len=_whole("output_len", get("output_len"), 1, MAX_TOKENS, "tokens"),
-        num_requests=_whole("num_requests", get("num_requests"), 1, MAX_REQUESTS, "requests"),
-        concurrency=_whole("concurrency", get("concurrency"), 1, MAX_CONCURRENCY, "streams"),
-        request_rate=(float("inf") if get("request_rate") is None
-                      else _positive("request_rate", get("request_rate"), 1e6, "requests per second", infinite=True)),
+        num_requests=None if num_requests is None else _whole("num_requests", num_requests, 1, MAX_REQUESTS, "requests"),
+        concurrency=concurrency[0],
+        request_rate=rates[0],
+        duration=duration,
+        concurrency_levels=concurrency,
+        request_rates=rates,
+        knee_tolerance=knee_tolerance,
+        percentiles=_percentiles(get("percentiles")),
+        goodput=_goodput(get("goodput")),
+        metrics_url=_metrics_url(get("metrics_url")),
         warmup_requests=_whole("warmup_requests", get("warmup_requests"), 0, MAX_REQUESTS, "requests"),
         repeats=_whole("repeats", get("repeats"), 1, MAX_REPEATS, "repeats"),
         timeout=_positive("timeout", get("timeout"), MAX_TIMEOUT_S, "seconds"),
