@@ -88,6 +88,17 @@ options:
       - With O(state=status), also ask this URL (the server's C(/health)) when the recorded server runs, and return RV(healthy),
         so one task tells whether the server runs, with which configuration, and whether it answers.
     type: str
+  drain_url:
+    description:
+      - With O(state=stopped), the server's base URL (for example V(http://127.0.0.1:8000)): before the stop, wait up to
+        O(drain_timeout) seconds until its C(/metrics) shows no request running or waiting, as M(gpuops.fleet.vllm_drain) does,
+        and return RV(drained). Only when the recorded server runs; in check mode the metrics are read once.
+      - The drain and the stop in one task save the host a module start-up in a restart.
+    type: str
+  drain_timeout:
+    description: Seconds the drain before the stop waits at most (see O(drain_url)); the requests still in flight then are cut.
+    type: float
+    default: 60
 requirements:
   - psutil on the managed host.
 seealso:
@@ -191,6 +202,12 @@ stopped:
       description: Seconds from the stop's first signal to its exit.
       type: float
       returned: always
+drained:
+  description:
+    - With O(state=stopped) and O(drain_url), when the recorded server ran, the drain before the stop, with the keys that
+      M(gpuops.fleet.vllm_drain) returns (C(answered), C(running_at_start), C(cut), C(drained), C(waited_s), C(msg)).
+  returned: when drained
+  type: dict
 """
 
 import os
@@ -200,14 +217,14 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
-from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import http_get
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.process import LaunchError, launch_detached, stop_tree
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, http_url
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import drain
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.process import LaunchError, launch_detached, read_status, stop_tree
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import (
     hide_only_secrets, masked_argv, secret_argv_values, secret_env_names,
 )
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import (
-    RecordError, read_record, recorded_process, remove_record, write_record,
+    RecordError, carry_last_good, recorded_process, remove_record, write_record,
 )
 
 
@@ -223,6 +240,8 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "metadata": {"type": "dict", "default": {}},
     "stop_timeout": {"type": "float", "default": 30},
     "health_url": {"type": "str"},
+    "drain_url": {"type": "str"},
+    "drain_timeout": {"type": "float", "default": 60},
 }
 
 
@@ -231,6 +250,9 @@ def check_params(params: t.Mapping[str, t.Any], argv: t.Sequence[str]) -> None:
     if params["state"] == "running" and not argv:
         raise SpecError("argv: the command must have at least one word, got %r" % (list(argv),))
     between("stop_timeout", params["stop_timeout"], 0, 3600, "seconds")
+    between("drain_timeout", params["drain_timeout"], 0, 86400, "seconds")
+    if params["drain_url"] is not None:
+        http_url("drain_url", params["drain_url"])
 
 
 def _environment(extra):
@@ -257,32 +279,27 @@ def main() -> None:
         module.fail_json(msg=str(exc))
     _deps.require(module, _deps.PSUTIL)
     psutil = _deps.PSUTIL.module
+    wanted = params["config_hash"]
     try:
-        record = read_record(params["state_file"])
+        # /health only for state=status: the other states act on the record, whatever the server answers
+        status = read_status(psutil, params["state_file"], wanted, params["health_url"] if params["state"] == "status" else None)
     except RecordError as exc:
         module.fail_json(msg=str(exc))
+    record = status["record"]
     proc = recorded_process(psutil, record)
-    wanted = params["config_hash"]
-    recorded_hash = record.get("config_hash") if record else None
-    result = {
-        "changed": False, "record": record, "launched": False, "stopped": [],
-        "running": proc is not None,
-        "pid": proc.pid if proc is not None else None,
-        "create_time": record.get("create_time") if proc is not None and record else None,
-        "config_hash": recorded_hash,
-        "config_matches": None if wanted is None or recorded_hash is None else wanted == recorded_hash,
-        "log_file": (record or {}).get("log_file") or params["log_file"],
-        "env_keys": sorted(params["env"]), "secret_env_keys": secret_names,
-    }
-
-    result["healthy"] = result["health"] = None
+    recorded_hash = status["config_hash"]
+    result = dict(status, changed=False, launched=False, stopped=[],
+                  log_file=(record or {}).get("log_file") or params["log_file"],
+                  env_keys=sorted(params["env"]), secret_env_keys=secret_names)
     if params["state"] == "status":
-        if params["health_url"] and proc is not None:
-            reply = http_get(params["health_url"], timeout=5.0)
-            result.update(healthy=reply.status == 200, health=reply.describe())
         module.exit_json(**result)
 
     if params["state"] == "stopped":
+        if params["drain_url"] and proc is not None:
+            # the requests in flight finish first (read once in check mode): the stop and its drain in one task
+            result["drained"] = drain(params["drain_url"].rstrip("/"), params["drain_timeout"], 0.5, wait=not module.check_mode)
+            if result["drained"]["cut"] and not module.check_mode:
+                module.warn(result["drained"]["msg"] + ": a restart now cuts them")
         if proc is None:
             if record is not None and not module.check_mode:
                 remove_record(params["state_file"])
@@ -323,6 +340,8 @@ def main() -> None:
         "pid": pid, "create_time": create_time, "config_hash": wanted, "argv": shown_argv,
         "env_keys": sorted(params["env"]), "log_file": params["log_file"], "launched_at": time.time(),
         "metadata": params["metadata"],
+        # the last known-good configuration (beside the record) by hash and since when: no value of it
+        "last_good": carry_last_good(params["state_file"]),
     }
     write_record(params["state_file"], new_record)
     result.update(running=True, pid=pid, create_time=create_time, config_hash=wanted, config_matches=True if wanted else None,

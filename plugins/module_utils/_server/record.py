@@ -83,3 +83,103 @@ def recorded_process(psutil: t.Any, record: t.Optional[t.Mapping[str, t.Any]]) -
     if record is None:
         return None
     return same_process(psutil, int(record["pid"]), float(record["create_time"]))
+
+
+# ---- the last known-good configuration ---------------------------------------------------------------------------
+# A server whose launch passed the ready step and the launch check (its own workers hold its GPUs, its /proc environ
+# is as configured) is "good"; the role keeps its whole configuration beside the record, in NAME.last-good (0600: it
+# holds the environment's values, secrets included), so that a later launch can be undone by launching it again.
+# It lives beside the record rather than in it because the stop removes the record (a record names a running
+# process), and the last good configuration must outlive the server it describes. Each new record carries a summary
+# of it (no values: its hash and since when), so the record alone says whether the running configuration is the good
+# one.
+
+GOOD_SUFFIX = ".last-good"
+GOOD_KEYS = ("argv", "env", "gpus", "model", "served_name", "mode", "config_hash", "tensor_parallel_size", "port", "name")
+GOOD_MODE = 0o600
+
+
+def good_path(state_file: str) -> str:
+    """Where the last known-good configuration of the server recorded at ``state_file`` is kept."""
+    base = state_file[:-len(".json")] if state_file.endswith(".json") else state_file
+    return base + GOOD_SUFFIX
+
+
+def check_good(data: t.Any, where: str) -> t.Dict[str, t.Any]:
+    """``data`` if it is a usable last known-good configuration, else RecordError naming what is wrong."""
+    if not isinstance(data, dict):
+        raise RecordError("%s is not a last known-good configuration (a JSON object)" % where)
+    problems = []
+    argv = data.get("argv")
+    if not isinstance(argv, list) or not argv or not all(isinstance(word, str) for word in argv):
+        problems.append("argv must be a non-empty list of strings")
+    env = data.get("env")
+    if not isinstance(env, dict) or not all(isinstance(key, str) and isinstance(value, str) for key, value in env.items()):
+        problems.append("env must map names to strings")
+    gpus = data.get("gpus")
+    if not isinstance(gpus, list) or not gpus or not all(isinstance(gpu, int) and gpu >= 0 for gpu in gpus):
+        problems.append("gpus must be a non-empty list of GPU indices")
+    if not isinstance(data.get("config_hash"), str) or not data.get("config_hash"):
+        problems.append("config_hash is missing")
+    if problems:
+        raise RecordError("%s cannot be launched: %s" % (where, "; ".join(problems)))
+    return data
+
+
+def read_last_good(state_file: str) -> t.Optional[t.Dict[str, t.Any]]:
+    """The last known-good configuration of the server recorded at ``state_file``; None when none was kept."""
+    path = good_path(state_file)
+    try:
+        with open(path, "r", encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise RecordError("cannot read the last known-good configuration %s: %s" % (path, exc)) from None
+    return check_good(data, path)
+
+
+def mark_good(state_file: str, config: t.Mapping[str, t.Any], since: float) -> t.Dict[str, t.Any]:
+    """Keep ``config`` (the keys of GOOD_KEYS) as the last known-good configuration, since ``since``; return it."""
+    good = {key: config.get(key) for key in GOOD_KEYS}
+    good["since"] = since
+    path = good_path(state_file)
+    check_good(good, path)
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=".last-good.", dir=folder)  # mkstemp creates it 0600
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            json.dump(good, out, indent=2, sort_keys=True)
+            out.write("\n")
+        os.chmod(tmp, GOOD_MODE)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return good
+
+
+def good_summary(good: t.Optional[t.Mapping[str, t.Any]], masked_argv: t.Callable[[t.Sequence[str]], t.List[str]]) -> t.Optional[t.Dict[str, t.Any]]:
+    """What may be shown of a last known-good configuration: everything but the environment's values and the argv's
+    secrets (``masked_argv`` masks them)."""
+    if good is None:
+        return None
+    shown = {key: good.get(key) for key in GOOD_KEYS if key not in ("argv", "env")}
+    shown["argv"] = masked_argv(good.get("argv") or [])
+    shown["env_keys"] = sorted(good.get("env") or {})
+    shown["since"] = good.get("since")
+    return shown
+
+
+def carry_last_good(state_file: str) -> t.Optional[t.Dict[str, t.Any]]:
+    """For a new record: the hash of the last known-good configuration and since when (None when none is kept, or
+    when it cannot be read: the launch itself does not depend on it)."""
+    try:
+        good = read_last_good(state_file)
+    except RecordError:
+        return None
+    if good is None:
+        return None
+    return {"config_hash": good["config_hash"], "since": good.get("since")}

@@ -1,0 +1,188 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vllm_last_good
+short_description: Keep, and read back, the last known-good configuration of a vLLM server
+version_added: 0.2.0
+description:
+  - A server whose launch passed the ready step and the launch check is I(good). The role C(gpuops.fleet.vllm_server)
+    keeps its whole configuration (command line, environment, GPUs, model, launch mode, configuration hash, since when)
+    beside the server's record, in C(NAME.last-good), created mode C(0600) since it holds the environment's values.
+  - V(read) returns it together with what runs now (the record's configuration hash and whether its process is alive),
+    so a rollout can tell whether a host runs the new configuration, the good one, or neither; V(marked) keeps O(config)
+    as the new last known-good configuration.
+  - The role's C(rollback) entry point launches the configuration read here (O(include_values=true), on a task with
+    C(no_log)); playbooks/rollout_vllm.yml marks a configuration good only after its benchmark gate passed.
+  - Secrets are never returned unless O(include_values=true): RV(summary) has the argv's secret arguments masked and only
+    the environment's names.
+author:
+  - gpuops maintainers (@gpuops)
+attributes:
+  check_mode:
+    support: full
+    description: V(marked) writes nothing and reports the change it would make.
+  diff_mode:
+    support: none
+    description: Nothing to show as a diff.
+options:
+  state_file:
+    description: The server's record (C(vllm_server_state_dir)/C(NAME).json); the last known-good configuration is beside it.
+    type: path
+    required: true
+  state:
+    description: V(read) changes nothing; V(marked) keeps O(config) as the last known-good configuration.
+    type: str
+    choices: [read, marked]
+    default: read
+  config:
+    description:
+      - With O(state=marked), the configuration of the running server that passed its checks, with the keys C(argv) (list),
+        C(env) (the environment the server was launched with, names to strings), C(gpus) (list of indices),
+        C(config_hash), and, shown in reports, C(model), C(served_name), C(mode), C(tensor_parallel_size), C(port), C(name).
+    type: dict
+  include_values:
+    description:
+      - With O(state=read), also return RV(config), the whole configuration with the environment's values and the argv's
+        secrets. Only for a task with C(no_log), whose result is used to launch the configuration again.
+    type: bool
+    default: false
+requirements:
+  - psutil on the managed host.
+seealso:
+  - module: gpuops.fleet.vllm_process
+"""
+
+EXAMPLES = r"""
+- name: Read the last known-good configuration and what runs now
+  gpuops.fleet.vllm_last_good:
+    state_file: /var/lib/gpuops-fleet/vllm/vllm-8000.json
+  register: good
+
+- name: Say whether the running server runs it
+  ansible.builtin.debug:
+    msg: "{{ 'runs the last good configuration' if good.running_is_good else 'runs another configuration' }}"
+"""
+
+RETURN = r"""
+present:
+  description: Whether a last known-good configuration is kept for this server.
+  returned: always
+  type: bool
+summary:
+  description:
+    - The last known-good configuration without any value that may be secret (V(null) when none is kept), with the keys
+      C(argv) (secret arguments masked), C(env_keys), C(gpus), C(model), C(served_name), C(mode), C(config_hash),
+      C(tensor_parallel_size), C(port), C(name), C(since) (seconds since the epoch).
+  returned: always
+  type: dict
+config:
+  description: With O(include_values=true), the whole configuration (V(null) when none is kept).
+  returned: when include_values
+  type: dict
+running:
+  description: Whether the recorded server process runs (V(null) in systemd mode, whose record names no process).
+  returned: always
+  type: bool
+running_pid:
+  description: The recorded server's PID when it runs.
+  returned: always
+  type: int
+running_config_hash:
+  description: The configuration hash of the server's record (V(null) without a record).
+  returned: always
+  type: str
+running_is_good:
+  description: Whether the record's configuration hash is the last known-good one.
+  returned: always
+  type: bool
+"""
+
+import json
+import time
+import typing as t
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
+from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import (
+    GOOD_KEYS, RecordError, good_summary, mark_good, read_last_good, same_process,
+)
+
+ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
+    "state_file": {"type": "path", "required": True},
+    "state": {"type": "str", "choices": ["read", "marked"], "default": "read"},
+    "config": {"type": "dict", "no_log": True},
+    "include_values": {"type": "bool", "default": False},
+}
+
+
+def _running(state_file: str, psutil: t.Any) -> t.Tuple[t.Optional[bool], t.Optional[int], t.Optional[str]]:
+    """(runs, PID, configuration hash) of the server's record; a systemd record names no process (runs: None)."""
+    try:
+        with open(state_file, "r", encoding="utf-8") as handle:
+            record = json.load(handle)
+    except (OSError, ValueError):
+        return False, None, None
+    if not isinstance(record, dict):
+        return False, None, None
+    config_hash = record.get("config_hash") if isinstance(record.get("config_hash"), str) else None
+    if not isinstance(record.get("pid"), int) or not isinstance(record.get("create_time"), (int, float)):
+        return None, None, config_hash
+    proc = same_process(psutil, record["pid"], float(record["create_time"]))
+    return proc is not None, (proc.pid if proc is not None else None), config_hash
+
+
+def _config(raw: t.Optional[t.Mapping[str, t.Any]]) -> t.Dict[str, t.Any]:
+    """O(config) in the types kept (Jinja may hand numbers as strings)."""
+    if not raw:
+        raise RecordError("config: state=marked needs the configuration to keep, got %r" % (raw,))
+    config = {key: raw.get(key) for key in GOOD_KEYS}
+    config["argv"] = [str(word) for word in raw.get("argv") or []] if isinstance(raw.get("argv"), list) else raw.get("argv")
+    if isinstance(raw.get("env"), dict):
+        config["env"] = {str(key): "" if value is None else str(value) for key, value in raw["env"].items()}
+    try:
+        config["gpus"] = [int(gpu) for gpu in raw.get("gpus") or []]
+        for key in ("tensor_parallel_size", "port"):
+            config[key] = None if raw.get(key) in (None, "") else int(raw[key])
+    except (TypeError, ValueError) as exc:
+        raise RecordError("config: gpus, tensor_parallel_size and port must be whole numbers (%s)" % exc) from None
+    return config
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    params = module.params
+    _deps.require(module, _deps.PSUTIL)
+    psutil = _deps.PSUTIL.module
+    state_file = params["state_file"]
+    try:
+        good = read_last_good(state_file)
+        changed = False
+        if params["state"] == "marked":
+            wanted = _config(params["config"])
+            changed = good is None or any(good.get(key) != wanted.get(key) for key in GOOD_KEYS)
+            if changed and not module.check_mode:
+                good = mark_good(state_file, wanted, time.time())
+            elif changed:
+                good = dict(wanted, since=time.time())
+    except RecordError as exc:
+        module.fail_json(msg=str(exc))
+    runs, pid, running_hash = _running(state_file, psutil)
+    result: t.Dict[str, t.Any] = {
+        "changed": changed, "present": good is not None, "summary": good_summary(good, masked_argv),
+        "running": runs, "running_pid": pid, "running_config_hash": running_hash,
+        "running_is_good": good is not None and running_hash is not None and running_hash == good["config_hash"],
+    }
+    if params["include_values"]:
+        result["config"] = good
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

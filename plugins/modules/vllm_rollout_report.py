@@ -1,0 +1,201 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vllm_rollout_report
+short_description: Judge a rollout's benchmark gate and write its report (Markdown, JSON, chart)
+version_added: 0.2.0
+description:
+  - The controller side of playbooks/rollout_vllm.yml. Run it on the controller (C(delegate_to: localhost)).
+  - V(settings) checks the gate's settings together and fails, naming the variable and its value, when one cannot be used.
+  - V(judge) compares, for each host of a gated batch, the canary's measurement (C(canary/HOST.json) in O(path)) with its
+    baseline (C(baseline/HOST.json)), and writes the verdicts to C(batches/NN.json). Per metric, each side's figure is the
+    median over its repeats and its spread is max - min over them; a metric regresses when the canary is worse by more
+    than the threshold (percent of the baseline) AND by more than the larger side's spread. Gated: decode tok/s per stream
+    (O(threshold_pct)) and median TTFT (O(ttft_threshold_pct)); p99 TTFT is reported only. A host in O(failures) (it did not
+    come up, or a side could not be measured) fails the batch too. RV(halt) says whether the rollout must stop.
+  - V(final) writes C(report.json), C(summary.md) and C(chart.png) (skipped with a note without matplotlib) from the
+    batches' verdicts, O(fleet) (what each host runs at the end), O(rollbacks) and O(outcome), and returns RV(screen), the
+    one-screen summary.
+author:
+  - gpuops maintainers (@gpuops)
+attributes:
+  check_mode:
+    support: full
+    description: Writes nothing; reports the files that would change.
+  diff_mode:
+    support: none
+    description: Nothing to show as a diff.
+options:
+  path:
+    description: The rollout's run folder on the controller.
+    type: path
+    required: true
+  step:
+    description: What to do, see the description.
+    type: str
+    choices: [settings, judge, final]
+    default: judge
+  settings:
+    description:
+      - The gate's settings, with the keys C(threshold_pct), C(ttft_threshold_pct) (percent, 0 to 100), C(serial) (a whole number
+        above 0, a percentage above 0 such as C(25%), or a list of those) and C(repeats) (the benchmark's repeats, at least 2).
+    type: dict
+    default: {}
+  batch:
+    description: With O(step=judge), the batch's number (1 is the canary).
+    type: int
+    default: 1
+  hosts:
+    description: With O(step=judge), the hosts of the batch.
+    type: list
+    elements: str
+    default: []
+  failures:
+    description: With O(step=judge), each host of the batch that failed before it could be judged, as C({host, task, msg}).
+    type: list
+    elements: dict
+    default: []
+  plan:
+    description: With O(step=final), the rollout's plan (hosts, serial, thresholds, configuration hash and shown configuration, load).
+    type: dict
+    default: {}
+  fleet:
+    description: With O(step=final), what each host runs at the end, as C({host, runs, pid, note}) with C(runs) one of V(new),
+      V(good), V(other), V(down), V(unknown).
+    type: list
+    elements: dict
+    default: []
+  rollbacks:
+    description: With O(step=final), each rollback, as C({host, status, action, pid, config_hash, ready_s, checks, task, msg}).
+    type: list
+    elements: dict
+    default: []
+  outcome:
+    description: With O(step=final), C({status, reason}), the status one of V(passed), V(halted), V(check mode).
+    type: dict
+    default: {}
+seealso:
+  - module: gpuops.fleet.vllm_benchmark_report
+  - module: gpuops.fleet.vllm_last_good
+  - name: playbooks/rollout_vllm.yml
+    description: The rollout that writes the measurements and calls this module.
+    link: https://github.com/gpuops/fleet/blob/main/playbooks/rollout_vllm.yml
+"""
+
+EXAMPLES = r"""
+- name: Judge the canary batch
+  gpuops.fleet.vllm_rollout_report:
+    path: /srv/rollouts/4f2a9c1b0d3e
+    step: judge
+    batch: 1
+    hosts: [gpu-node-01]
+    settings: {threshold_pct: 3, ttft_threshold_pct: 10, serial: 1, repeats: 3}
+  register: verdict
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+halt:
+  description: With O(step=judge), whether a host of the batch regressed or failed.
+  returned: always
+  type: bool
+reason:
+  description: With O(step=judge), the verdicts in words (each failing host's reason, or each host's figures when all passed).
+  returned: always
+  type: str
+hosts:
+  description: With O(step=judge), each host's verdict (V(pass), V(regression), V(failed)), reason and per-metric figures.
+  returned: always
+  type: list
+  elements: dict
+settings:
+  description: The checked settings, as numbers.
+  returned: always
+  type: dict
+files:
+  description: The files this step writes.
+  returned: always
+  type: list
+  elements: str
+summary_md:
+  description: With O(step=final), the content of summary.md.
+  returned: always
+  type: str
+screen:
+  description: With O(step=final), the one-screen summary, a line per element.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import json
+import os
+import typing as t
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.fleet.plugins.module_utils._rollout import report as rollout_report
+from ansible_collections.gpuops.fleet.plugins.module_utils._rollout.decision import RolloutError, check_settings
+
+ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
+    "path": {"type": "path", "required": True},
+    "step": {"type": "str", "choices": ["settings", "judge", "final"], "default": "judge"},
+    "settings": {"type": "dict", "default": {}},
+    "batch": {"type": "int", "default": 1},
+    "hosts": {"type": "list", "elements": "str", "default": []},
+    "failures": {"type": "list", "elements": "dict", "default": []},
+    "plan": {"type": "dict", "default": {}},
+    "fleet": {"type": "list", "elements": "dict", "default": []},
+    "rollbacks": {"type": "list", "elements": "dict", "default": []},
+    "outcome": {"type": "dict", "default": {}},
+}
+
+
+def run(params: t.Mapping[str, t.Any], check_mode: bool) -> t.Dict[str, t.Any]:
+    path = params["path"]
+    result: t.Dict[str, t.Any] = {"changed": False, "halt": False, "reason": "", "hosts": [], "files": [], "summary_md": "",
+                                  "screen": []}
+    if params["step"] == "settings":
+        result["settings"] = check_settings(params["settings"])
+        return result
+    if params["step"] == "judge":
+        settings = check_settings(params["settings"])
+        if params["batch"] < 1:
+            raise RolloutError("batch=%r must be 1 or more" % params["batch"])
+        verdict = rollout_report.judge(path, params["batch"], params["hosts"], params["failures"], settings)
+        target = os.path.join(path, "batches", "%02d.json" % params["batch"])
+        result["changed"] = rollout_report.write(target, json.dumps(verdict, indent=2, sort_keys=True) + "\n", check_mode)
+        result.update(halt=verdict["halt"], reason=verdict["reason"], hosts=verdict["hosts"], settings=settings, files=[target])
+        return result
+    report = rollout_report.build(path, params["plan"], params["fleet"], params["rollbacks"], params["outcome"])
+    png, note = rollout_report.chart_png(report)
+    report["chart"], report["chart_note"] = ("chart.png", "") if png else (None, note)
+    summary = rollout_report.markdown(report)
+    contents: t.Dict[str, t.Union[str, bytes]] = {"report.json": json.dumps(report, indent=2, sort_keys=True) + "\n", "summary.md": summary}
+    if png:
+        contents["chart.png"] = png
+    for name, content in contents.items():
+        target = os.path.join(path, name)
+        result["changed"] = rollout_report.write(target, content, check_mode) or result["changed"]
+        result["files"].append(target)
+    result.update(summary_md=summary, screen=rollout_report.screen(report))
+    return result
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    try:
+        result = run(module.params, module.check_mode)
+    except RolloutError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
