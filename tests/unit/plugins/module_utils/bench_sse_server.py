@@ -23,7 +23,7 @@ class ScriptedServer(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
 
     def __init__(self, models: t.Sequence[str] = ("tiny-model",), tokens_per_chunk: int = 1, gap_s: float = 0.0,
-                 ttft_s: float = 0.0, metrics: bool = True, close_delimited: bool = False) -> None:
+                 ttft_s: float = 0.0, metrics: bool = True, close_delimited: bool = False, models_endpoint: bool = True) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.models = list(models)
         self.tokens_per_chunk = tokens_per_chunk
@@ -31,6 +31,8 @@ class ScriptedServer(socketserver.ThreadingTCPServer):
         self.ttft_s = ttft_s
         self.metrics = metrics
         self.close_delimited = close_delimited
+        self.models_endpoint = models_endpoint  # False: /v1/models answers 404, as some OpenAI-compatible servers do
+        self.seen: t.List[str] = []  # "METHOD /path" of every request, in order
         self.behaviours: t.List[str] = []
         self.requests: t.List[t.Dict[str, t.Any]] = []
         self.headers: t.List[t.Dict[str, str]] = []
@@ -75,7 +77,9 @@ class _Handler(socketserver.StreamRequestHandler):
         length = int(headers.get("content-length", "0"))
         while len(body) < length:
             body += self.connection.recv(65536)
-        if method == "GET" and path == "/v1/models":
+        with self.server.lock:
+            self.server.seen.append("%s %s" % (method, path))
+        if method == "GET" and path == "/v1/models" and self.server.models_endpoint:
             self.reply(200, json.dumps({"object": "list", "data": [{"id": m, "object": "model"} for m in self.server.models]}))
         elif method == "GET" and path == "/metrics":
             if not self.server.metrics:

@@ -140,3 +140,119 @@ def test_argument_spec_matches_documentation():
         assert doc[name]["type"] == spec["type"], name
         assert doc[name].get("default") == spec.get("default"), name
         assert doc[name].get("choices") == spec.get("choices"), name
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("percentiles", [0], "percentiles: 0.0 is not a percentile"),
+    ("percentiles", [50, 101], "percentiles: 101.0 is not a percentile"),
+    ("percentiles", [], "percentiles: [] is empty"),
+    ("goodput", {"ttft_ms": -1}, "goodput.ttft_ms: -1.0 must be a positive"),
+    ("goodput", {"tpot_ms": 0}, "goodput.tpot_ms: 0.0 must be a positive"),
+    ("goodput", {}, "goodput: {"),
+    ("concurrency", [], "concurrency: [] is an empty sweep"),
+    ("concurrency", [1, 1], "concurrency: 1 is given twice"),
+    ("request_rate", [], "request_rate: [] is an empty sweep"),
+    ("duration", 0, "duration: 0.0 must be a positive, finite number of seconds"),
+    ("duration", -1, "duration: -1.0 must be a positive"),
+    ("knee_tolerance", 100, "knee_tolerance: 100.0 must be less than 100 percent"),
+    ("metrics_url", "metrics", "metrics_url: 'metrics' must be an http:// or https:// URL"),
+])
+def test_bad_new_values_fail_before_any_request(server, monkeypatch, option, value, message):
+    result = run_module(dict(SMALL, **{"url": server.url, option: value}), monkeypatch)
+    assert result["failed"] and message in result["msg"], result["msg"]
+    assert server.seen == []  # not even GET /v1/models
+
+
+def test_unknown_goodput_key_fails_before_any_request(server, monkeypatch):
+    result = run_module(dict(SMALL, url=server.url, goodput={"ttft_ms": 500, "ttft": 5}), monkeypatch)
+    assert result["failed"] and "goodput.ttft" in result["msg"], result["msg"]  # Ansible's own check of the suboptions
+    assert server.seen == []
+
+
+def test_both_lists_fail_before_any_request(server, monkeypatch):
+    result = run_module(dict(SMALL, url=server.url, concurrency=[1, 2], request_rate=[1, 2]), monkeypatch)
+    assert result["failed"] and "concurrency: [1, 2] and request_rate: [1.0, 2.0] are both lists" in result["msg"]
+    assert server.seen == []
+
+
+def test_a_server_without_v1_models(monkeypatch):
+    with ScriptedServer(gap_s=0.002, models_endpoint=False) as scripted:
+        result = run_module(dict(SMALL, url=scripted.url, model="tiny-model", repeats=1), monkeypatch)
+        assert not result.get("failed"), result["msg"]
+        assert result["model"] == "tiny-model" and result["runs"][0]["completed"] == 3
+        assert any("GET /v1/models answered HTTP 404" in w and "as given, unchecked" in w for w in result["warnings"])
+        assert len(scripted.requests) == 4 and all(r["model"] == "tiny-model" for r in scripted.requests)
+        scripted.seen.clear()
+        result = run_module(dict(SMALL, url=scripted.url, repeats=1), monkeypatch)  # no model: /v1/models is needed
+        assert result["failed"] and "GET /v1/models answered HTTP 404" in result["msg"]
+        assert scripted.seen == ["GET /v1/models"]
+
+
+def test_metrics_url_empty_reads_no_metrics(server, monkeypatch):
+    result = run_module(dict(SMALL, url=server.url, repeats=1, metrics_url=""), monkeypatch)
+    assert not result.get("failed") and result["metrics_url"] == ""
+    assert result["runs"][0]["server_generation_tokens"] is None and result["warnings"] == []
+    assert any("metrics_url is empty" in note for note in result["notes"])
+    assert "GET /metrics" not in server.seen
+    result = run_module(dict(SMALL, url=server.url, repeats=1, metrics_url="/vllm/metrics"), monkeypatch)
+    assert result["runs"][0]["server_generation_tokens"] is None
+    assert any("no vllm:generation_tokens_total at %s/vllm/metrics" % server.url in w for w in result["warnings"])
+    assert "GET /vllm/metrics" in server.seen
+
+
+def test_percentiles_and_goodput(monkeypatch, tmp_path):
+    # the server waits 50 ms before the first token: a 20 ms TTFT target fails every request, a 5 s one none
+    with ScriptedServer(gap_s=0.002, ttft_s=0.05) as scripted:
+        strict = run_module(dict(SMALL, url=scripted.url, repeats=1, percentiles=[50, 99.9], goodput={"ttft_ms": 20},
+                                 save_result=str(tmp_path / "r.json")), monkeypatch)
+        loose = run_module(dict(SMALL, url=scripted.url, repeats=1, goodput={"ttft_ms": 5000, "e2el_ms": 5000}), monkeypatch)
+    run = strict["runs"][0]
+    assert run["p99_9_ttft_ms"] >= 50.0 and run["p50_ttft_ms"] == run["median_ttft_ms"] and "p90_ttft_ms" not in run
+    assert strict["metrics"]["p99_9_e2el_ms"]["n"] == 1
+    assert (run["good_requests"], run["goodput_pct"], run["request_goodput"]) == (0, 0.0, 0.0)
+    assert run["slo_missed"] == {"ttft_ms": 3}
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["p99.9_ttft_ms"] == run["p99_9_ttft_ms"] and saved["request_goodput"] == 0.0
+    run = loose["runs"][0]
+    assert run["good_requests"] == 3 and run["goodput_pct"] == 100.0 and run["request_goodput"] == 3 / run["duration"]
+    assert "p90_ttft_ms" in run and "p50_ttft_ms" in run  # the default percentiles: 50, 90, 99
+    assert loose["metrics"]["goodput_pct"]["median"] == 100.0
+
+
+def test_sweep_in_one_task(server, monkeypatch):
+    result = run_module(dict(SMALL, url=server.url, concurrency=[2, 1], repeats=2), monkeypatch)
+    assert not result.get("failed"), result["msg"]
+    assert [level["concurrency"] for level in result["sweep"]] == [2, 1]
+    assert all(len(level["runs"]) == 2 and level["warmup"]["completed"] == 1 for level in result["sweep"])
+    first = result["sweep"][0]
+    assert result["metrics"] == first["metrics"] and result["runs"] == first["runs"] and result["warmup"] == first["warmup"]
+    knee = result["knee"]
+    assert knee["option"] == "concurrency" and knee["reference_level"] == 1 and knee["tolerance_pct"] == 10.0
+    rates = {level["concurrency"]: level["metrics"]["decode_tok_s"]["median"] for level in result["sweep"]}
+    assert knee["reference_value"] == rates[1]
+    assert knee["level"] == (2 if rates[2] >= 0.9 * rates[1] else 1)
+    assert len(server.requests) == 2 * (1 + 2 * 3)  # per level: one warmup, two repeats of three
+    assert len({request["prompt"] for request in server.requests}) == 14  # no level reuses another's prompts
+    assert "sweep of concurrency" in result["msg"] and "knee at concurrency" in result["msg"]
+
+
+def test_one_level_has_no_knee(server, monkeypatch):
+    result = run_module(dict(SMALL, url=server.url, repeats=1), monkeypatch)
+    assert result["knee"] is None and len(result["sweep"]) == 1 and result["sweep"][0]["concurrency"] == 2
+    assert result["sweep"][0]["request_rate"] == "inf" and result["runs"][0]["in_flight_at_end"] == 0
+
+
+def test_duration_counts_requests_in_flight_apart(monkeypatch):
+    with ScriptedServer(gap_s=0.02) as scripted:
+        scripted.behaviours = ["ok", "stall"]  # the warmup, then a request that never ends
+        result = run_module(dict(SMALL, url=scripted.url, repeats=1, duration=0.7, num_requests=None, timeout=10), monkeypatch)
+        received = len(scripted.requests)
+    assert not result.get("failed"), result["msg"]
+    run = result["runs"][0]
+    assert run["failed"] == 0 and 1 <= run["in_flight_at_end"] <= 2 and run["completed"] >= 3
+    assert received == 1 + run["completed"] + run["in_flight_at_end"]  # the server's count: warmup + every request sent
+    assert 0.7 <= run["duration"] < 1.2 and "0.7 s" in result["msg"]
+    capped = None
+    with ScriptedServer(gap_s=0.002) as scripted:
+        capped = run_module(dict(SMALL, url=scripted.url, repeats=1, duration=30, num_requests=3), monkeypatch)
+    assert capped["runs"][0]["completed"] == 3 and capped["runs"][0]["duration"] < 5  # the cap came first
