@@ -1,0 +1,92 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""vllm_benchmark's server view and chunk-aware decode rate, through the real ansible-playbook, against a fake vLLM
+that sends 4 tokens a chunk (the first chunk included).
+
+Judged by readings that are not the module's: the server's configured pace and TTFT (GET /sim/pace), and the test's
+own reading of /metrics before and after (how many requests the server timed, warm-up included).
+"""
+
+from __future__ import annotations
+
+import typing as t
+from pathlib import Path
+
+import pytest
+
+from gpusim import api
+from simfleet import SimHost, run_module, write_inventory
+
+MODEL = "org/view-model"
+TTFT_MS = 30.0  # inside the TTFT bucket (0.02, 0.04], not on its edge
+PACE = 200.0     # tokens/s per stream: a 5 ms gap
+CHUNK = 4
+OUTPUT = 64
+REQUESTS = 6
+WARMUP = 2
+REPEATS = 2
+E2E_COUNT = "vllm:e2e_request_latency_seconds_count"
+
+
+class Setup(t.NamedTuple):
+    server: api.FakeVllm
+    inventory: Path
+    tmp: Path
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> t.Iterator[Setup]:
+    tmp = tmp_path_factory.mktemp("vllm-benchmark-view")
+    host = SimHost("bench-client", tmp / "host")
+    host.gpusim("create", "--gpus", "1")
+    server = api.FakeVllm(host, tmp / "server.log", gpus="0", model=MODEL, worker_mib=1024, env={
+        "GPUOPS_SIM_TTFT_MS": str(TTFT_MS), "GPUOPS_SIM_TOKENS_PER_S": str(PACE), "GPUOPS_SIM_TOKENS_PER_CHUNK": str(CHUNK),
+        "GPUOPS_SIM_JITTER": "0", "GPUOPS_SIM_CONCURRENCY_SLOWDOWN": "0"})
+    try:
+        server.start()
+        server.wait_ready()
+        yield Setup(server, write_inventory(tmp / "inventory.json", [host]), tmp)
+    finally:
+        server.stop()
+        result = host.gpusim("cleanup", check=False)
+        assert result.returncode == 0, result.stderr
+
+
+def test_server_view_per_repeat_and_the_chunk_aware_rate(setup: Setup) -> None:
+    server = setup.server
+    pace = server.get_json("/sim/pace")
+    assert pace["tokens_per_chunk"] == CHUNK and pace["ttft_ms"] == TTFT_MS
+    timed_before = server.counter(E2E_COUNT, MODEL)
+    result = run_module("vllm_benchmark", setup.inventory, setup.tmp / "view", {
+        "url": server.url, "model": MODEL, "input_len": 32, "output_len": OUTPUT, "num_requests": REQUESTS,
+        "concurrency": 3, "warmup_requests": WARMUP, "repeats": REPEATS, "timeout": 60})["bench-client"]
+    assert not result.get("failed"), result.get("msg")
+    # the server timed every request, warm-up included; each repeat reports only its own
+    assert server.counter(E2E_COUNT, MODEL) - timed_before == WARMUP + REPEATS * REQUESTS
+    gap_ms = 1000.0 / PACE
+    for run in result["runs"]:
+        view = run["server"]
+        assert view["ttft"]["count"] == REQUESTS and view["e2el"]["count"] == REQUESTS
+        # the server saw token 0 at the configured TTFT; the client saw it 3 gaps later, in the first chunk of 4
+        assert view["ttft"]["mean_ms"] == pytest.approx(TTFT_MS, abs=0.5)
+        # (never less; HTTP and scheduling on top: 10 ms on an idle machine, up to 25 ms measured at load 16 on 2 cores)
+        assert (CHUNK - 1) * gap_ms <= view["ttft_gap_ms"] <= (CHUNK - 1) * gap_ms + 40.0, (view, run["mean_ttft_ms"])
+        assert 0.04 * 1000 >= view["ttft"]["p50_ms"] >= 0.02 * 1000  # the bucket (0.02, 0.04] holds every one
+        e2e = TTFT_MS + (OUTPUT - 1) * gap_ms
+        assert e2e <= view["e2el"]["mean_ms"] <= e2e + 20.0, view["e2el"]["mean_ms"]
+        assert view["preemptions"] == 0 and view["counter_reset"] is False
+        assert view["kv_cache_samples"] >= 2 and 0 < view["kv_cache_usage_peak"] < 0.01
+        # TPOT spreads 60 gaps over 63 tokens; the chunk-aware rate counts 60 tokens over those 60 gaps
+        assert run["decode_tok_s"] == pytest.approx(PACE * (OUTPUT - 1) / (OUTPUT - CHUNK), rel=0.01)
+        assert run["decode_tok_s_chunk_aware"] == pytest.approx(PACE, rel=0.01)
+        assert run["tokens_per_chunk"] == CHUNK
+    assert result["metrics"]["decode_tok_s_chunk_aware"]["n"] == REPEATS
+    assert result["warmup"].get("server") is None
+
+
+def test_no_metrics_url_no_server_view(setup: Setup) -> None:
+    result = run_module("vllm_benchmark", setup.inventory, setup.tmp / "none", {
+        "url": setup.server.url, "model": MODEL, "input_len": 8, "output_len": 8, "num_requests": 2, "concurrency": 2,
+        "warmup_requests": 0, "repeats": 1, "timeout": 60, "metrics_url": ""})["bench-client"]
+    assert not result.get("failed"), result.get("msg")
+    assert result["runs"][0]["server"] is None
