@@ -19,14 +19,21 @@ description:
     Ray's dashboard and agents, kubelet, containerd, slurmd), an excluded or a protected process stops the climb. Without a
     launcher the holder's own descendants are taken. So on a Ray node the GPU-holding actors (and a vLLM driver that holds a GPU)
     are ended, never the cluster."
-  - Processes that a target forks while the ladder runs (a respawn, that is a child of it or in its process group) are signalled too.
+  - "It watches the lineage of what it ends, during the ladder and after it, until the verification is over: a process started
+    since its reading that is a child of a target or in a target's process group (a launcher that forks on SIGTERM), or a child
+    of a live parent of a target that could respawn it (a supervisor, a wrapper script, a shell loop, a cluster daemon; not PID
+    1, an adopter of O(subreapers) such as systemd, nor this module's own ancestors) is a respawn. A respawn is ended through the
+    same ladder (role V(respawned)) when O(kill_tree) allows it for a target's child, or, for a parent's child, when it passes
+    O(match) (as it is named at that moment), its parent is not a cluster daemon and, with O(orphans_only), it is in the
+    O(owner)'s session. Any other is reported (RV(respawn_watch.candidates) and a warning), and if it holds memory on a selected
+    GPU the task fails naming it and its parent."
   - Signals along O(signals), waiting up to O(grace) seconds per step for each process to exit, then verifies with fresh NVML
     readings (a method independent of the kill) until every selected GPU has no holder and at most O(memory_threshold_mib) in use
-    in two readings O(settle) seconds apart, or O(timeout) runs out.
+    for the settle window (see O(settle)), or O(timeout) runs out.
   - "How O(grace) and O(timeout) combine: O(timeout) bounds the whole task. Each step of the ladder waits at most O(grace), and at
     most its share of the time left (time left divided by the steps left), so a process that ignores the first signal still gets
-    the last one before O(timeout); the verification then polls until O(timeout). The task ends by O(timeout) plus O(settle),
-    plus the time to send the signals and read the GPUs."
+    the last one before O(timeout); the verification then polls until O(timeout). The task ends by O(timeout) plus the settle
+    window (O(settle), or 0.5 s with V(auto)), plus the time to send the signals and read the GPUs."
   - Fails loudly, naming what is left and why, with the evidence to act on (state, kernel wait channel, parent chain and user of
     each survivor, processes with C(/dev/nvidia*) open, recent NVIDIA Xid kernel log lines). Never a silent success.
   - Never signals PID 1, itself, its ancestors (the Ansible connection), a process matching O(exclude) or the driver's helpers
@@ -125,11 +132,19 @@ options:
     default: 60.0
   settle:
     description:
-      - Seconds between the two fresh readings that must both show a GPU free before it counts as verified, so that a holder
-        that respawns (a process forked on SIGTERM that allocates a moment later) is seen. V(0) takes one reading.
-      - From 0 to 60.
-    type: float
-    default: 0.5
+      - How long the selected GPUs must keep reading free before they count as verified, so that a holder that respawns is seen.
+      - V(auto) (the default) waits only while something could still respawn a holder. When every target's parent is a target,
+        PID 1, an adopter (O(subreapers)) or this module's ancestor, and no process of the lineage is left, the first free
+        reading is the verification (no fixed wait). When a parent that could respawn one is alive (see the lineage above), or a
+        respawn this run does not end still runs, the GPUs must read free for 0.5 s after the last change in the lineage (the
+        last exit, or the last respawn seen or ended); a respawn shows as a new process long before it holds GPU memory.
+      - "A number of seconds (from 0 to 60) is a fixed window on every run, whatever the lineage: the GPUs must read free for
+        that long (the lineage is still watched meanwhile). Use it for a respawn that comes later than 0.5 s after its
+        predecessor exits (a supervisor's restart delay, C(RestartSec=) of a systemd unit, whose restart comes from PID 1).
+        V(0) takes one reading."
+      - Anything else (a negative number, more than 60, a word other than V(auto)) fails before anything is read or signalled.
+    type: raw
+    default: auto
   memory_threshold_mib:
     description:
       - A GPU counts as free when no holder is left and it uses at most this many MiB (an idle GPU does not read zero).
@@ -282,7 +297,7 @@ killed:
       returned: always
       sample: vllm
     role:
-      description: V(launcher), V(holder) (of GPU memory), V(descendant) (of a launcher or holder) or V(respawned) (forked by a target during the ladder).
+      description: V(launcher), V(holder) (of GPU memory), V(descendant) (of a launcher or holder) or V(respawned) (a respawn found in the lineage during the run, forked by a target or by a live parent of one).
       type: str
       returned: always
       sample: holder
@@ -459,6 +474,36 @@ gpus:
       description: V(null), or why the GPU could not be read (for example a lost GPU).
       type: str
       returned: always
+respawn_watch:
+  description:
+    - The lineage watched for respawns (see the description); ended respawns are in RV(killed) with role V(respawned).
+  returned: when not in check mode
+  type: dict
+  contains:
+    settle:
+      description: The O(settle) of this run, V(auto) or the fixed window in seconds.
+      type: raw
+      returned: always
+      sample: auto
+    parents:
+      description:
+        - The live parents of targets that could respawn one, as the run found them before signalling, each with C(pid),
+          C(name), C(cmdline) and C(alive) (still running at the end). Empty when nothing could respawn a holder.
+      type: list
+      elements: dict
+      returned: always
+    candidates:
+      description:
+        - Processes of the lineage started during the run that it did not end, each with C(pid), C(name), C(cmdline),
+          C(parent) (PID), C(running) (at the end) and C(reason).
+      type: list
+      elements: dict
+      returned: always
+    waited_s:
+      description: Seconds the GPUs read free before they counted as verified (0 when the first free reading was enough).
+      type: float
+      returned: always
+      sample: 0.0
 elapsed_s:
   description: Seconds the task took, from the first reading to verified (or given up).
   returned: always

@@ -6,6 +6,10 @@ It takes the title of its node (setproctitle, and `comm` as the kernel would set
 records itself, starts its children, holds its GPU memory, then waits for signals: the default action of
 SIGTERM ends it, unless the node ignores SIGTERM or respawns (forks a child that allocates after a delay,
 then exits). Children are reaped at once (SIGCHLD ignored), so a dead node never lingers as a zombie.
+
+A node with `restart_children` is a supervisor: it reaps its children itself and, `delay` seconds after one
+exits, starts it again (a new process, at most `limit` times in all, titled `title` when given), which holds
+its memory `hold_delay` seconds after it started, as a restarted server would once its CUDA context is up.
 """
 
 from __future__ import annotations
@@ -82,19 +86,44 @@ def respawn(state: StateDir, node: Dict[str, Any]) -> None:
     os._exit(0)
 
 
+def supervise(spec_file: str, path: List[int], children: List["subprocess.Popen[bytes]"], plan: Dict[str, Any]) -> None:
+    """Restart each child that exits, `delay` seconds later, until `limit` restarts were made; then wait for signals."""
+    left = int(plan.get("limit", 1))
+    while left > 0:
+        for index, child in enumerate(children):
+            if left > 0 and child.poll() is not None:
+                time.sleep(float(plan.get("delay", 0.1)))
+                child_path = ".".join(str(p) for p in path + [index])
+                argv = [python3(), "-m", "gpusim.treenode", spec_file, child_path, str(float(plan.get("hold_delay", 0.3)))]
+                # pylint: disable-next=consider-using-with  # polled above, and reaped by it
+                children[index] = subprocess.Popen(argv + ([plan["title"]] if plan.get("title") else []))
+                left -= 1
+        time.sleep(0.01)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    for child in children:
+        child.poll()
+
+
 def main() -> int:
     spec_file, path_text = sys.argv[1], sys.argv[2]
+    hold_delay = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0  # a restarted child (see supervise)
     spec = json.loads(Path(spec_file).read_text())
     path = [int(part) for part in path_text.split(".") if part]
     node = node_at(spec["root"], path)
+    if len(sys.argv) > 4:  # a restarted child that runs another program (`restart_children.title`)
+        node = dict(node, title=sys.argv[4], comm=None)
     state = resolve_state(None)
     take_identity(node)
     record_self(state, ROLE_TREE_NODE)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    restart = node.get("restart_children")
+    if not restart:
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    children = []
     for index, _child in enumerate(node.get("children", [])):
         child_path = ".".join(str(p) for p in path + [index])
-        # pylint: disable-next=consider-using-with  # never waited for: SIGCHLD is ignored, so the kernel reaps it
-        subprocess.Popen([python3(), "-m", "gpusim.treenode", spec_file, child_path])
+        # pylint: disable-next=consider-using-with  # SIGCHLD is ignored (the kernel reaps it), or supervise() reaps it
+        children.append(subprocess.Popen([python3(), "-m", "gpusim.treenode", spec_file, child_path]))
+    time.sleep(hold_delay)
     hold(state, node.get("hold", []))
     for gpu in node.get("devices", []):  # the device files open without memory (a process NVML does not list)
         open_devices(state, int(gpu))
@@ -103,6 +132,8 @@ def main() -> int:
     elif node.get("ignore_term"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     announce(state, spec["id"], node["key"])
+    if restart:
+        supervise(spec_file, path, children, restart)
     while True:
         signal.pause()
 

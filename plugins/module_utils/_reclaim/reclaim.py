@@ -25,12 +25,17 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._host.process_table i
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import Plan, Target, plan_targets
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import describe_process, trim_cmdline
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.owner import GetSid, Verdict, getsid, label
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import ReclaimSpec, is_excluded
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import AUTO, ReclaimSpec, is_excluded, matches_any
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.verify import Problem, Reading, drop_exited, judge, predict, read_gpu
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.selection import resolve_gpus
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.ladder import Outcome, run_ladder
 
 VERIFY_POLL_S = 0.02
+# settle: auto. How long a live parent of an ended holder (a supervisor, a wrapper script, a service manager other than
+# an adopter) gets, after the last change in the lineage, to fork a replacement before the GPUs count as verified free.
+# A respawn shows as that fork long before its CUDA context holds memory; a respawn that comes later than this needs
+# a fixed settle window (or stopping what respawns it first).
+RESPAWN_WINDOW_S = 0.5
 
 
 def _getpgid(pid: int) -> t.Optional[int]:
@@ -62,6 +67,14 @@ class Reclaim:
         self._planning = True
         self._foreign: t.List[t.Dict[str, t.Any]] = []
         self._holder_gpus: t.Dict[int, t.List[int]] = {}
+        # the lineage of what is ended: live parents of targets that could respawn one (pid -> plan-time row), new
+        # processes forked by them that this run does not end (pid -> what the result says), and processes started
+        # since the plan that are none of these (never looked at again)
+        self._parents: t.Dict[int, t.Dict[str, t.Any]] = {}
+        self._parent_gpus: t.Dict[int, t.List[int]] = {}  # parent -> the selected GPUs its ended children held
+        self._candidates: t.Dict[int, t.Dict[str, t.Any]] = {}
+        self._unrelated: t.Set[int] = set()
+        self._waited = 0.0
 
     def describe(self, pid: int) -> t.Dict[str, t.Any]:
         """What psutil says of a PID: from the plan's process table (one scan of /proc) while planning, else fresh."""
@@ -94,7 +107,7 @@ class Reclaim:
             return self._check_result(before, plan)
         outcomes = run_ladder(self.psutil, plan.targets, self.spec.signals, self.spec.grace, clock=self.clock,
                               deadline=self.start + self.spec.timeout, discover=self._discover)
-        after, problems = self._verify(before, plan, outcomes)
+        after, problems, outcomes = self._verify(before, plan, outcomes)
         return self._result(before, after, plan, outcomes, problems)
 
     def _plan(self, before: t.Mapping[int, Reading], selected: t.Set[int]) -> Plan:
@@ -132,7 +145,39 @@ class Reclaim:
         # a process the targets fork during the ladder shares their process group (unless it is one of ours)
         ours = {self.getpgid(pid) for pid in self._protected if pid > 1}
         self._pgids = {pgid for pgid in (self.getpgid(tg.pid) for tg in plan.targets) if pgid not in ours and pgid not in (None, 0, 1)}
+        self._parents = self._respawners(plan.targets)
         return plan
+
+    def _respawners(self, targets: t.Sequence[Target]) -> t.Dict[int, t.Dict[str, t.Any]]:
+        """The parents (in the plan's process table) of targets that are not targets themselves and could respawn one:
+        not PID 0 or 1, not protected (this module and its ancestors: the Ansible connection), not an adopter
+        (``subreapers``: init systems and service managers adopt orphans; a holder they hold is an orphan or a service
+        whose restart belongs to the manager). A shell, a wrapper script, a supervisor or a cluster daemon is one."""
+        if self._table is None:
+            return {}
+        pids = {tg.pid for tg in targets}
+        parents: t.Dict[int, t.Dict[str, t.Any]] = {}
+        for target in targets:
+            ppid = (self._table.info.get(target.pid) or {}).get("ppid")
+            if ppid is None or ppid <= 1 or ppid in pids or ppid in self._protected or ppid in parents:
+                continue
+            row = self._table.info.get(ppid)
+            if row is None or row.get("status") == "zombie" or matches_any(self.spec.subreapers, row["name"], row["cmdline"]):
+                continue
+            parents[ppid] = row
+        for target in targets:
+            ppid = (self._table.info.get(target.pid) or {}).get("ppid")
+            if ppid in parents:
+                self._parent_gpus[ppid] = sorted(set(self._parent_gpus.get(ppid, [])) | set(target.gpus))
+        return parents
+
+    def _parent_alive(self, pid: int) -> bool:
+        row = self._parents[pid]
+        try:
+            proc = self.psutil.Process(pid)
+            return abs(proc.create_time() - (row.get("create_time") or 0.0)) < 0.05 and proc.status() != self.psutil.STATUS_ZOMBIE
+        except (self.psutil.NoSuchProcess, self.psutil.AccessDenied):
+            return False
 
     def _foreign_entry(self, pid: int, verdict: Verdict) -> t.Dict[str, t.Any]:
         """A holder left alone as someone else's job (orphans_only): what the caller needs to name it."""
@@ -160,55 +205,156 @@ class Reclaim:
         return {pid: trust.reason(pid, holders[pid]["name"]) for pid in sorted(holders) if not trust.verified(pid)}
 
     def _discover(self, known: t.Set[int]) -> t.List[Target]:
-        """Processes started since the plan's process table whose parent is a target or that share a target's
-        process group: what a target forked during the ladder (a respawn)."""
-        if self._table is None or not self.spec.kill_tree:
+        """Processes started since the plan's process table in the lineage of what is ended, to end now (a respawn):
+        a child of a target or a member of a target's process group (with ``kill_tree``), or a child of a live
+        parent of a target (see _respawners) that this run may end (_may_end_respawn). The others of that lineage
+        are kept in ``_candidates`` for the result and the verification."""
+        if self._table is None:
             return []
         found: t.List[Target] = []
         for pid in self.psutil.pids():
-            if pid in known or pid in self._protected or pid in self._table.info:
+            if pid in known or pid in self._protected or pid in self._table.info or pid in self._unrelated:
                 continue
             try:
                 proc = self.psutil.Process(pid)
-                info = proc.as_dict(attrs=["name", "cmdline", "username", "create_time", "ppid"], ad_value=None)
+                info = proc.as_dict(attrs=["name", "cmdline", "username", "create_time", "ppid", "status"], ad_value=None)
             except self.psutil.NoSuchProcess:
-                continue
-            if info["ppid"] not in known and self.getpgid(pid) not in self._pgids:
+                self._candidates.pop(pid, None)
                 continue
             trim_cmdline(info["cmdline"])
-            if is_excluded(self.spec, info["name"], info["cmdline"]):
+            if info["ppid"] in self._parents:
+                why = self._may_end_respawn(pid, info)
+            elif info["ppid"] in known or self.getpgid(pid) in self._pgids:
+                why = None if self.spec.kill_tree else "kill_tree is false"
+            else:
+                self._unrelated.add(pid)
                 continue
-            found.append(Target(pid, info["create_time"], info["name"], info["cmdline"], info["username"], "respawned", 1, []))
+            if why is None and is_excluded(self.spec, info["name"], info["cmdline"]):
+                why = "matches `exclude` or is a driver helper"
+            if why is None:
+                self._candidates.pop(pid, None)
+                found.append(Target(pid, info["create_time"], info["name"], info["cmdline"], info["username"], "respawned", 1, []))
+            elif pid not in self._candidates:
+                # looked at again at every scan: a fork that has not yet exec'd its program may match later
+                self._candidates[pid] = {"info": info, "why": why, "seen": self.clock()}
         return found
 
-    def _verify(self, before: t.Mapping[int, Reading], plan: Plan, outcomes: t.Sequence[Outcome]) -> t.Tuple[t.Dict[int, Reading], t.List[Problem]]:
-        """Poll fresh NVML readings until every selected GPU is free in two readings ``settle`` seconds apart, only
-        lasting problems remain, or ``timeout`` (the settle reading may come up to ``settle`` after it)."""
+    def _may_end_respawn(self, pid: int, info: t.Mapping[str, t.Any]) -> t.Optional[str]:
+        """Why this run may not end a process forked by a live parent of a target; None when it may: it passes
+        ``match`` (when given, on its name or command line as they are now), under ``orphans_only`` it is a member
+        of the owner's session, and its parent is not a cluster daemon (whose new children are the cluster's)."""
+        parent = self._parents[info["ppid"]]
+        if matches_any(self.spec.cluster_daemons, parent["name"], parent["cmdline"]):
+            return "its parent is a cluster daemon (cluster_daemons)"
+        if self.spec.match and not matches_any(self.spec.match, info["name"], info["cmdline"]):
+            return "does not match `match`"
+        if self.spec.orphans_only and (self.spec.owner is None or self.sid_of(pid) != self.spec.owner.pid):
+            return "its parent is alive and is not the owner: someone else's job (orphans_only)"
+        return None
+
+    def _verify(self, before: t.Mapping[int, Reading], plan: Plan,
+                outcomes: t.Sequence[Outcome]) -> t.Tuple[t.Dict[int, Reading], t.List[Problem], t.List[Outcome]]:
+        """Poll fresh NVML readings until every selected GPU reads free and stays so for the settle window, only
+        lasting problems remain, or ``timeout`` (the last reading may come up to the window after it).
+
+        Every poll also looks at the lineage of what was ended (_discover): a respawn found there is ended at once
+        through the same ladder, and the window starts again. The window: ``settle`` seconds (a fixed number), or with
+        ``settle: auto``, RESPAWN_WINDOW_S after the last change in the lineage, and only while a parent that could
+        respawn a holder (_respawners) is alive or a process it forked that this run does not end still runs;
+        otherwise the first free reading is the verification."""
         indices = sorted(before)
-        # every target is ours: one NVML still lists after it exited (signalled or not) is the driver lagging behind
-        signalled = {o.target.pid: _why_left(o) for o in outcomes}
-        settling = {index for index in indices if any(holder.pid in signalled for holder in before[index].holders)}
+        outcomes = list(outcomes)
         deadline = self.start + self.spec.timeout
         free_since: t.Optional[float] = None
+        quiet_since = self.clock()  # the ladder's end: the slowest target's exit, or its last signal
+        signalled: t.Dict[int, t.Tuple[str, bool]] = {}
+        settling: t.Set[int] = set()
+        counted = -1
         while True:
+            if outcomes and self._table is not None:
+                found = self._discover({o.target.pid for o in outcomes})
+                if found:
+                    outcomes += run_ladder(self.psutil, found, self.spec.signals, self.spec.grace, clock=self.clock,
+                                           deadline=deadline, discover=self._discover)
+                    quiet_since, free_since = self.clock(), None
+            if counted != len(outcomes):
+                # every target is ours: one NVML still lists after it exited (signalled or not) is the driver lagging behind
+                signalled = {o.target.pid: _why_left(o) for o in outcomes}
+                settling = {index for index in indices if any(holder.pid in signalled for holder in before[index].holders)}
+                counted = len(outcomes)
+            left_alone = dict(plan.left_alone)
+            left_alone.update((pid, self._respawn_text(pid)) for pid in self._candidates)
             self._described.clear()  # a fresh reading means fresh process states too
             after = {index: self.read(index, before[index].uuid) for index in indices}
             problems: t.List[Problem] = []
             for index in indices:
-                problems += judge(after[index], self.spec.memory_threshold_mib, signalled, plan.left_alone,
+                problems += judge(after[index], self.spec.memory_threshold_mib, signalled, left_alone,
                                   self.describe, self.excluded, self.spec.ignore_foreign, index in settling)
             now = self.clock()
+            problems += self._running_respawns(after, indices, now)
             if not problems:
                 if free_since is None:
                     free_since = now
-                if now - free_since >= self.spec.settle:
-                    return after, problems
-                time.sleep(min(VERIFY_POLL_S * 5, max(0.0, self.spec.settle - (now - free_since))))
+                wait = self._window(now, free_since, quiet_since)
+                if wait <= 0 or now >= deadline:
+                    self._waited = round(now - free_since, 3)
+                    return after, problems, outcomes
+                time.sleep(min(VERIFY_POLL_S, wait))
                 continue
             free_since = None
             if not any(p.waitable for p in problems) or now >= deadline:
-                return after, problems
+                return after, problems, outcomes
             time.sleep(VERIFY_POLL_S)
+
+    def _running_respawns(self, after: t.Mapping[int, Reading], indices: t.Sequence[int], now: float) -> t.List[Problem]:
+        """A respawn this run does not end and that still runs keeps the GPUs of its predecessors from counting as free,
+        memory or not (its CUDA context may come a moment later): waitable for RESPAWN_WINDOW_S after it was seen (it
+        may exit, or exec a program that ``match`` takes), then a failure. One that holds memory is judged as a holder."""
+        listed = {holder.pid for reading in after.values() for holder in reading.holders}
+        problems = []
+        for pid, candidate in list(self._candidates.items()):
+            if not self._running(pid, candidate["info"]["create_time"]):
+                continue
+            if pid in listed:
+                continue
+            gpus = self._parent_gpus.get(candidate["info"]["ppid"]) or list(indices)
+            text = "pid %d (%s) %s; it holds no GPU memory yet" % (pid, candidate["info"]["name"], self._respawn_text(pid))
+            problems += [Problem(gpu, "GPU %d: %s" % (gpu, text), now < candidate["seen"] + RESPAWN_WINDOW_S)
+                         for gpu in gpus if gpu in after]
+        return problems
+
+    def _window(self, now: float, free_since: float, quiet_since: float) -> float:
+        """Seconds the GPUs must still read free before they count as verified (0: now)."""
+        if self.spec.settle != AUTO:
+            return float(self.spec.settle) - (now - free_since)
+        if not any(self._parent_alive(pid) for pid in self._parents):
+            return 0.0
+        return RESPAWN_WINDOW_S - (now - max([quiet_since] + [c["seen"] for c in self._candidates.values()]))
+
+    def _running(self, pid: int, create_time: t.Optional[float]) -> bool:
+        try:
+            proc = self.psutil.Process(pid)
+            return abs(proc.create_time() - (create_time or 0.0)) < 0.05 and proc.status() != self.psutil.STATUS_ZOMBIE
+        except (self.psutil.NoSuchProcess, self.psutil.AccessDenied):
+            return False
+
+    def _respawn_text(self, pid: int) -> str:
+        candidate = self._candidates[pid]
+        ppid = candidate["info"]["ppid"]
+        parent = self._parents.get(ppid) or self.describe(ppid)
+        return "forked by PID %s (%s) in the lineage of what this run ended, after the ladder began: a respawn; not ended (%s): " \
+            "stop what respawns it" % (ppid, label(parent), candidate["why"])
+
+    def _lineage(self) -> t.Dict[str, t.Any]:
+        """The result's ``respawn_watch``."""
+        parents = [{"pid": pid, "name": row["name"], "cmdline": row["cmdline"], "alive": self._parent_alive(pid)}
+                   for pid, row in sorted(self._parents.items())]
+        candidates = []
+        for pid, candidate in sorted(self._candidates.items()):
+            info = candidate["info"]
+            candidates.append({"pid": pid, "name": info["name"], "cmdline": info["cmdline"], "parent": info["ppid"],
+                               "running": self._running(pid, info["create_time"]), "reason": self._respawn_text(pid)})
+        return {"settle": self.spec.settle, "parents": parents, "candidates": candidates, "waited_s": self._waited}
 
     def _check_result(self, before: t.Mapping[int, Reading], plan: Plan) -> t.Dict[str, t.Any]:
         """Check mode: what a real run would signal, what it would leave and why it would fail."""
@@ -251,6 +397,7 @@ class Reclaim:
             "warnings_list": plan.warnings,
             "elapsed_s": round(self.clock() - self.start, 3),
             "foreign": self._foreign,
+            "respawn_watch": self._lineage(),
         }
         survivors = [o for o in outcomes if o.ended is None or o.target.pid in stuck]
         result["changed"] = any(o.signal is not None for o in outcomes)

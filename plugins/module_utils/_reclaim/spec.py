@@ -66,6 +66,8 @@ TERMINATING_SIGNALS = ("TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "USR2", "AB
 MAX_GRACE_S = 600.0
 MAX_TIMEOUT_S = 3600.0
 MAX_SETTLE_S = 60.0
+# settle: auto (the default): after the GPUs read free, wait only while a process that could respawn a holder is alive
+AUTO = "auto"
 MAX_THRESHOLD_MIB = 1024 * 1024
 
 # Every option of gpu_reclaim with its type and default, written once: the module's argument_spec is this
@@ -80,7 +82,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "signals": {"type": "list", "elements": "str", "default": ["TERM", "KILL"]},
     "grace": {"type": "float", "default": 10.0},
     "timeout": {"type": "float", "default": 60.0},
-    "settle": {"type": "float", "default": 0.5},
+    "settle": {"type": "raw", "default": "auto"},
     "memory_threshold_mib": {"type": "int", "default": 1024},
     "ignore_foreign": {"type": "bool", "default": False},
     "owner": {"type": "dict", "options": {"pid": {"type": "int", "required": True}, "create_time": {"type": "float"}}},
@@ -114,7 +116,7 @@ class ReclaimSpec(t.NamedTuple):
     memory_threshold_mib: int
     ignore_foreign: bool
     cluster_daemons: t.List[t.Pattern[str]] = []
-    settle: float = 0.5
+    settle: t.Union[str, float] = AUTO  # AUTO, or a fixed window in seconds
     owner: t.Optional[Owner] = None
     orphans_only: bool = False
     subreapers: t.Sequence[t.Pattern[str]] = ()
@@ -166,6 +168,16 @@ def _duration(option: str, value: t.Any, upper: float, zero: bool = False) -> fl
     if seconds > upper:
         raise SpecError("%s: %r is more than the %g seconds allowed" % (option, value, upper))
     return seconds
+
+
+def parse_settle(value: t.Any) -> t.Union[str, float]:
+    """``settle``: AUTO (any case, spaces around it allowed) or a number of seconds from 0 to MAX_SETTLE_S."""
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    try:
+        return _duration("settle", value, MAX_SETTLE_S, zero=True)
+    except SpecError:
+        raise SpecError("settle: %r is neither auto nor a number of seconds from 0 to %g" % (value, MAX_SETTLE_S)) from None
 
 
 def _owner(value: t.Any) -> t.Optional[Owner]:
@@ -226,7 +238,7 @@ def build_spec(params: t.Mapping[str, t.Any]) -> ReclaimSpec:
         memory_threshold_mib=threshold,
         ignore_foreign=bool(get("ignore_foreign")),
         cluster_daemons=_regexes("cluster_daemons", get("cluster_daemons")),
-        settle=_duration("settle", get("settle"), MAX_SETTLE_S, zero=True),
+        settle=parse_settle(get("settle")),
         owner=_owner(get("owner")),
         orphans_only=bool(get("orphans_only")),
         subreapers=_regexes("subreapers", get("subreapers")),

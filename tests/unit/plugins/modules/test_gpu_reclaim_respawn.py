@@ -1,0 +1,116 @@
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""gpu_reclaim's lineage watch and ``settle``: a parent that respawns what was ended, and no wait when nothing can."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.reclaim import RESPAWN_WINDOW_S
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import SpecError, build_spec
+from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_psutil import TERM, Row, vllm_server
+from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.test_gpu_reclaim import (  # pylint: disable=unused-import
+    Host,
+    Untouchable,
+    assert_bystanders_untouched,
+    host_pid_namespace,
+    run_module,
+)
+
+SUPERVISOR = Row(200, 1, "python3", ["python3", "/opt/jobs/supervise.py"])
+MODEL = ["python3", "/opt/jobs/serve_model.py", "--shard", "0"]
+OTHER = ["python3", "/opt/jobs/other_job.py"]
+RUN = {"gpus": ["0"], "grace": 0.2, "timeout": 5}
+
+
+class Supervised(Host):
+    """GPU 0 held by PID 300, a child of a live supervisor (PID 200) that forks PID 301 once 300 has exited;
+    301 holds ``respawn_mib`` on GPU 0 at once (0: not yet)."""
+
+    def __init__(self, respawn_cmdline, respawn_mib):
+        super().__init__([Row(200, 1, "python3", list(SUPERVISOR.cmdline)), Row(300, 200, "python3", MODEL)], {300: 0})
+        self.respawn = Row(301, 200, "python3", respawn_cmdline, create_time=2000.0)
+        self.respawn_mib = respawn_mib
+
+    def release(self, pid):
+        super().release(pid)
+        if pid == 300:
+            self.psutil.table[301] = self.respawn
+            if self.respawn_mib:
+                self.hold(301, 0, self.respawn_mib)
+
+
+def test_a_holder_respawned_by_its_live_parent_is_ended_and_the_window_waited(monkeypatch):
+    host = Supervised(MODEL, 10000)
+    result = run_module(monkeypatch, host, RUN)
+    assert result.get("failed") is not True and result["verified"] is True, result["msg"]
+    killed = {k["pid"]: k for k in result["killed"]}
+    assert set(killed) == {300, 301} and killed[301]["role"] == "respawned" and killed[301]["signal"] == "SIGTERM"
+    assert host.psutil.signalled(301) == [TERM] and host.psutil.signalled(200) == []
+    assert 301 not in host.psutil.table and 200 in host.psutil.table
+    assert host.used()[0] == 0
+    watch = result["respawn_watch"]
+    assert watch["settle"] == "auto" and watch["candidates"] == []
+    assert [(p["pid"], p["alive"]) for p in watch["parents"]] == [(200, True)]
+    assert watch["waited_s"] >= RESPAWN_WINDOW_S
+    assert_bystanders_untouched(host)
+
+
+@pytest.mark.parametrize("respawn_mib", [10000, 0])
+def test_a_respawn_the_run_may_not_end_fails_it_while_it_runs(monkeypatch, respawn_mib):
+    """``match`` takes the holder, not its replacement: the run must not call the GPU free, with or without memory yet."""
+    host = Supervised(OTHER, respawn_mib)
+    result = run_module(monkeypatch, host, dict(RUN, match=["serve_model"]))
+    assert result["failed"] is True and result["verified"] is False
+    assert "pid 301" in result["msg"] and "forked by PID 200 (python3 /opt/jobs/supervise.py)" in result["msg"], result["msg"]
+    assert "does not match `match`" in result["msg"]
+    assert ("holds 10000 MiB" in result["msg"]) == bool(respawn_mib) and ("no GPU memory yet" in result["msg"]) != bool(respawn_mib)
+    assert host.psutil.signalled(301) == [] and 301 in host.psutil.table and host.used()[0] == respawn_mib
+    (candidate,) = result["respawn_watch"]["candidates"]
+    assert (candidate["pid"], candidate["parent"], candidate["running"]) == (301, 200, True)
+
+
+def test_nothing_can_respawn_the_first_free_reading_verifies(monkeypatch):
+    """The workers' launcher is ended and hangs from PID 1: no parent to watch, no window."""
+    rows, held = vllm_server(1000, range(8))
+    host = Host(rows, held)
+    result = run_module(monkeypatch, host, {"grace": 0.2, "timeout": 5})
+    assert result["verified"] is True and host.used() == [0] * 8
+    assert result["respawn_watch"] == {"settle": "auto", "parents": [], "candidates": [], "waited_s": 0.0}
+    assert result["elapsed_s"] < RESPAWN_WINDOW_S, "no fixed window when nothing can respawn"
+
+
+def test_a_live_wrapper_above_the_launcher_is_watched_for_the_window(monkeypatch):
+    rows, held = vllm_server(1000, range(2), parent=200)
+    host = Host([Row(200, 1, "bash", ["/bin/bash", "/opt/run-vllm.sh"])] + rows, held, gpus=2)
+    result = run_module(monkeypatch, host, {"grace": 0.2, "timeout": 5})
+    assert result["verified"] is True and host.psutil.signalled(200) == []
+    assert [p["pid"] for p in result["respawn_watch"]["parents"]] == [200]
+    assert result["respawn_watch"]["waited_s"] >= RESPAWN_WINDOW_S
+
+
+def test_a_fixed_settle_waits_whatever_the_lineage(monkeypatch):
+    rows, held = vllm_server(1000, range(8))
+    result = run_module(monkeypatch, Host(rows, held), {"grace": 0.2, "timeout": 5, "settle": 0.3})
+    assert result["verified"] is True and result["respawn_watch"]["settle"] == 0.3
+    assert result["respawn_watch"]["waited_s"] >= 0.3
+
+
+@pytest.mark.parametrize("value", ["often", "0.5s", "", True, -1, 61, float("nan"), [0.5], {"s": 1}])
+def test_bad_settle_fails_naming_it_before_anything_is_read_or_signalled(monkeypatch, value):
+    monkeypatch.setattr(_deps.PYNVML, "module", Untouchable())
+    monkeypatch.setattr(_deps.PSUTIL, "module", Untouchable())
+    result = run_module(monkeypatch, None, {"settle": value})
+    assert result["failed"] is True and result["msg"].startswith("settle: %r is neither auto nor a number of seconds" % (value,)), result["msg"]
+
+
+@pytest.mark.parametrize("value, settle", [("auto", "auto"), (" AUTO ", "auto"), ("0.25", 0.25), (0, 0.0), (2, 2.0), (60, 60.0)])
+def test_good_settle_values(value, settle):
+    assert build_spec({"settle": value}).settle == settle
+
+
+def test_settle_default_is_auto():
+    assert build_spec({}).settle == "auto"
+    with pytest.raises(SpecError):
+        build_spec({"settle": None})
