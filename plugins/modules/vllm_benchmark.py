@@ -23,7 +23,12 @@ description:
   - A request that fails (an HTTP error, an error event after HTTP 200, a timeout, a dropped connection, a stream without content)
     counts in RV(runs[].failed) with its reason; the task fails only when nothing could be measured.
   - Reads the server's C(vllm:generation_tokens_total) from O(metrics_url) before and after each phase and reports its count next to the
-    client's; a difference is a warning.
+    client's; a difference is a warning. From the same text, the server's own view of each repeat, RV(runs[].server), with its TTFT
+    and end-to-end latency histograms, preemptions and peak KV-cache use, so a TTFT that the client sees but the server does not (the
+    network, queueing before the server, tokens held back for a chunk) shows as RV(runs[].server.ttft_gap_ms).
+  - C(decode_tok_s) (from vllm bench serve's TPOT) is the figure of record; RV(knee) and the benchmark matrix judge by it. Next to it,
+    C(decode_tok_s_chunk_aware) counts only the tokens after the first chunk over the time after it; see RV(runs[].decode_tok_s_chunk_aware)
+    for when to read which.
   - Works with any OpenAI-compatible server that streams C(/v1/completions) or C(/v1/chat/completions). C(/v1/models) is asked
     only to check or find the model, and C(/metrics) is optional.
   - Gives O(concurrency) or O(request_rate) as a list to sweep its levels in one task, one result per level (RV(sweep)), with the
@@ -295,7 +300,8 @@ metrics:
     - Each headline figure across the repeats that completed at least one request, as a dict of C(median) (the figure to quote), C(min),
       C(max), C(mean), C(stdev) (sample standard deviation), C(n) (repeats) and C(ci95) (V([low, high]), the 95% confidence interval
       of the mean by Student t, from 3 repeats on; else V(null)).
-    - Figures are C(decode_tok_s), C(completed), C(failed), C(in_flight_at_end), C(duration), C(request_throughput),
+    - Figures are C(decode_tok_s), C(decode_tok_s_chunk_aware), C(tokens_per_chunk), C(completed), C(failed), C(in_flight_at_end),
+      C(duration), C(request_throughput),
       C(output_throughput), C(total_token_throughput), C(total_input_tokens), C(total_output_tokens), and for C(ttft), C(tpot),
       C(itl) and C(e2el) each of C(mean_*_ms), C(median_*_ms), C(std_*_ms) and one C(p<N>_*_ms) per O(percentiles) entry
       (C(p50_*_ms), C(p90_*_ms), C(p99_*_ms) by default); with O(goodput) also C(good_requests), C(goodput_pct) and C(request_goodput).
@@ -371,6 +377,25 @@ runs:
       description: 1000 / RV(runs[].median_tpot_ms), the decode rate of one stream; V(null) when no request generated two tokens.
       type: float
       returned: always
+    decode_tok_s_chunk_aware:
+      description:
+        - The decode rate once the first chunk is out; per request, (output tokens - the first chunk's tokens) / (E2EL - TTFT), and
+          1000 / the median of its reciprocal in milliseconds. V(null) when no request sent two content chunks.
+        - TPOT counts the first chunk's tokens but not the time they took, so when the first chunk carries k tokens TPOT reads the
+          rate too high by (tokens - 1) / (tokens - k). A stream does not say how many tokens each chunk holds, so the first chunk is
+          taken to hold the request's average (RV(runs[].tokens_per_chunk)).
+        - Which to read. With one token a chunk (vLLM's default) the two agree. vLLM sends the first token on its own also with a
+          stream interval or speculative decoding, and then RV(runs[].decode_tok_s) is right and this figure reads low. A server that
+          fills the first chunk like the rest (a proxy that batches, the simulator's C(GPUOPS_SIM_TOKENS_PER_CHUNK)) makes
+          RV(runs[].decode_tok_s) read high and this one right. So RV(knee), the benchmark matrix and any gate use
+          RV(runs[].decode_tok_s), as vllm bench serve reports it and comparable with its results; read this one when
+          RV(runs[].tokens_per_chunk) is above 1 and the server is known to fill its first chunk.
+      type: float
+      returned: always
+    tokens_per_chunk:
+      description: Output tokens per content chunk over the completed requests (V(1.0) when each chunk carries one token).
+      type: float
+      returned: always
     median_tpot_ms:
       description:
         - Median over the requests of (E2EL - TTFT) / (output tokens - 1). Likewise C(mean_*), C(std_*) and C(p<N>_*) (one per
@@ -410,6 +435,25 @@ runs:
           such counter. A difference from RV(runs[].client_generation_tokens) comes with a warning.
       type: float
       returned: always
+    server:
+      description:
+        - The server's own view of this repeat (warmup left out), from O(metrics_url) read before and after it and sampled every
+          0.25 s during it; V(null) when O(metrics_url) is empty or offers none of these metrics.
+        - C(ttft) and C(e2el) are the increase of C(vllm:time_to_first_token_seconds) and C(vllm:e2e_request_latency_seconds) for the
+          model, each with C(count), C(sum_s), C(mean_ms) and one C(p<N>_ms) per O(percentiles) entry, estimated from the histogram
+          buckets as Prometheus' C(histogram_quantile()) does (so only as fine as the buckets); V(null) when the server has no such
+          histogram.
+        - C(ttft_gap_ms) is the client's mean TTFT minus the server's, time the server never saw (the network, queueing in front of
+          the server, tokens held back for a chunk).
+        - C(preemptions) is the increase of C(vllm:num_preemptions_total); C(kv_cache_usage_peak) the highest
+          C(vllm:kv_cache_usage_perc) (or the older C(vllm:gpu_cache_usage_perc)) read during the repeat, from 0 to 1, with
+          C(kv_cache_samples) readings; C(counter_reset) is true when a counter went down (the server restarted), and the figures then
+          count from zero.
+      type: dict
+      returned: always
+      sample: {"ttft": {"count": 64, "sum_s": 1.62, "mean_ms": 25.3, "p50_ms": 25.1, "p90_ms": 37.6, "p99_ms": 39.8},
+               "e2el": {"count": 64, "sum_s": 172.9, "mean_ms": 2701.6, "p50_ms": 3750.0, "p90_ms": 4750.0, "p99_ms": 4975.0},
+               "ttft_gap_ms": 1.4, "preemptions": 0, "kv_cache_usage_peak": 0.07, "kv_cache_samples": 12, "counter_reset": false}
 warmup:
   description:
     - The warmup phase (left out of every figure) with C(completed), C(failed), C(duration), C(total_output_tokens), C(failed_by_reason),
