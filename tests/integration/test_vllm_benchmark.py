@@ -16,6 +16,10 @@ requests and then over 3 repeats keeps such outliers out, so the 1% bound holds 
 from __future__ import annotations
 
 import json
+import socket
+import socketserver
+import threading
+import time
 import typing as t
 from pathlib import Path
 
@@ -172,3 +176,176 @@ def test_bad_option_names_option_and_value(servers: Servers) -> None:
     result = bench(servers, "bad-type", url=servers.paced.url, output_len="lots")
     assert result["failed"] and "output_len" in result["msg"]
     assert servers.paced.generated_tokens() == before
+
+
+class NoModelsFront(socketserver.ThreadingTCPServer):
+    """A server that speaks the API but is not vLLM's shape, in front of a fake vLLM, as AIPerf's mock server is:
+    GET /v1/models and /metrics answer 404, the Prometheus text is at /vllm/metrics; everything else is passed
+    through byte for byte (one request per connection, as both the module and urllib send them)."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, upstream_port: int) -> None:
+        super().__init__(("127.0.0.1", 0), _FrontHandler)
+        self.upstream_port = upstream_port
+        self.seen: t.List[str] = []
+        self.thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return "http://127.0.0.1:%d" % self.server_address[1]
+
+    def __enter__(self) -> "NoModelsFront":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+        self.server_close()
+        self.thread.join(5)
+
+
+class _FrontHandler(socketserver.BaseRequestHandler):
+    server: NoModelsFront
+
+    def handle(self) -> None:
+        conn = self.request
+        data = b""
+        try:
+            while b"\r\n\r\n" not in data:
+                piece = conn.recv(65536)
+                if not piece:
+                    return
+                data += piece
+            head, _sep, rest = data.partition(b"\r\n\r\n")
+            request_line, _sep, headers = head.partition(b"\r\n")
+            method, path, version = request_line.split(b" ")
+            self.server.seen.append("%s %s" % (method.decode(), path.decode()))
+            if path in (b"/v1/models", b"/metrics"):
+                body = b'{"detail":"Not Found"}'
+                conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                             b"Connection: close\r\n\r\n%s" % (len(body), body))
+                return
+            if path == b"/vllm/metrics":
+                path = b"/metrics"
+            length = 0
+            for line in headers.split(b"\r\n"):
+                name, _sep, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value.strip())
+            with socket.create_connection(("127.0.0.1", self.server.upstream_port), timeout=60) as upstream:
+                upstream.sendall(b" ".join((method, path, version)) + b"\r\n" + headers + b"\r\n\r\n" + rest)
+                sent = len(rest)
+                while sent < length:
+                    piece = conn.recv(65536)
+                    if not piece:
+                        return
+                    upstream.sendall(piece)
+                    sent += len(piece)
+                while True:
+                    piece = upstream.recv(65536)
+                    if not piece:
+                        return
+                    conn.sendall(piece)
+        except OSError:
+            return  # the client closed first (a request in flight at the end of a duration): nothing to pass on
+
+
+def test_a_server_without_v1_models_and_its_metrics_elsewhere(servers: Servers) -> None:
+    server = servers.packed
+    with NoModelsFront(server.port) as front:
+        before = server.generated_tokens()
+        result = bench(servers, "front", url=front.url, model=MODEL, metrics_url="/vllm/metrics", input_len=5, output_len=9,
+                       num_requests=4, concurrency=2, warmup_requests=1, repeats=1, timeout=30)
+        assert not result.get("failed"), result.get("msg")
+        assert any("GET /v1/models answered HTTP 404" in warning and "as given, unchecked" in warning
+                   for warning in result["warnings"])
+        assert server.generated_tokens() - before == 9 * 5  # the fake served all five, through the front
+        run = result["runs"][0]
+        assert run["completed"] == 4 and run["total_output_tokens"] == 36
+        assert run["server_generation_tokens"] == 36  # read through /vllm/metrics: the server's count, not the client's
+        assert result["metrics_url"] == front.url + "/vllm/metrics" and "GET /vllm/metrics" in front.seen
+        # no model: /v1/models is needed to find one, and the task fails before any generation request
+        front.seen.clear()
+        result = bench(servers, "front-nomodel", url=front.url, input_len=5, output_len=9, num_requests=4)
+        assert result["failed"] and "GET /v1/models answered HTTP 404" in result["msg"]
+        assert front.seen == ["GET /v1/models"]
+        # metrics_url empty: nothing read, said in the notes, no warning about it
+        front.seen.clear()
+        result = bench(servers, "front-nometrics", url=front.url, model=MODEL, metrics_url="", input_len=5, output_len=9,
+                       num_requests=2, concurrency=2, warmup_requests=0, repeats=1)
+        assert not result.get("failed"), result.get("msg")
+        assert result["runs"][0]["completed"] == 2 and result["runs"][0]["server_generation_tokens"] is None
+        assert any("metrics_url is empty" in note for note in result["notes"])
+        assert not any("metrics" in path for path in front.seen)
+
+
+def test_sweep_gives_each_level_its_own_pace_and_the_knee(servers: Servers) -> None:
+    server = servers.paced
+    truth = {level: server.get_json("/sim/pace?concurrency=%d" % level)["tokens_per_s_at"] for level in (1, 8)}
+    before = server.generated_tokens()
+    result = bench(servers, "sweep", url=server.url, input_len=16, output_len=48, num_requests=8, concurrency=[8, 1],
+                   warmup_requests=1, repeats=2, timeout=60)
+    assert not result.get("failed"), result.get("msg")
+    assert [level["concurrency"] for level in result["sweep"]] == [8, 1]
+    assert server.generated_tokens() - before == 2 * 48 * (1 + 2 * 8)  # two levels, each one warmup and two repeats of 8
+    for level in result["sweep"]:
+        decode = level["metrics"]["decode_tok_s"]["median"]
+        assert abs(decode / truth[level["concurrency"]] - 1) < 0.02, (level["concurrency"], decode, truth)
+    assert result["metrics"] == result["sweep"][0]["metrics"]  # the top-level keys: the first level given
+    knee = result["knee"]
+    assert knee["reference_level"] == 1 and knee["option"] == "concurrency"
+    ratio = truth[8] / truth[1]
+    if abs(ratio - 0.9) > 0.03:  # the server's own pace says on which side of the 10% tolerance 8 streams are
+        assert knee["level"] == (8 if ratio >= 0.9 else 1), (knee, truth)
+
+
+def test_duration_counts_requests_in_flight_at_the_end(servers: Servers) -> None:
+    server = servers.paced
+    truth = server.get_json("/sim/pace?concurrency=2")["tokens_per_s_at"]
+    per_request_s = PACED_TTFT_MS / 1000 + 63 / truth  # 64 tokens: about 1.4 s
+    prompts_before = server.counter("vllm:prompt_tokens_total", MODEL)
+    started = time.monotonic()
+    result = bench(servers, "duration", url=server.url, input_len=8, output_len=64, concurrency=2, duration=2.0,
+                   warmup_requests=0, repeats=1, timeout=60)
+    elapsed = time.monotonic() - started
+    assert not result.get("failed"), result.get("msg")
+    run = result["runs"][0]
+    assert 1.2 < per_request_s < 2.0  # so each stream finishes one request and is in the middle of its second at 2 s
+    assert (run["completed"], run["failed"], run["in_flight_at_end"]) == (2, 0, 2)
+    received = (server.counter("vllm:prompt_tokens_total", MODEL) - prompts_before) / 8
+    assert received == 4  # the server's count of requests it was sent: two completed, two in flight
+    assert 2.0 <= run["duration"] < 2.5 and elapsed >= 2.0
+    assert run["request_throughput"] == 2 / run["duration"]
+
+
+def test_goodput_and_percentiles_against_the_known_ttft(servers: Servers) -> None:
+    server = servers.packed
+    first_chunk_ms = PACKED_TTFT_MS + 3 * 1000.0 / PACKED_PACE  # 207.5 ms, never less
+    args = dict(url=server.url, input_len=5, output_len=9, num_requests=4, concurrency=4, warmup_requests=0, repeats=1)
+    strict = bench(servers, "goodput-strict", percentiles=[50, 99.9], goodput={"ttft_ms": first_chunk_ms - 50}, **args)
+    loose = bench(servers, "goodput-loose", goodput={"ttft_ms": first_chunk_ms + 500, "tpot_ms": 50}, **args)
+    assert not strict.get("failed") and not loose.get("failed")
+    run = strict["runs"][0]
+    assert (run["good_requests"], run["goodput_pct"], run["slo_missed"]) == (0, 0.0, {"ttft_ms": 4})
+    assert first_chunk_ms - 0.5 <= run["p50_ttft_ms"] <= run["p99_9_ttft_ms"] and "p90_ttft_ms" not in run
+    run = loose["runs"][0]
+    assert (run["good_requests"], run["goodput_pct"]) == (4, 100.0)
+    assert run["request_goodput"] == 4 / run["duration"]
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("percentiles", [0], "percentiles: 0.0 is not a percentile"),
+    ("percentiles", [101], "percentiles: 101.0 is not a percentile"),
+    ("goodput", {"ttft_ms": -1}, "goodput.ttft_ms: -1.0 must be a positive"),
+    ("goodput", {"ttft": 500}, "goodput.ttft"),
+    ("concurrency", [], "concurrency: [] is an empty sweep"),
+    ("duration", 0, "duration: 0.0 must be a positive, finite number of seconds"),
+])
+def test_bad_new_values_send_nothing(servers: Servers, option: str, value: t.Any, message: str) -> None:
+    server = servers.paced
+    before = (server.generated_tokens(), server.counter("vllm:prompt_tokens_total", MODEL))
+    result = bench(servers, "bad-" + option, url=server.url, **{option: value})
+    assert result["failed"] and message in result["msg"], result["msg"]
+    assert (server.generated_tokens(), server.counter("vllm:prompt_tokens_total", MODEL)) == before

@@ -99,6 +99,9 @@ class Benchmark:
         phase = "" if number == 0 else "level%d/" % number  # each level draws prompts of its own (no cached prefix)
         level: t.Dict[str, t.Any] = {"concurrency": spec.concurrency, "request_rate": _level_value(spec.request_rate),
                                      "warmup": None, "runs": [], "metrics": {}}
+        if spec.duration is None and t.cast(int, spec.num_requests) < spec.concurrency:
+            self.warnings.append("%sconcurrency %d is more than num_requests %d: at most %d requests are ever in flight"
+                                 % (prefix, spec.concurrency, spec.num_requests, spec.num_requests))
         counter = self.server.generation_tokens(model)
         if counter is None and number == 0 and self.server.metrics_url:
             self.warnings.append("the server offers no %s at %s: the token cross-check is skipped"
