@@ -1,22 +1,32 @@
 # Copyright (c) gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A forced `restart_vllm.yml` on 1, 4 and 8 simulated hosts: the role's own cost, and how fast it notices /health.
+"""What a `restart_vllm.yml` costs on 1, 4, 8 and 16 simulated hosts, next to Ansible's own floor in the same run.
 
-For each fleet size N (forks = N), every host first runs a managed server (a first restart_vllm.yml run), then
-the bench times a forced restart. Per run it reports:
-  - the wall time of the playbook, and the role's cost above the fake server's own start-up
-    (wall - GPUOPS_SIM_STARTUP_DELAY_S), per host and as a ratio to the 3 s target;
-  - Ansible's own floor on the same inventory, measured in the same run: `ansible -m ping` (one module per host);
-  - the notice latency: a sampler polls every server's /health every 10 ms from outside; the role's vllm_ready
-    says when (seconds since the server started) it saw 200; latency = that - the sampler's first 200
-    (target under 1 s).
+For each fleet size N (forks = N), every host first runs a managed server (a first restart_vllm.yml run), then the bench
+runs, in this order, on the same inventory: `ansible -m ping`, `ansible -m ansible.builtin.command -a true`, a forced
+restart, and a rerun with vllm_restart_force=false where nothing changes. Per run it reports, per host:
+  - module executions on the host, counted independently of the role: the inventory's ansible_python_interpreter is a
+    small wrapper (_host_python.py) that runs the real interpreter as a child and logs each run's module name and the
+    child's own rusage (wait4);
+  - task results (ok, changed, skipped) from the play recap;
+  - CPU seconds from the processes' own rusage, not wall time: the host's (the module processes, from the wrapper's log)
+    and the controller's (RUSAGE_CHILDREN of this bench around ansible-playbook, less the modules and the wrappers:
+    on the simulated fleet both sides are local processes, so the log is what separates them);
+  - the wall time, and the role's cost above the fake server's own start-up (wall - GPUOPS_SIM_STARTUP_DELAY_S);
+  - the notice latency: a sampler polls every server's /health every 10 ms from outside; the role's vllm_ready says
+    when (seconds since the server started) it saw 200; latency = that - the sampler's first 200 (target under 1 s).
+Then the slope per added host between fleet sizes, and PASS/FAIL lines against the targets of issue 15.
+
+    .venv/bin/python bench/bench_restart_vllm.py [--sizes 1,4,8,16]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -24,7 +34,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "simulator"))
 
@@ -33,7 +43,12 @@ from gpusim import inventory as sim_inventory  # noqa: E402
 
 
 STARTUP_DELAY_S = 3.0
-SIZES = (1, 4, 8)
+SIZES = (1, 4, 8, 16)
+# the targets of issue 15
+MAX_MODULES_FORCED = 6
+MAX_MODULES_NOOP = 2
+MAX_OVERHEAD_S = 3.0
+MAX_CPU_PER_PING = 6.0
 TP = 2
 BIN = Path(sys.executable).parent
 
@@ -74,11 +89,53 @@ class HealthSampler(threading.Thread):
             time.sleep(0.01)
 
 
-def _run(cmd: List[str], forks: int) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, env=_env(forks), capture_output=True, text=True, check=False)
+def _wrapper(root: Path) -> Path:
+    """The host interpreter that logs each module execution (_host_python.py with a shebang to this Python)."""
+    source = (Path(__file__).resolve().parent / "_host_python.py").read_text()
+    path = root / "host-python"
+    path.write_text("#!%s -S\n%s" % (sys.executable, source))
+    path.chmod(0o755)
+    return path
 
 
-def measure(size: int, root: Path) -> Dict[str, object]:
+class Counted:
+    """One ansible command's figures: module executions on the host, task results, CPU split, wall."""
+
+    def __init__(self, cmd: List[str], forks: int, log: Path, expect_ok: bool = True) -> None:
+        log.write_text("")
+        env = _env(forks)
+        env["GPUOPS_BENCH_MODULE_LOG"] = str(log)
+        env["GPUOPS_BENCH_REAL_PYTHON"] = str(BIN / "python3")
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.monotonic()
+        self.proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        self.wall_s = time.monotonic() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if expect_ok and self.proc.returncode != 0:
+            raise RuntimeError("%s failed:\n%s" % (" ".join(cmd[:4]), self.proc.stdout[-3000:] + self.proc.stderr[-2000:]))
+        total = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        self.modules: Dict[str, int] = {}
+        for line in lines:
+            self.modules[line["module"]] = self.modules.get(line["module"], 0) + 1
+        self.module_count = len(lines)
+        self.host_cpu_s = sum(line["cpu_s"] for line in lines)
+        self.wrapper_cpu_s = sum(line["wrapper_cpu_s"] for line in lines)
+        self.controller_cpu_s = total - self.host_cpu_s - self.wrapper_cpu_s
+        self.results = {key: 0 for key in ("ok", "changed", "skipped", "failed")}
+        for key, value in re.findall(r"\b(ok|changed|skipped|failed)=(\d+)", self.proc.stdout):
+            self.results[key] += int(value)
+
+    def figures(self, hosts: int) -> Dict[str, Any]:
+        return {"wall_s": self.wall_s, "modules_per_host": self.module_count / hosts, "modules": self.modules,
+                "host_cpu_s_per_host": self.host_cpu_s / hosts, "controller_cpu_s_per_host": self.controller_cpu_s / hosts,
+                "wrapper_cpu_s_per_host": self.wrapper_cpu_s / hosts,
+                "cpu_s_per_host": (self.host_cpu_s + self.controller_cpu_s) / hosts,
+                "results_per_host": {key: value / hosts for key, value in self.results.items()}}
+
+
+def measure(size: int, root: Path) -> Dict[str, Any]:
+    root.mkdir(parents=True)
     hosts = {}
     ports = []
     for index in range(size):
@@ -89,37 +146,36 @@ def measure(size: int, root: Path) -> Dict[str, object]:
         hosts[state.name] = sim_inventory.host_vars(state, port, vllm_server_tensor_parallel_size=TP)
         hosts[state.name]["vllm_server_host_env"]["GPUOPS_SIM_STARTUP_DELAY_S"] = str(STARTUP_DELAY_S)
     inventory = root / "inventory.json"
-    inventory.write_text(json.dumps(sim_inventory.role_inventory(hosts, python=str(BIN / "python3"))))
+    # the fake server runs on the real interpreter; Ansible's modules go through the counting wrapper
+    inventory.write_text(json.dumps(sim_inventory.role_inventory(hosts, python=str(BIN / "python3"),
+                                                                 ansible_python_interpreter=str(_wrapper(root)))))
+    log = root / "modules.jsonl"
     playbook = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / "restart_vllm.yml")]
+    adhoc = [str(BIN / "ansible"), "-i", str(inventory), "vllm_servers"]
     try:
-        first = _run(playbook, size)
-        if first.returncode != 0:
-            raise RuntimeError("first restart failed:\n" + first.stdout[-3000:])
-        ping_start = time.monotonic()
-        ping = _run([str(BIN / "ansible"), "-i", str(inventory), "vllm_servers", "-m", "ansible.builtin.ping"], size)
-        ping_s = time.monotonic() - ping_start
-        if ping.returncode != 0:
-            raise RuntimeError("ping failed: " + ping.stdout[-2000:])
+        Counted(playbook, size, log)
+        ping = Counted(adhoc + ["-m", "ansible.builtin.ping"], size, log)
+        true = Counted(adhoc + ["-m", "ansible.builtin.command", "-a", "true"], size, log)
         sampler = HealthSampler(ports)
         sampler.start()
-        start = time.monotonic()
-        run = _run(playbook, size)
-        wall = time.monotonic() - start
+        run = Counted(playbook, size, log)
         sampler.stop.set()
         sampler.join()
-        if run.returncode != 0:
-            raise RuntimeError("forced restart failed:\n" + run.stdout[-3000:])
+        noop = Counted(playbook + ["-e", "vllm_restart_force=false"], size, log)
+        if "changed=0" not in noop.proc.stdout or re.search(r"changed=[1-9]", noop.proc.stdout):
+            raise RuntimeError("the rerun changed something:\n" + noop.proc.stdout[-3000:])
         latencies = []
         for state_name, port in zip(sorted(hosts), ports):
             record = json.loads((root / state_name / "role" / ("vllm-%d.json" % port)).read_text())
             seen = sampler.first_ok.get(port)
             if seen is not None:
                 # the role's own reading: elapsed_s of vllm_ready, counted from the server's create_time
-                elapsed = _ready_elapsed(run.stdout, state_name)
+                elapsed = _ready_elapsed(run.proc.stdout, state_name)
                 if elapsed is not None:
                     latencies.append(record["create_time"] + elapsed - seen)
-        return {"hosts": size, "wall_s": wall, "overhead_s": wall - STARTUP_DELAY_S, "ping_s": ping_s,
-                "notice_latency_s": latencies}
+        return {"hosts": size, "overhead_s": run.wall_s - STARTUP_DELAY_S, "notice_latency_s": latencies,
+                "ping": ping.figures(size), "command_true": true.figures(size), "restart": run.figures(size),
+                "noop": noop.figures(size)}
     finally:
         for state_name in hosts:
             _gpusim("cleanup", "--state", str(root / state_name))
@@ -131,25 +187,82 @@ def _ready_elapsed(output: str, host: str) -> "float | None":
     return float(match.group(1)) if match else None
 
 
-def main() -> int:
-    ensure_simulator()
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def report(results: List[Dict[str, Any]]) -> List[str]:
+    """The tables and the PASS/FAIL lines."""
+    out = ["restart_vllm.yml, TP=%d per host, fake server start-up %.0f s, forks = hosts, load %.2f %.2f %.2f, %s" % (
+        (TP, STARTUP_DELAY_S) + os.getloadavg() + (time.strftime("%Y-%m-%d %H:%M"),))]
     rows = []
+    for res in results:
+        size = res["hosts"]
+        for label in ("ping", "command_true", "restart", "noop"):
+            fig = res[label]
+            rows.append([size, {"ping": "ansible -m ping", "command_true": "ansible -m command -a true",
+                                "restart": "forced restart", "noop": "rerun, no change"}[label],
+                         "%.1f" % fig["wall_s"], "%.1f" % fig["modules_per_host"],
+                         "%.0f/%.0f/%.0f" % tuple(fig["results_per_host"][k] for k in ("ok", "changed", "skipped")),
+                         "%.2f" % fig["controller_cpu_s_per_host"], "%.2f" % fig["host_cpu_s_per_host"],
+                         "%.2f" % fig["cpu_s_per_host"], "%.1f" % (fig["cpu_s_per_host"] / res["ping"]["cpu_s_per_host"])])
+    out.append(table(["hosts", "run", "wall s", "module runs / host", "ok/changed/skipped / host", "controller CPU s / host",
+                      "host CPU s / host", "CPU s / host", "CPU / ping"], rows))
+    first = results[0]
+    out.append("forced restart: modules per host %s" % json.dumps(first["restart"]["modules"] if first["hosts"] == 1 else
+                                                                   {k: v / first["hosts"] for k, v in first["restart"]["modules"].items()}))
+    out.append("rerun, no change: modules per host %s" % json.dumps({k: v / first["hosts"] for k, v in first["noop"]["modules"].items()}))
+    rows = []
+    for res in results:
+        lat = res["notice_latency_s"]
+        rows.append([res["hosts"], "%.1f" % res["restart"]["wall_s"], "%.2f" % res["overhead_s"],
+                     "%.2f" % (res["overhead_s"] / MAX_OVERHEAD_S), "%.3f" % median(lat) if lat else "n/a",
+                     "%.3f" % max(lat) if lat else "n/a"])
+    out.append(table(["hosts", "forced restart wall s", "role cost s (wall - start-up)", "ratio to 3 s target",
+                      "notice latency median s", "max s"], rows))
+    rows = []
+    for low, high in zip(results, results[1:]):
+        added = high["hosts"] - low["hosts"]
+
+        def slope(label: str, key: str, low: Dict[str, Any] = low, high: Dict[str, Any] = high) -> str:
+            # totals, not per host: what one more host adds
+            return "%.2f" % ((high[label][key] * high["hosts"] - low[label][key] * low["hosts"]) / added)
+
+        rows.append(["%d -> %d" % (low["hosts"], high["hosts"]),
+                     "%.2f" % ((high["restart"]["wall_s"] - low["restart"]["wall_s"]) / added),
+                     slope("restart", "controller_cpu_s_per_host"), slope("restart", "host_cpu_s_per_host"),
+                     slope("restart", "cpu_s_per_host"), slope("ping", "cpu_s_per_host"),
+                     "%.2f" % ((high["ping"]["wall_s"] - low["ping"]["wall_s"]) / added)])
+    if rows:
+        out.append("slope per added host (forced restart unless named):")
+        out.append(table(["hosts", "wall s", "controller CPU s", "host CPU s", "CPU s", "ping CPU s", "ping wall s"], rows))
+    one = [res for res in results if res["hosts"] == 1]
+    for res in one:
+        restart, noop = res["restart"], res["noop"]
+        ratio = restart["cpu_s_per_host"] / res["ping"]["cpu_s_per_host"]
+        out.append("%s module executions of a forced restart of 1 host: %.0f (target <= %d)" % (
+            _verdict(restart["modules_per_host"] <= MAX_MODULES_FORCED), restart["modules_per_host"], MAX_MODULES_FORCED))
+        out.append("%s module executions of a rerun where nothing changes: %.0f (target <= %d)" % (
+            _verdict(noop["modules_per_host"] <= MAX_MODULES_NOOP), noop["modules_per_host"], MAX_MODULES_NOOP))
+        out.append("%s role cost above the server's start-up at 1 host: %.2f s (target <= %.0f s)" % (
+            _verdict(res["overhead_s"] <= MAX_OVERHEAD_S), res["overhead_s"], MAX_OVERHEAD_S))
+        out.append("%s CPU of a forced restart of 1 host / CPU of ansible -m ping: %.1fx (%.2f s / %.2f s, target <= %.0fx)" % (
+            _verdict(ratio <= MAX_CPU_PER_PING), ratio, restart["cpu_s_per_host"], res["ping"]["cpu_s_per_host"], MAX_CPU_PER_PING))
+    worst = max(max(r["notice_latency_s"] or [0.0]) for r in results)
+    out.append("%s notice latency: worst %.3f s (target < 1 s)" % (_verdict(worst < 1.0), worst))
+    return out
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default=",".join(str(size) for size in SIZES), help="fleet sizes, comma-separated")
+    args = parser.parse_args(argv)
+    ensure_simulator()
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-restart-") as tmp:
-        for size in SIZES:
-            figures = measure(size, Path(tmp) / ("fleet-%d" % size))
-            results.append(figures)
-            lat = figures["notice_latency_s"]
-            rows.append([size, "%.1f" % figures["wall_s"], "%.2f" % figures["overhead_s"],
-                         "%.2f" % (figures["overhead_s"] / 3.0), "%.2f" % figures["ping_s"],
-                         "%.1f" % (figures["overhead_s"] / figures["ping_s"]),
-                         "%.3f" % median(lat) if lat else "n/a", "%.3f" % max(lat) if lat else "n/a"])
-    print("forced restart_vllm.yml, TP=%d per host, fake server start-up %.0f s, forks = hosts, load %.1f" % (
-        TP, STARTUP_DELAY_S, os.getloadavg()[0]))
-    print(table(["hosts", "wall s", "role cost s (wall - start-up)", "ratio to 3 s target", "ansible -m ping s",
-                 "role cost / ping", "notice latency median s", "max s"], rows))
-    worst = max(max(r["notice_latency_s"] or [0.0]) for r in results)
-    print("notice latency: worst %.3f s, ratio to the 1 s target %.2f" % (worst, worst / 1.0))
+        for size in (int(word) for word in args.sizes.split(",")):
+            results.append(measure(size, Path(tmp) / ("fleet-%d" % size)))
+    print("\n".join(report(results)))
     save_results("bench_restart_vllm", results)
     return 0
 

@@ -80,15 +80,12 @@ waited_s:
   type: float
 """
 
-import time
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, http_url
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import http_get, metric_sum
-
-_IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import drain
 
 
 ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
@@ -107,16 +104,6 @@ def check_params(params: t.Mapping[str, t.Any]) -> str:
     return url
 
 
-def _in_flight(url):
-    """Requests running plus waiting; None when the server does not answer or exposes neither metric."""
-    reply = http_get(url + "/metrics", timeout=5.0)
-    if reply.status != 200:
-        return None
-    values = [metric_sum(reply.body, name) for name in _IN_FLIGHT]
-    known = [value for value in values if value is not None]
-    return int(sum(known)) if known else None
-
-
 def main() -> None:
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
@@ -127,29 +114,17 @@ def main() -> None:
         url = check_params(params)
     except SpecError as exc:
         module.fail_json(msg=str(exc))
-    start = time.monotonic()
-    first = _in_flight(url)
-    result = {"changed": False, "answered": first is not None, "running_at_start": first}
-    if first is None:
-        module.exit_json(cut=0, drained=True, waited_s=0.0, msg="%s/metrics did not answer: nothing to drain" % url, **result)
-    current = first
-    while current and not module.check_mode and time.monotonic() - start < params["timeout"]:
-        time.sleep(params["interval"])
-        reading = _in_flight(url)
-        if reading is None:  # the server went away while we waited: its requests are gone with it
-            break
-        current = reading
-    waited = round(time.monotonic() - start, 2)
-    result.update(cut=current or 0, drained=not current, waited_s=waited)
-    if not current:
-        module.exit_json(msg="no request in flight (waited %.1f s, %d at start)" % (waited, first), **result)
-    message = "%d request(s) still in flight after %.1f s" % (current, waited)
+    result = drain(url, params["timeout"], params["interval"], wait=not module.check_mode)
+    result["changed"] = False
+    if not result["cut"]:
+        module.exit_json(**result)
     if module.check_mode:
-        module.exit_json(msg="check mode: %s now; a real run waits up to %g s" % (message.split(" after")[0], params["timeout"]), **result)
+        result["msg"] = "check mode: %d request(s) still in flight now; a real run waits up to %g s" % (result["cut"], params["timeout"])
+        module.exit_json(**result)
     if params["fail_on_timeout"]:
-        module.fail_json(msg=message, **result)
-    module.warn(message + ": a restart now cuts them")
-    module.exit_json(msg=message, **result)
+        module.fail_json(**result)
+    module.warn(result["msg"] + ": a restart now cuts them")
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

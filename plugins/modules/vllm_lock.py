@@ -104,6 +104,25 @@ options:
     description: Seconds after which a lock is taken for abandoned, whoever holds it.
     type: float
     default: 7200
+  status:
+    description:
+      - With O(state=locked), once the lock is held, also read what runs now under it, as M(gpuops.fleet.vllm_process) with
+        O(gpuops.fleet.vllm_process#module:state=status) does, and return it as RV(status): the lock and the reading that
+        needs it in one task (one module start-up on the host instead of two).
+    type: dict
+    suboptions:
+      state_file:
+        description: The server's record.
+        type: path
+        required: true
+      config_hash:
+        description: The configuration hash to compare with the recorded one.
+        type: str
+      health_url:
+        description: The server's C(/health), asked when the recorded server runs.
+        type: str
+requirements:
+  - psutil on the managed host, with O(status).
 """
 
 EXAMPLES = r"""
@@ -138,6 +157,12 @@ took_over:
   description: The record of the run whose lock this task replaced (gone, or older than O(stale_after)), else null.
   returned: when O(state=locked)
   type: dict
+status:
+  description:
+    - With O(status), what runs now, read under the lock, with the keys of M(gpuops.fleet.vllm_process)'s status
+      (C(running), C(pid), C(create_time), C(config_hash), C(config_matches), C(healthy), C(health), C(record)).
+  returned: when O(status) is given and the lock was taken
+  type: dict
 """
 
 import typing as t
@@ -145,7 +170,10 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError
+from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import LockHeld, acquire, release, who
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.process import read_status
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError
 
 
 ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
@@ -166,6 +194,11 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     }},
     "takeover": {"type": "str", "no_log": False},
     "stale_after": {"type": "float", "default": 7200},
+    "status": {"type": "dict", "options": {
+        "state_file": {"type": "path", "required": True},
+        "config_hash": {"type": "str"},
+        "health_url": {"type": "str"},
+    }},
 }
 
 
@@ -206,6 +239,15 @@ def main() -> None:
     if outcome.warning:
         module.warn(outcome.warning)
     extra = {"took_over": outcome.took_over} if params["state"] == "locked" else {}
+    if params["state"] == "locked" and params["status"]:
+        _deps.require(module, _deps.PSUTIL)
+        wanted = params["status"]
+        try:
+            extra["status"] = read_status(_deps.PSUTIL.module, wanted["state_file"], wanted["config_hash"], wanted["health_url"])
+        except RecordError as exc:
+            # a failed task takes no lock: the one just taken is released again before failing
+            released = release(params["path"], params["token"]).released if outcome.acquired else False
+            module.fail_json(msg=str(exc), changed=False, acquired=False, released=released, holder=outcome.holder, **extra)
     module.exit_json(changed=False, acquired=outcome.acquired, released=outcome.released, holder=outcome.holder, **extra)
 
 

@@ -74,8 +74,65 @@ options:
     description: Seconds between two polls of C(/health).
     type: float
     default: 0.1
+  check:
+    description:
+      - Once the server is ready, run the launch check of M(gpuops.fleet.vllm_server_check) on O(pid) in the same process (a
+        fresh NVML session of its own, joined with the server's process tree) and return it as RV(check). The task does
+        not fail on the check: the role's own task judges RV(check) and names what did not hold.
+      - The ready step and its check in one task save the host a module start-up in a restart.
+    type: dict
+    suboptions:
+      gpus:
+        description: Indices of the GPUs the server was given.
+        type: list
+        elements: int
+        required: true
+      tensor_parallel_size:
+        description: How many GPU-holding workers the server must have.
+        type: int
+        required: true
+      env:
+        description: Environment variables the server process must have, with these values (secret values never shown).
+        type: dict
+        default: {}
+      secret_env:
+        description: More names of O(check.env) whose values are secrets, beyond those recognised by their name.
+        type: list
+        elements: str
+        default: []
+  mark_good:
+    description:
+      - When O(check) held, keep this configuration as the server's last known-good one, as M(gpuops.fleet.vllm_last_good)
+        with O(gpuops.fleet.vllm_last_good#module:state=marked) does (C(NAME.last-good) beside the record, mode 0600), and
+        return RV(marked_good).
+    type: dict
+    suboptions:
+      state_file:
+        description: The server's record; the last known-good configuration is kept beside it.
+        type: path
+        required: true
+      config:
+        description: The configuration to keep (argv, env, gpus, config_hash, model, served_name, mode, tensor_parallel_size, port, name).
+        type: dict
+        required: true
+  release_lock:
+    description:
+      - When the server is ready and O(check) (if given) held, release this run's lock of the server (as
+        M(gpuops.fleet.vllm_lock) with O(gpuops.fleet.vllm_lock#module:state=unlocked)) and return RV(released). On any
+        failure the lock is left held, for the caller to undo the launch under it and release it.
+    type: dict
+    suboptions:
+      path:
+        description: The lock file.
+        type: path
+        required: true
+      token:
+        description: The run's token; only a lock it holds is released.
+        type: str
+        required: true
 requirements:
   - psutil on the managed host, to watch O(pid).
+  - nvidia-ml-py and the NVIDIA driver's C(libnvidia-ml.so.1), with O(check).
 seealso:
   - module: gpuops.fleet.vllm_process
 """
@@ -117,6 +174,20 @@ log_tail:
   returned: failure
   type: list
   elements: str
+check:
+  description:
+    - With O(check), once ready, the launch check with the keys that M(gpuops.fleet.vllm_server_check) returns (C(ok), C(checks),
+      C(workers)) and its C(msg).
+  returned: when ready and O(check) is given
+  type: dict
+marked_good:
+  description: With O(mark_good), whether the configuration was kept as the last known-good one (V(false) when the check failed).
+  returned: when ready and O(mark_good) is given
+  type: bool
+released:
+  description: With O(release_lock), whether this task released the lock.
+  returned: when ready and O(release_lock) is given
+  type: bool
 """
 
 import time
@@ -129,7 +200,12 @@ from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, http_url
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.log_tail import file_tail, journal_tail
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import http_get, listed_models
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import same_process
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import open_nvml
+from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import hide_only_secrets, secret_env_names
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.check import check_launch
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import release
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import GOOD_KEYS, RecordError, mark_good, same_process
 
 _UNIT_ALIVE = ("active", "activating", "reloading")
 
@@ -147,6 +223,20 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "since": {"type": "float"},
     "poll_for": {"type": "float", "default": 0},
     "interval": {"type": "float", "default": 0.1},
+    "check": {"type": "dict", "options": {
+        "gpus": {"type": "list", "elements": "int", "required": True},
+        "tensor_parallel_size": {"type": "int", "required": True},
+        "env": {"type": "dict", "default": {}, "no_log": True},
+        "secret_env": {"type": "list", "elements": "str", "default": [], "no_log": False},
+    }},
+    "mark_good": {"type": "dict", "options": {
+        "state_file": {"type": "path", "required": True},
+        "config": {"type": "dict", "required": True, "no_log": True},
+    }},
+    "release_lock": {"type": "dict", "options": {
+        "path": {"type": "path", "required": True},
+        "token": {"type": "str", "required": True, "no_log": False},
+    }},
 }
 
 
@@ -166,6 +256,16 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
+    if params["check"]:
+        env = params["check"]["env"]
+        secret_names = secret_env_names(env, params["check"]["secret_env"])
+        hide_only_secrets(module, [value for name, value in env.items() if name not in secret_names], [env[name] for name in secret_names])
+    if params["mark_good"]:
+        # every value of the kept environment may be a secret in a name the check does not know: only its secrets are hidden
+        kept = params["mark_good"]["config"].get("env") or {}
+        names = secret_env_names(kept, (params["check"] or {}).get("secret_env") or [])
+        hide_only_secrets(module, [value for name, value in kept.items() if name not in names] + list(params["mark_good"]["config"].get("argv") or []),
+                          [kept[name] for name in names])
     try:
         url = check_params(params)
     except SpecError as exc:
@@ -207,6 +307,7 @@ def main() -> None:
         current = time.time()
         result = {"changed": False, "status": status, "since": since, "elapsed_s": round(current - since, 2)}
         if ready:
+            result.update(_after_ready(module, params))
             module.exit_json(ready=True, alive=True if watcher else None,
                              msg="%s answered /health after %.1f s" % (url, current - since), **result)
         if watcher is not None:
@@ -222,6 +323,75 @@ def main() -> None:
         if current >= call_end:
             module.exit_json(ready=False, alive=alive, msg="still waiting for %s (%s)" % (url, status), **result)
         time.sleep(min(params["interval"], max(0.0, min(deadline, call_end) - current)))
+
+
+def _good_config(raw):
+    """O(mark_good.config) in the types kept (Jinja may hand numbers as strings)."""
+    config = {key: raw.get(key) for key in GOOD_KEYS}
+    if isinstance(raw.get("argv"), list):
+        config["argv"] = [str(word) for word in raw["argv"]]
+    if isinstance(raw.get("env"), dict):
+        config["env"] = {str(key): "" if value is None else str(value) for key, value in raw["env"].items()}
+    try:
+        config["gpus"] = [int(gpu) for gpu in raw.get("gpus") or []]
+        for key in ("tensor_parallel_size", "port"):
+            config[key] = None if raw.get(key) in (None, "") else int(raw[key])
+    except (TypeError, ValueError) as exc:
+        raise RecordError("mark_good.config: gpus, tensor_parallel_size and port must be whole numbers (%s)" % exc) from None
+    return config
+
+
+def _launch_check(module, params):
+    """The launch check of vllm_server_check, on the watched PID, in a fresh NVML session of this process."""
+    wanted = params["check"]
+    _deps.require(module, _deps.PYNVML, _deps.PSUTIL)
+    psutil = _deps.PSUTIL.module
+    proc = same_process(psutil, params["pid"], params["create_time"]) if params["create_time"] is not None else None
+    if proc is None and params["create_time"] is None:
+        try:
+            proc = psutil.Process(params["pid"])
+        except psutil.Error:
+            proc = None
+    if proc is None:
+        entry = {"name": "server_running", "ok": False, "detail": "the server process %d is not running" % params["pid"]}
+        return {"ok": False, "checks": [entry], "workers": [], "msg": entry["detail"]}
+    env = {str(key): "" if value is None else str(value) for key, value in wanted["env"].items()}
+    try:
+        with open_nvml(_deps.PYNVML.module) as session:
+            checks, workers = check_launch(session, psutil, proc, wanted["gpus"], wanted["tensor_parallel_size"], env, wanted["secret_env"])
+    except NvmlError as exc:
+        return {"ok": False, "checks": [], "workers": [], "msg": str(exc)}
+    entries = [{"name": "server_running", "ok": True, "detail": "PID %d runs" % proc.pid}] + [c._asdict() for c in checks]
+    failed = [entry for entry in entries if not entry["ok"]]
+    if failed:
+        msg = "the new server is not the one it should be: " + "; ".join(entry["detail"] for entry in failed)
+    else:
+        msg = "PID %d: %d worker(s) of its own hold GPU %s" % (proc.pid, len(workers), ", ".join(map(str, wanted["gpus"])))
+    return {"ok": not failed, "checks": entries, "workers": workers, "msg": msg}
+
+
+def _after_ready(module, params):
+    """What follows a ready server in the same process: the launch check, the last known-good mark, the lock's release."""
+    extra = {}
+    passed = True
+    if params["check"]:
+        if params["pid"] is None:
+            module.fail_json(msg="check: needs pid (the server's process), got none", ready=True)
+        extra["check"] = _launch_check(module, params)
+        passed = extra["check"]["ok"]
+    if params["mark_good"]:
+        extra["marked_good"] = False
+        if passed and not module.check_mode:
+            try:
+                mark_good(params["mark_good"]["state_file"], _good_config(params["mark_good"]["config"]), time.time())
+            except RecordError as exc:
+                module.fail_json(msg=str(exc), ready=True, **extra)
+            extra["marked_good"] = True
+    if params["release_lock"]:
+        extra["released"] = False
+        if passed:
+            extra["released"] = release(params["release_lock"]["path"], params["release_lock"]["token"]).released
+    return extra
 
 
 def _port_taken(url):

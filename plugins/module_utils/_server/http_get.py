@@ -20,6 +20,7 @@ import http.client
 import json
 import re
 import socket
+import time
 import typing as t
 import urllib.error
 
@@ -89,3 +90,43 @@ def listed_models(body: str) -> t.List[str]:
     if not isinstance(entries, list):
         return []
     return [str(entry.get("id")) for entry in entries if isinstance(entry, dict) and "id" in entry]
+
+
+IN_FLIGHT_METRICS = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+def in_flight(url: str) -> t.Optional[int]:
+    """Requests running plus waiting on the server at ``url`` (its base URL), from /metrics; None when the server
+    does not answer or exposes neither metric."""
+    reply = http_get(url + "/metrics", timeout=5.0)
+    if reply.status != 200:
+        return None
+    values = [metric_sum(reply.body, name) for name in IN_FLIGHT_METRICS]
+    known = [value for value in values if value is not None]
+    return int(sum(known)) if known else None
+
+
+def drain(url: str, timeout: float, interval: float, wait: bool = True) -> t.Dict[str, t.Any]:
+    """Wait, bounded by ``timeout`` seconds, until the server has no request in flight (read every ``interval`` s;
+    only once when not ``wait``, as in check mode). Returns answered, running_at_start, cut, drained, waited_s and a
+    one-line msg; shared by vllm_drain and vllm_process (a stop that drains first)."""
+    start = time.monotonic()
+    first = in_flight(url)
+    result: t.Dict[str, t.Any] = {"answered": first is not None, "running_at_start": first}
+    if first is None:
+        result.update(cut=0, drained=True, waited_s=0.0, msg="%s/metrics did not answer: nothing to drain" % url)
+        return result
+    current = first
+    while current and wait and time.monotonic() - start < timeout:
+        time.sleep(interval)
+        reading = in_flight(url)
+        if reading is None:  # the server went away while we waited: its requests are gone with it
+            break
+        current = reading
+    waited = round(time.monotonic() - start, 2)
+    result.update(cut=current or 0, drained=not current, waited_s=waited)
+    if not current:
+        result["msg"] = "no request in flight (waited %.1f s, %d at start)" % (waited, first)
+    else:
+        result["msg"] = "%d request(s) still in flight after %.1f s" % (current, waited)
+    return result

@@ -20,6 +20,8 @@ import time
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import START_TIME_TOLERANCE_S
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import http_get
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import read_record, recorded_process
 
 Clock = t.Callable[[], float]
 Sleep = t.Callable[[float], None]
@@ -138,3 +140,25 @@ def stop_tree(psutil: t.Any, proc: t.Any, stop_timeout: float, clock: Clock = ti
         while not collect() and clock() < kill_deadline:
             sleep(0.05)
     return sorted(ended.values(), key=lambda stopped: stopped.pid)
+
+
+def read_status(psutil: t.Any, state_file: str, config_hash: t.Optional[str] = None,
+                health_url: t.Optional[str] = None) -> t.Dict[str, t.Any]:
+    """What runs now by the record at ``state_file``: the recorded process (PID and start time), its configuration
+    hash against ``config_hash``, and its ``health_url`` answer when it runs. Raises RecordError for an unreadable
+    record. One reading shared by vllm_process (state=status) and vllm_lock (the status read under the lock)."""
+    record = read_record(state_file)
+    proc = recorded_process(psutil, record)
+    recorded_hash = record.get("config_hash") if record else None
+    status = {
+        "record": record, "running": proc is not None,
+        "pid": proc.pid if proc is not None else None,
+        "create_time": record.get("create_time") if proc is not None and record else None,
+        "config_hash": recorded_hash,
+        "config_matches": None if config_hash is None or recorded_hash is None else config_hash == recorded_hash,
+        "healthy": None, "health": None,
+    }
+    if health_url and proc is not None:
+        reply = http_get(health_url, timeout=5.0)
+        status.update(healthy=reply.status == 200, health=reply.describe())
+    return status

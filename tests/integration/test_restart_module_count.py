@@ -1,0 +1,65 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a restart costs the host in module executions (issue 15), counted independently of the role.
+
+The host's ansible_python_interpreter is bench/_host_python.py: it runs the real interpreter as a child and logs a line
+per module execution, whatever the role says of itself. A forced restart_vllm.yml of one host makes at most 6, a rerun
+where nothing changes at most 2; both still end with a verified server (its own workers hold its GPUs).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import typing as t
+from pathlib import Path
+
+from conftest import pid_alive
+from gpusim.api import starttime
+from simfleet import BIN, REPO, RESTART, ansible_env, assert_server_owns_gpus, inventory_for, recap, run_playbook
+
+
+def _counting_python(tmp_path: Path) -> Path:
+    path = tmp_path / "host-python"
+    path.write_text("#!%s -S\n%s" % (sys.executable, (REPO / "bench" / "_host_python.py").read_text()))
+    path.chmod(0o755)
+    return path
+
+
+def _modules(log: Path) -> t.List[str]:
+    return [json.loads(line)["module"] for line in log.read_text().splitlines() if line.strip()]
+
+
+def test_forced_restart_and_rerun_module_executions(fleet, tmp_path):
+    (node,) = fleet("gpu-node-01")
+    inventory = inventory_for(tmp_path, [node], {"gpu-node-01": {"vllm_server_tensor_parallel_size": 2}},
+                              ansible_python_interpreter=str(_counting_python(tmp_path)))
+    log = tmp_path / "modules.jsonl"
+    env = ansible_env(GPUOPS_BENCH_MODULE_LOG=str(log), GPUOPS_BENCH_REAL_PYTHON=str(BIN / "python3"))
+    first = run_playbook(RESTART, inventory, env=env)
+    assert first.returncode == 0, first.stdout[-4000:]
+    first_server, _ = assert_server_owns_gpus(node, [0, 1], 2)
+
+    log.write_text("")
+    forced = run_playbook(RESTART, inventory, env=env)
+    assert forced.returncode == 0, forced.stdout[-4000:]
+    server, workers = assert_server_owns_gpus(node, [0, 1], 2)
+    assert server != first_server and not pid_alive(first_server)
+    ran = _modules(log)
+    assert "?" not in ran, ran
+    assert len(ran) <= 6, "a forced restart made %d module executions: %s" % (len(ran), ran)
+    # every step still shows by name, with its own result
+    for step in ("Stop the recorded server process", "Every GPU of the server is free", "Launch the server as a detached process",
+                 "Wait for /health and the model on the server", "Check that the new server's own workers hold its GPUs"):
+        assert "TASK [gpuops.fleet.vllm_server : %s" % step in forced.stdout, step
+
+    started = {pid: starttime(pid) for pid in [server, *workers]}
+    log.write_text("")
+    rerun = run_playbook(RESTART, inventory, "-e", "vllm_restart_force=false", env=env)
+    assert rerun.returncode == 0, rerun.stdout[-4000:]
+    assert recap(rerun.stdout)["gpu-node-01"]["changed"] == 0
+    assert all(pid_alive(pid, start) for pid, start in started.items())
+    ran = _modules(log)
+    assert len(ran) <= 2, "a rerun where nothing changes made %d module executions: %s" % (len(ran), ran)
+    # the rerun took no lock, and the forced restart left none behind
+    assert not list((node.state / "role").glob("*.lock"))
