@@ -119,7 +119,7 @@ options:
     elements: float
   knee_tolerance:
     description:
-      - For a sweep, how far in percent the decode rate per stream (RV(metrics.decode_tok_s) median) may fall below the lowest
+      - For a sweep, how far in percent the decode rate per stream (the median of C(decode_tok_s) in RV(metrics)) may fall below the lowest
         level's before the server counts as saturated. The knee (RV(knee)) is the highest level reached, going up from the lowest,
         before the first level that falls further (or completed nothing).
       - The 10% default tells a batch that still decodes nearly at single-stream speed from an overloaded server; a smaller value
@@ -475,7 +475,7 @@ sweep:
 knee:
   description:
     - For a sweep, where the decode rate per stream stops holding up. Going up from the lowest level (whatever the order given),
-      C(level) is the last level whose C(value) (the median of RV(metrics.decode_tok_s) at it) is within O(knee_tolerance) percent
+      C(level) is the last level whose C(value) (the median of C(decode_tok_s) in the level's C(metrics)) is within O(knee_tolerance) percent
       of C(reference_value) at C(reference_level), the lowest level; C(next_level) and C(next_value) are the first level that
       falls further (C(value) V(null) when it completed nothing), both V(null) when no level does (the sweep never saturated the
       server; add higher levels). C(level) is V(null) when the lowest level has no decode rate.
