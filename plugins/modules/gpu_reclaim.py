@@ -297,7 +297,9 @@ killed:
       returned: always
       sample: vllm
     role:
-      description: V(launcher), V(holder) (of GPU memory), V(descendant) (of a launcher or holder) or V(respawned) (a respawn found in the lineage during the run, forked by a target or by a live parent of one).
+      description:
+        - V(launcher), V(holder) (of GPU memory), V(descendant) (of a launcher or holder) or V(respawned) (a respawn found in the
+          lineage during the run, forked by a target or by a live parent of one).
       type: str
       returned: always
       sample: holder

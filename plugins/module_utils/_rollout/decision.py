@@ -14,8 +14,9 @@ the gate's spread is the larger of the two sides'. A metric regresses when it go
 (percent of the baseline) AND by MORE than that spread (in the metric's unit): the threshold says how much worse is
 too much, the spread says how much of a difference this machine's noise alone makes, so noise never halts a rollout
 and a drop that is both large and real always does. Metrics: decode tok/s per stream (higher is better, threshold
-``threshold_pct``) and median TTFT (lower is better, ``ttft_threshold_pct``); p99 TTFT is reported, not gated (a p99
-of a few dozen requests is one request).
+``threshold_pct``) and median TTFT (lower is better, ``ttft_threshold_pct``, and only a rise of more than
+``ttft_floor_ms`` too: a few milliseconds of TTFT move with the machine's load and a fresh process, and matter to no
+user); p99 TTFT is reported, not gated (a p99 of a few dozen requests is one request).
 
 Private to this collection: the API may change without notice.
 """
@@ -49,6 +50,13 @@ def _percent(name: str, value: t.Any) -> float:
     return figure
 
 
+def _floor(value: t.Any) -> float:
+    figure = number(value)
+    if figure is None or figure != figure or figure < 0:
+        raise RolloutError("vllm_rollout_ttft_floor_ms=%r must be 0 or more milliseconds" % (value,))
+    return figure
+
+
 def _serial_one(value: t.Any) -> None:
     match = SERIAL.match(str(value)) if not isinstance(value, bool) else None
     if match is None or float(match.group(1)) <= 0 or (match.group(2) == "" and float(match.group(1)) != int(float(match.group(1)))):
@@ -70,6 +78,7 @@ def check_settings(settings: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
     return {
         "threshold_pct": _percent("vllm_rollout_threshold_pct", settings.get("threshold_pct")),
         "ttft_threshold_pct": _percent("vllm_rollout_ttft_threshold_pct", settings.get("ttft_threshold_pct")),
+        "ttft_floor_ms": _floor(settings.get("ttft_floor_ms", 20)),
         "repeats": int(repeats),
     }
 
@@ -87,7 +96,7 @@ def figures(runs: t.Sequence[t.Mapping[str, t.Any]], key: str) -> t.List[float]:
 
 
 def compare_metric(key: str, base_runs: t.Sequence[t.Mapping[str, t.Any]], new_runs: t.Sequence[t.Mapping[str, t.Any]],
-                   threshold_pct: t.Optional[float]) -> t.Dict[str, t.Any]:
+                   threshold_pct: t.Optional[float], floor: float = 0.0) -> t.Dict[str, t.Any]:
     """One metric, baseline against canary: medians, spreads, how much worse, and whether that is a regression."""
     _key, unit, higher_better, gated = next(m for m in METRICS if m[0] == key)
     base, new = figures(base_runs, key), figures(new_runs, key)
@@ -97,7 +106,7 @@ def compare_metric(key: str, base_runs: t.Sequence[t.Mapping[str, t.Any]], new_r
         "baseline_runs": base, "canary_runs": new,
         "baseline_spread": (max(base) - min(base)) if len(base) >= 2 else None,
         "canary_spread": (max(new) - min(new)) if len(new) >= 2 else None,
-        "threshold_pct": threshold_pct if gated else None, "regression": False,
+        "threshold_pct": threshold_pct if gated else None, "floor": floor if gated else None, "regression": False,
     }
     spreads = [s for s in (out["baseline_spread"], out["canary_spread"]) if s is not None]
     out["spread"] = max(spreads) if spreads else None
@@ -114,10 +123,12 @@ def compare_metric(key: str, base_runs: t.Sequence[t.Mapping[str, t.Any]], new_r
         out["verdict"] = "reported, not gated"
     elif worse <= 0:
         out["verdict"] = "better" if worse < 0 else "same"
-    elif out["worse_pct"] is not None and out["worse_pct"] > threshold_pct and worse > spread:
+    elif out["worse_pct"] is not None and out["worse_pct"] > threshold_pct and worse > spread and worse > floor:
         out["regression"] = True
         out["verdict"] = "REGRESSION: %.1f%% worse, beyond the %.1f%% threshold and the spread of %.2f %s" % (
             out["worse_pct"], threshold_pct, spread, unit)
+    elif worse <= floor:
+        out["verdict"] = "worse by %.2f %s, under the floor of %.2f %s" % (worse, unit, floor, unit)
     elif worse <= spread:
         out["verdict"] = "worse by %.2f %s, within the run-to-run spread (%.2f %s): noise" % (worse, unit, spread, unit)
     else:
@@ -140,7 +151,9 @@ def judge_host(host: str, baseline: t.Optional[t.Mapping[str, t.Any]], canary: t
         out.update(verdict="failed", reason="%s: the new configuration was not measured" % host)
         return out
     thresholds = {"decode_tok_s": settings["threshold_pct"], "median_ttft_ms": settings["ttft_threshold_pct"], "p99_ttft_ms": None}
-    out["metrics"] = [compare_metric(key, baseline["runs"], canary["runs"], thresholds[key]) for key, _u, _h, _g in METRICS]
+    floors = {"median_ttft_ms": settings.get("ttft_floor_ms", 0.0)}
+    out["metrics"] = [compare_metric(key, baseline["runs"], canary["runs"], thresholds[key], floors.get(key, 0.0))
+                      for key, _u, _h, _g in METRICS]
     bad = [m for m in out["metrics"] if m["regression"]]
     unmeasured = [m for m in out["metrics"] if m["gated"] and m["verdict"] == "not measured"]
     if bad:

@@ -153,7 +153,8 @@ def markdown(report: t.Mapping[str, t.Any]) -> str:
                bench.get("concurrency", "?"), bench.get("repeats", "?")),
            "Rule: a metric regresses when the canary is worse than the baseline by more than its threshold (%s%% for decode "
            "tok/s per stream, %s%% for median TTFT) AND by more than the run-to-run spread (max - min over the repeats, the "
-           "larger side's). p99 TTFT is reported, not gated." % (plan.get("threshold_pct"), plan.get("ttft_threshold_pct"))]
+           "larger side's); a TTFT rise must also exceed %s ms. p99 TTFT is reported, not gated." % (
+               plan.get("threshold_pct"), plan.get("ttft_threshold_pct"), plan.get("ttft_floor_ms"))]
     for verdict in report["batches"]:
         out += ["", "## Batch %s: %s" % (verdict["batch"], "HALT" if verdict["halt"] else "pass"), "",
                 "| host | metric | baseline | canary | change | spread | threshold | verdict |",

@@ -29,6 +29,7 @@ ALLOWED = {
     "_bench": {"_bench"},
     "_report": {"_host", "_gpu", "_reclaim", "_server", "_bench", "_report"},
     "_matrix": {"_matrix"},
+    "_rollout": {"_matrix", "_rollout"},  # the rollout's gate reuses the matrix report's figures
 }
 
 HERE = os.path.dirname(os.path.abspath(__file__))
