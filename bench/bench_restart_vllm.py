@@ -27,6 +27,7 @@ import json
 import os
 import re
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -253,10 +254,16 @@ def report(results: List[Dict[str, Any]]) -> List[str]:
     return out
 
 
+def _exit_on_term(signum: int, _frame: object) -> None:
+    sys.exit(128 + signum)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default=",".join(str(size) for size in SIZES), help="fleet sizes, comma-separated")
     args = parser.parse_args(argv)
+    # a SIGTERM (timeout, a CI step ending) still ends every fake server: measure()'s finally runs on SystemExit
+    signal.signal(signal.SIGTERM, _exit_on_term)
     ensure_simulator()
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-restart-") as tmp:
