@@ -17,7 +17,7 @@ from simfleet import SIM_LIB, SimHost, hosts_with_ports, write_inventory
 
 # Under pytest-xdist (`make integration`: --dist loadgroup) every test is scheduled on its own, except the files
 # named here, whose tests share a module-scoped fixture and run whole on one worker, in order.
-KEEP_TOGETHER = {"test_vllm_benchmark.py"}
+KEEP_TOGETHER = {"test_vllm_benchmark.py", "test_vllm_benchmark_server_view.py"}
 # The longest tests are handed out first, so none of them starts last and makes the whole run wait for it alone.
 LONGEST_FIRST = ("test_benchmark_matrix.py", "test_rollout.py", "test_role_interrupts.py", "test_vllm_server_role.py", "test_role_faults.py",
                  "test_role_secrets.py")
