@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's demo: the incident of docs/incident.md on a simulated fleet, seen by gpuops.fleet.gpu_facts,
 # then fixed by the headline command, `ansible-playbook playbooks/restart_vllm.yml`, and measured by
-# `playbooks/benchmark_matrix.yml`.
+# `playbooks/benchmark_matrix.yml`, then rolled out behind a benchmark gate by `playbooks/rollout_vllm.yml`.
 #
 #   gpu-node-01  an 8-GPU host after the broken cleanup: API server and worker 0
 #                SIGKILLed, VLLM::Worker_TP1..7 alive, 93,029 MiB held on 7 GPUs
@@ -75,7 +75,27 @@ cat "$matrix/summary.md"
 echo
 echo "report: $matrix/ (results.csv, report.json, raw/, chart.png); the servers run the winner now"
 
-banner "8. gpu_report.yml: the fleet at a glance - one page, every GPU, who holds it, whether it is healthy"
+banner "8. rollout_vllm.yml: a benchmark-gated rollout - LL128 halts at the canary, LL passes"
+# the fleet back on NCCL_PROTO unset first, so each rollout starts from the same place
+ansible-playbook -i "$demo/inventory.json" playbooks/restart_vllm.yml -e vllm_restart_force=false \
+  -e '{"vllm_server_env": {}}' >"$demo/rollout-reset.log" 2>&1 || { tail -40 "$demo/rollout-reset.log"; exit 1; }
+rollout_load=(-e vllm_server_benchmark_output_len=32 -e vllm_server_benchmark_num_requests=4 -e vllm_server_benchmark_concurrency=2
+              -e vllm_server_benchmark_warmup_requests=1 -e vllm_server_benchmark_input_len=16 -e vllm_server_benchmark_repeats=3)
+echo "rollout_vllm.yml -e '{\"vllm_server_env\": {\"NCCL_PROTO\": \"LL128\"}}' (serial 1: gpu-node-01 is the canary)"
+if ansible-playbook -i "$demo/inventory.json" playbooks/rollout_vllm.yml -e '{"vllm_server_env": {"NCCL_PROTO": "LL128"}}' \
+     -e vllm_rollout_results_dir="$demo/rollout-LL128" "${rollout_load[@]}" >"$demo/rollout-LL128.log" 2>&1; then
+  echo "the LL128 rollout was expected to halt"; tail -40 "$demo/rollout-LL128.log"; exit 1
+fi
+cat "$demo/rollout-LL128/summary.txt"
+echo
+echo "rollout_vllm.yml -e '{\"vllm_server_env\": {\"NCCL_PROTO\": \"LL\"}}'"
+ansible-playbook -i "$demo/inventory.json" playbooks/rollout_vllm.yml -e '{"vllm_server_env": {"NCCL_PROTO": "LL"}}' \
+  -e vllm_rollout_results_dir="$demo/rollout-LL" "${rollout_load[@]}" >"$demo/rollout-LL.log" 2>&1 \
+  || { tail -40 "$demo/rollout-LL.log"; exit 1; }
+cat "$demo/rollout-LL/summary.txt"
+echo "reports: $demo/rollout-LL128/ and $demo/rollout-LL/ (summary.md, report.json, chart.png, the measurements)"
+
+banner "9. gpu_report.yml: the fleet at a glance - one page, every GPU, who holds it, whether it is healthy"
 fleet_report=$demo/gpu-report
 ansible-playbook -i "$demo/inventory.json" playbooks/gpu_report.yml -e gpu_report_dir="$fleet_report" >"$demo/gpu-report.log" 2>&1 \
   || { tail -40 "$demo/gpu-report.log"; exit 1; }

@@ -18,7 +18,7 @@ description:
     than the threshold (percent of the baseline) AND by more than the larger side's spread. Gated: decode tok/s per stream
     and median TTFT (whose rise must also exceed C(ttft_floor_ms)); thresholds in O(settings); p99 TTFT is reported only. A host in O(failures) (it did not
     come up, or a side could not be measured) fails the batch too. RV(halt) says whether the rollout must stop.
-  - V(final) writes C(report.json), C(summary.md) and C(chart.png) (skipped with a note without matplotlib) from the
+  - V(final) writes C(report.json), C(summary.md), C(summary.txt) (the one-screen summary) and C(chart.png) (skipped with a note without matplotlib) from the
     batches' verdicts, O(fleet) (what each host runs at the end), O(rollbacks) and O(outcome), and returns RV(screen), the
     one-screen summary.
 author:
@@ -181,11 +181,13 @@ def run(params: t.Mapping[str, t.Any], check_mode: bool) -> t.Dict[str, t.Any]:
     contents: t.Dict[str, t.Union[str, bytes]] = {"report.json": json.dumps(report, indent=2, sort_keys=True) + "\n", "summary.md": summary}
     if png:
         contents["chart.png"] = png
+    lines = rollout_report.screen(report)
+    contents["summary.txt"] = "\n".join(lines) + "\n"
     for name, content in contents.items():
         target = os.path.join(path, name)
         result["changed"] = rollout_report.write(target, content, check_mode) or result["changed"]
         result["files"].append(target)
-    result.update(summary_md=summary, screen=rollout_report.screen(report))
+    result.update(summary_md=summary, screen=lines)
     return result
 
 
