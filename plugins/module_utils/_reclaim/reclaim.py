@@ -309,13 +309,15 @@ class Reclaim:
     def _running_respawns(self, after: t.Mapping[int, Reading], indices: t.Sequence[int], now: float) -> t.List[Problem]:
         """A respawn this run does not end and that still runs keeps the GPUs of its predecessors from counting as free,
         memory or not (its CUDA context may come a moment later): waitable for RESPAWN_WINDOW_S after it was seen (it
-        may exit, or exec a program that ``match`` takes), then a failure. One that holds memory is judged as a holder."""
+        may exit, or exec a program that ``match`` takes), then a failure. One that holds memory is judged as a holder.
+        A cluster daemon's new child is only reported while it holds nothing (a node keeps a pool of idle workers)."""
         listed = {holder.pid for reading in after.values() for holder in reading.holders}
         problems = []
         for pid, candidate in list(self._candidates.items()):
-            if not self._running(pid, candidate["info"]["create_time"]):
+            parent = self._parents.get(candidate["info"]["ppid"])
+            if pid in listed or (parent is not None and matches_any(self.spec.cluster_daemons, parent["name"], parent["cmdline"])):
                 continue
-            if pid in listed:
+            if not self._running(pid, candidate["info"]["create_time"]):
                 continue
             gpus = self._parent_gpus.get(candidate["info"]["ppid"]) or list(indices)
             text = "pid %d (%s) %s; it holds no GPU memory yet" % (pid, candidate["info"]["name"], self._respawn_text(pid))
