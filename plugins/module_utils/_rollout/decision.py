@@ -173,7 +173,7 @@ def judge_batch(hosts: t.Sequence[str], baselines: t.Mapping[str, t.Any], canari
     judged = [judge_host(h, baselines.get(h), canaries.get(h), failures.get(h), settings) for h in hosts]
     halted = [j for j in judged if j["verdict"] != "pass"]
     return {"hosts": judged, "halt": bool(halted),
-            "reason": "; ".join(j["reason"] for j in halted) if halted else "every host passed: " + "; ".join(j["reason"] for j in judged)}
+            "reason": "; ".join(j["reason"] for j in (halted or judged))}
 
 
 def _num(value: t.Optional[float]) -> str:
