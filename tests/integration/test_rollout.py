@@ -120,7 +120,7 @@ def test_bad_inputs_fail_before_anything_changes(sim, tmp_path):
         (["-e", "vllm_rollout_threshold_pct=-1"], "vllm_rollout_threshold_pct=-1"),
         (["-e", "vllm_rollout_serial=0"], "vllm_rollout_serial=0"),
         (["-e", "vllm_server_benchmark_repeats=1"], "vllm_server_benchmark_repeats=1"),
-        (["-e", "vllm_rollout_ttft_threshold_pct=lots"], "vllm_rollout_ttft_threshold_pct='lots'"),
+        (["-e", "vllm_rollout_ttft_threshold_pct=lots"], "vllm_rollout_ttft_threshold_pct=lots"),
     ]
     for extra, named in cases:
         proc = rollout(inv, *env_arg({"NCCL_PROTO": "LL"}), *extra)

@@ -46,24 +46,24 @@ class RolloutError(ValueError):
 def _percent(name: str, value: t.Any) -> float:
     figure = number(value)
     if figure is None or figure != figure or figure < 0 or figure > 100:
-        raise RolloutError("%s=%r must be a number of percent from 0 to 100" % (name, value))
+        raise RolloutError("%s=%s must be a number of percent from 0 to 100" % (name, value))
     return figure
 
 
 def _floor(value: t.Any) -> float:
     figure = number(value)
     if figure is None or figure != figure or figure < 0:
-        raise RolloutError("vllm_rollout_ttft_floor_ms=%r must be 0 or more milliseconds" % (value,))
+        raise RolloutError("vllm_rollout_ttft_floor_ms=%s must be 0 or more milliseconds" % (value,))
     return figure
 
 
 def _serial_one(value: t.Any) -> None:
     match = SERIAL.match(str(value)) if not isinstance(value, bool) else None
     if match is None or float(match.group(1)) <= 0 or (match.group(2) == "" and float(match.group(1)) != int(float(match.group(1)))):
-        raise RolloutError("vllm_rollout_serial=%r must be a whole number of hosts (at least 1), a percentage above 0 "
+        raise RolloutError("vllm_rollout_serial=%s must be a whole number of hosts (at least 1), a percentage above 0 "
                            "such as '25%%', or a list of those; the first batch is the canary" % (value,))
     if match.group(2) and float(match.group(1)) > 100:
-        raise RolloutError("vllm_rollout_serial=%r: a percentage of the hosts is at most 100%%" % (value,))
+        raise RolloutError("vllm_rollout_serial=%s: a percentage of the hosts is at most 100%%" % (value,))
 
 
 def check_settings(settings: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
@@ -73,7 +73,7 @@ def check_settings(settings: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
         _serial_one(value)
     repeats = number(settings.get("repeats"))
     if repeats is None or repeats < 2 or repeats != int(repeats):
-        raise RolloutError("vllm_server_benchmark_repeats=%r: the gate needs at least 2 repeats per measurement to know "
+        raise RolloutError("vllm_server_benchmark_repeats=%s: the gate needs at least 2 repeats per measurement to know "
                            "the run-to-run spread" % (settings.get("repeats"),))
     return {
         "threshold_pct": _percent("vllm_rollout_threshold_pct", settings.get("threshold_pct")),

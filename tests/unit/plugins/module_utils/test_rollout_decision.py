@@ -62,14 +62,14 @@ def test_judge_host_and_batch():
 
 @pytest.mark.parametrize("settings, named", [
     ({"threshold_pct": -1}, "vllm_rollout_threshold_pct=-1"),
-    ({"threshold_pct": "x"}, "vllm_rollout_threshold_pct='x'"),
+    ({"threshold_pct": "x"}, "vllm_rollout_threshold_pct=x"),
     ({"ttft_threshold_pct": 150}, "vllm_rollout_ttft_threshold_pct=150"),
     ({"ttft_floor_ms": -5}, "vllm_rollout_ttft_floor_ms=-5"),
     ({"serial": 0}, "vllm_rollout_serial=0"),
-    ({"serial": "0%"}, "vllm_rollout_serial='0%'"),
-    ({"serial": "150%"}, "vllm_rollout_serial='150%'"),
+    ({"serial": "0%"}, "vllm_rollout_serial=0%"),
+    ({"serial": "150%"}, "vllm_rollout_serial=150%"),
     ({"serial": 1.5}, "vllm_rollout_serial=1.5"),
-    ({"serial": [1, "abc"]}, "vllm_rollout_serial='abc'"),
+    ({"serial": [1, "abc"]}, "vllm_rollout_serial=abc"),
     ({"repeats": 1}, "vllm_server_benchmark_repeats=1"),
 ])
 def test_bad_settings_name_the_variable_and_value(settings, named):
