@@ -273,6 +273,12 @@ def check_output(log: Path, hosts: int, what: str) -> None:
         raise BenchError("%s: %d of %d hosts succeeded (see %s):\n%s" % (what, good, hosts, log, text[-2500:]))
 
 
+def summary_counts(log: Path) -> t.Dict[str, int]:
+    """How often gpu_cleanup.yml's run_once summary ran, and how many of its lines said a host had no result."""
+    text = log.read_text(errors="replace")
+    return {"summaries": text.count("TASK [Summarise every host]"), "no_result_lines": text.count("NO RESULT")}
+
+
 # ------------------------------------------------------------------ the bench
 
 
@@ -318,6 +324,8 @@ def measure(fleets: Fleets, folder: Path, sizes: t.Sequence[int], forks_values: 
                            "wall_s": round(got["wall_s"], 3), "ctrl_cpu_s": round(got["cpu_s"] + master_cpu, 3),
                            "main_cpu_s": round(got["main_cpu_s"], 3), "master_cpu_s": round(master_cpu, 3),
                            "masters": masters, "node_cpu_s": round(node_after - node_before, 3), "load1": round(load, 2)}
+                    if what == "gpu_cleanup":
+                        row.update(summary_counts(log))
                     runs.append(row)
                     print("%-11s %-6s N=%-3d forks=%-3d wall %6.2f s  controller CPU %6.2f s (%.3f/host, main %.2f)"
                           "  nodes CPU %6.2f s  load %.1f" % (
@@ -383,6 +391,19 @@ def report(runs: t.Sequence[t.Dict[str, t.Any]], sizes: t.Sequence[int]) -> t.Di
             verdicts.append({"what": what, "strategy": strategy, "cpu_x_ping": ratio, "verdict": verdict})
             print("%s %s (%s): controller CPU per added host %.2fx ping's (mean over forks; at most %.1fx)" % (
                 verdict, what, strategy, ratio, RATIO_TARGET))
+    for r in runs:
+        if "summaries" in r:
+            ok = r["summaries"] == 1 and r["no_result_lines"] == 0
+            verdicts.append({"what": "gpu_cleanup summary", "strategy": r["strategy"], "nodes": r["nodes"], "forks": r["forks"],
+                             "verdict": "PASS" if ok else "FAIL"})
+            if not ok or r["strategy"] != "linear":
+                print("%s gpu_cleanup (%s) N=%d forks=%d: the run_once summary ran %d time(s) (1 expected), %d line(s) "
+                      "'NO RESULT' for hosts that had not finished yet (0 expected)" % (
+                          "PASS" if ok else "FAIL", r["strategy"], r["nodes"], r["forks"], r["summaries"], r["no_result_lines"]))
+    linear_ok = [r for r in runs if "summaries" in r and r["strategy"] == "linear" and r["summaries"] == 1 and not r["no_result_lines"]]
+    if linear_ok:
+        print("PASS gpu_cleanup (linear): the summary ran once and named every host's result in %d of %d runs" % (
+            len(linear_ok), len([r for r in runs if "summaries" in r and r["strategy"] == "linear"])))
     for what in ("gpu_facts", "gpu_cleanup"):
         for free in (r for r in runs if r["what"] == what and r["strategy"] == "free"):
             lin = pick(runs, what, "linear", free["nodes"], free["forks"])
