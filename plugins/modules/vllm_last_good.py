@@ -18,7 +18,7 @@ description:
     as the new last known-good configuration.
   - The role's C(rollback) entry point launches the configuration read here (O(include_values=true), on a task with
     C(no_log)); playbooks/rollout_vllm.yml marks a configuration good only after its benchmark gate passed.
-  - Secrets are never returned unless O(include_values=true): RV(summary) has the argv's secret arguments masked and only
+  - Secrets are never returned unless O(include_values=true). RV(summary) has the argv's secret arguments masked and only
     the environment's names.
 author:
   - gpuops maintainers (@gpuops)

@@ -15,7 +15,7 @@ description:
   - V(judge) compares, for each host of a gated batch, the canary's measurement (C(canary/HOST.json) in O(path)) with its
     baseline (C(baseline/HOST.json)), and writes the verdicts to C(batches/NN.json). Per metric, each side's figure is the
     median over its repeats and its spread is max - min over them; a metric regresses when the canary is worse by more
-    than the threshold (percent of the baseline) AND by more than the larger side's spread. Gated: decode tok/s per stream
+    than the threshold (percent of the baseline) AND by more than the larger side's spread. Gated are decode tok/s per stream
     and median TTFT (whose rise must also exceed C(ttft_floor_ms)); thresholds in O(settings); p99 TTFT is reported only. A host in O(failures) (it did not
     come up, or a side could not be measured) fails the batch too. RV(halt) says whether the rollout must stop.
   - V(final) writes C(report.json), C(summary.md), C(summary.txt) (the one-screen summary) and C(chart.png) (skipped with a note without matplotlib) from the
@@ -42,7 +42,7 @@ options:
     default: judge
   settings:
     description:
-      - The gate's settings, with the keys C(threshold_pct), C(ttft_threshold_pct) (percent, 0 to 100), C(ttft_floor_ms) (default 20:
+      - The gate's settings, with the keys C(threshold_pct), C(ttft_threshold_pct) (percent, 0 to 100), C(ttft_floor_ms) (default 20,
         a rise of median TTFT by at most this many milliseconds is never a regression), C(serial) (a whole number
         above 0, a percentage above 0 such as C(25%), or a list of those) and C(repeats) (the benchmark's repeats, at least 2).
     type: dict
