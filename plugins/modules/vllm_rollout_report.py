@@ -10,7 +10,7 @@ module: vllm_rollout_report
 short_description: Judge a rollout's benchmark gate and write its report (Markdown, JSON, chart)
 version_added: 0.2.0
 description:
-  - The controller side of playbooks/rollout_vllm.yml. Run it on the controller (C(delegate_to: localhost)).
+  - The controller side of playbooks/rollout_vllm.yml, run on the controller (with C(delegate_to) V(localhost)).
   - V(settings) checks the gate's settings together and fails, naming the variable and its value, when one cannot be used.
   - V(judge) compares, for each host of a gated batch, the canary's measurement (C(canary/HOST.json) in O(path)) with its
     baseline (C(baseline/HOST.json)), and writes the verdicts to C(batches/NN.json). Per metric, each side's figure is the
