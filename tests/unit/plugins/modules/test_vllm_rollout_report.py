@@ -1,0 +1,56 @@
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""gpuops.fleet.vllm_rollout_report: judge a batch from its measurement files, then write the report; check mode writes
+nothing; bad settings fail naming the variable."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from ansible_collections.gpuops.fleet.plugins.module_utils._rollout.decision import RolloutError
+from ansible_collections.gpuops.fleet.plugins.modules.vllm_rollout_report import run
+
+SETTINGS = {"threshold_pct": 3, "ttft_threshold_pct": 10, "serial": 1, "repeats": 3}
+
+
+def measurement(folder, side, host, decode):
+    os.makedirs(os.path.join(folder, side), exist_ok=True)
+    runs = [{"decode_tok_s": d, "median_ttft_ms": 30.0, "p99_ttft_ms": 40.0, "completed": 4} for d in decode]
+    with open(os.path.join(folder, side, host + ".json"), "w", encoding="utf-8") as handle:
+        json.dump({"host": host, "runs": runs}, handle)
+
+
+def params(path, **more):
+    base = {"path": str(path), "step": "judge", "settings": SETTINGS, "batch": 1, "hosts": [], "failures": [], "plan": {},
+            "fleet": [], "rollbacks": [], "outcome": {}}
+    base.update(more)
+    return base
+
+
+def test_judge_then_final(tmp_path):
+    measurement(str(tmp_path), "baseline", "n1", [47.3, 47.2, 47.4])
+    measurement(str(tmp_path), "canary", "n1", [45.5, 45.4, 45.6])
+    verdict = run(params(tmp_path, hosts=["n1"]), check_mode=False)
+    assert verdict["halt"] and verdict["hosts"][0]["verdict"] == "regression"
+    assert (tmp_path / "batches" / "01.json").exists()
+    final = run(params(tmp_path, step="final", plan={"hosts": ["n1", "n2"], "dir": str(tmp_path)},
+                       fleet=[{"host": "n1", "runs": "good", "pid": 7}], outcome={"status": "halted", "reason": "r"}), False)
+    assert final["screen"][0] == "ROLLOUT HALTED: r"
+    assert any("n2: not read" in line for line in final["screen"])
+    assert "REGRESSION" in (tmp_path / "summary.md").read_text()
+    assert (tmp_path / "summary.txt").read_text().splitlines() == final["screen"]
+
+
+def test_check_mode_writes_nothing(tmp_path):
+    measurement(str(tmp_path), "baseline", "n1", [47.3, 47.2, 47.4])
+    measurement(str(tmp_path), "canary", "n1", [57.5, 57.4, 57.6])
+    result = run(params(tmp_path, hosts=["n1"]), check_mode=True)
+    assert result["changed"] and not result["halt"] and not (tmp_path / "batches").exists()
+
+
+def test_bad_settings_fail_naming_the_variable(tmp_path):
+    with pytest.raises(RolloutError, match="vllm_rollout_serial=0"):
+        run(params(tmp_path, step="settings", settings=dict(SETTINGS, serial=0)), False)
