@@ -25,8 +25,9 @@ description:
     1, an adopter of O(subreapers) such as systemd, nor this module's own ancestors) is a respawn. A respawn is ended through the
     same ladder (role V(respawned)) when O(kill_tree) allows it for a target's child, or, for a parent's child, when it passes
     O(match) (as it is named at that moment), its parent is not a cluster daemon and, with O(orphans_only), it is in the
-    O(owner)'s session. Any other is reported (RV(respawn_watch.candidates) and a warning), and if it holds memory on a selected
-    GPU the task fails naming it and its parent."
+    O(owner)'s session. Any other is reported (RV(respawn_watch.candidates)) and the task fails naming it and its parent if it
+    still runs 0.5 s after it was seen (it may exit, or exec a program that O(match) takes), or at once if it holds memory on a
+    selected GPU; a cluster daemon's new child (a node's pool of idle workers) fails it only by holding memory."
   - Signals along O(signals), waiting up to O(grace) seconds per step for each process to exit, then verifies with fresh NVML
     readings (a method independent of the kill) until every selected GPU has no holder and at most O(memory_threshold_mib) in use
     for the settle window (see O(settle)), or O(timeout) runs out.
@@ -135,9 +136,9 @@ options:
       - How long the selected GPUs must keep reading free before they count as verified, so that a holder that respawns is seen.
       - V(auto) (the default) waits only while something could still respawn a holder. When every target's parent is a target,
         PID 1, an adopter (O(subreapers)) or this module's ancestor, and no process of the lineage is left, the first free
-        reading is the verification (no fixed wait). When a parent that could respawn one is alive (see the lineage above), or a
-        respawn this run does not end still runs, the GPUs must read free for 0.5 s after the last change in the lineage (the
-        last exit, or the last respawn seen or ended); a respawn shows as a new process long before it holds GPU memory.
+        reading is the verification (no fixed wait). When a parent that could respawn one is alive (see the lineage above),
+        the GPUs must keep reading free until 0.5 s after the last change in the lineage (the end of the ladder, or the last
+        respawn seen or ended); a respawn shows as a new process long before it holds GPU memory.
       - "A number of seconds (from 0 to 60) is a fixed window on every run, whatever the lineage: the GPUs must read free for
         that long (the lineage is still watched meanwhile). Use it for a respawn that comes later than 0.5 s after its
         predecessor exits (a supervisor's restart delay, C(RestartSec=) of a systemd unit, whose restart comes from PID 1).
