@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 import typing as t
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.looks import ZOMBIE, Looks
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import Target
 
 POLL_S = 0.01
@@ -39,28 +40,10 @@ class Outcome(t.NamedTuple):
     error: t.Optional[str]
 
 
-def _ended(psutil: t.Any, proc: t.Any) -> t.Optional[str]:
-    """'exited' / 'zombie' once the process has exited; None while it runs (a reused PID counts as exited)."""
-    try:
-        if not proc.is_running():
-            return "exited"
-        return "zombie" if proc.status() == psutil.STATUS_ZOMBIE else None
-    except psutil.NoSuchProcess:
-        return "exited"
-
-
-def _attach(psutil: t.Any, target: Target) -> t.Any:
-    """The psutil handle of the target, or None if its PID is gone or now names another process."""
-    try:
-        proc = psutil.Process(target.pid)
-    except psutil.NoSuchProcess:
-        return None
-    return proc if abs(proc.create_time() - target.create_time) < 0.05 else None
-
-
 class _Ladder:
-    def __init__(self, psutil: t.Any, clock: t.Callable[[], float]) -> None:
+    def __init__(self, psutil: t.Any, clock: t.Callable[[], float], looks: Looks) -> None:
         self.psutil = psutil
+        self.looks = looks
         self.clock = clock
         self.start = clock()
         self.outcomes: t.Dict[int, Outcome] = {}
@@ -81,29 +64,34 @@ class _Ladder:
                 ended = AFTER_TREE if target.role == "launcher" else AFTER_LAUNCHER
         self.outcomes[target.pid] = Outcome(target, signal_name, self.seconds(), ended, None)
 
-    def add(self, targets: t.Iterable[Target]) -> t.List[t.Tuple[Target, t.Any]]:
+    def ended(self, target: Target) -> t.Optional[str]:
+        """'exited' / 'zombie' once the target has exited; None while it runs (a reused PID counts as exited). One look."""
+        state = self.looks.state(target.pid)
+        return "exited" if state is None else "zombie" if state == ZOMBIE else None
+
+    def add(self, targets: t.Iterable[Target]) -> t.List[Target]:
+        """The targets not seen before that still are the processes the plan saw (their start time checked)."""
         attached = []
         for target in targets:
             if target.pid in self.known:
                 continue
             self.known.add(target.pid)
             self.order.append(target)
-            proc = _attach(self.psutil, target)
-            if proc is None:
-                self.gone(target, "exited")
+            if self.looks.attach(target.pid, target.create_time):
+                attached.append(target)
             else:
-                attached.append((target, proc))
+                self.gone(target, "exited")
         return attached
 
-    def send(self, pending: t.Sequence[t.Tuple[Target, t.Any]], name: str, number: int) -> t.List[t.Tuple[Target, t.Any]]:
+    def send(self, pending: t.Sequence[Target], name: str, number: int) -> t.List[Target]:
         still = []
-        for target, proc in pending:
-            ended = _ended(self.psutil, proc)
+        for target in pending:
+            ended = self.ended(target)  # the look right before the signal: the identity check
             if ended:
                 self.gone(target, ended)
                 continue
             try:
-                proc.send_signal(number)  # psutil refuses a PID whose start time changed
+                self.looks.kill(target.pid, number)
             except self.psutil.NoSuchProcess:
                 self.gone(target, "exited")
                 continue
@@ -113,24 +101,26 @@ class _Ladder:
                 continue
             self.last[target.pid] = name
             self.any_sent = True
-            still.append((target, proc))
+            still.append(target)
         return still
 
 
 def run_ladder(psutil: t.Any, targets: t.Sequence[Target], signals: t.Sequence[t.Tuple[str, int]], grace: float,
                clock: t.Callable[[], float] = time.monotonic, sleep: t.Callable[[float], None] = time.sleep,
                deadline: t.Optional[float] = None,
-               discover: t.Optional[t.Callable[[t.Set[int]], t.List[Target]]] = None) -> t.List[Outcome]:
+               discover: t.Optional[t.Callable[[t.Set[int]], t.List[Target]]] = None,
+               looks: t.Optional[Looks] = None) -> t.List[Outcome]:
     """Send each signal to every target still running, in order (launchers first), then wait for them; a
     process that exits early does not hold up the others. Identity (start time) is checked right before every
     signal, so a reused PID is never signalled.
 
     ``deadline`` (on ``clock``): the task's end; each step waits at most ``grace`` and at most its share of the
     time left (time left / steps left), so the whole ladder ends by the deadline. ``discover(known pids)``:
-    processes the targets forked meanwhile; they join at the current step. Returns an outcome per target,
-    the discovered ones last.
+    processes the targets forked meanwhile; they join at the current step. ``looks``: how the targets are looked
+    at (_reclaim/looks.py: one read of /proc/PID/stat per target per round); a new one by default.
+    Returns an outcome per target, the discovered ones last.
     """
-    ladder = _Ladder(psutil, clock)
+    ladder = _Ladder(psutil, clock, looks or Looks(psutil))
     pending = ladder.add(targets)
     last_look = clock()
     for step, (name, number) in enumerate(signals):
@@ -143,12 +133,12 @@ def run_ladder(psutil: t.Any, targets: t.Sequence[Target], signals: t.Sequence[t
         step_end = clock() + wait
         while True:
             running = []
-            for target, proc in pending:
-                ended = _ended(psutil, proc)
+            for target in pending:
+                ended = ladder.ended(target)
                 if ended:
                     ladder.gone(target, ended)
                 else:
-                    running.append((target, proc))
+                    running.append(target)
             exited = len(running) < len(pending)
             pending = running
             if discover is not None and (exited or not pending or clock() - last_look >= DISCOVER_EVERY_S):
@@ -158,6 +148,6 @@ def run_ladder(psutil: t.Any, targets: t.Sequence[Target], signals: t.Sequence[t
             if not pending or clock() >= step_end:
                 break
             sleep(POLL_S)
-    for target, _proc in pending:
+    for target in pending:
         ladder.outcomes[target.pid] = Outcome(target, ladder.last.get(target.pid), None, None, None)
     return [ladder.outcomes[target.pid] for target in ladder.order]
