@@ -264,7 +264,9 @@ changed:
   returned: always
   type: bool
 verified:
-  description: V(true) when a fresh NVML reading showed every selected GPU free; V(null) in check mode.
+  description:
+    - V(true) when a fresh NVML reading, through an NVML session opened for it (see RV(reading_after)), showed every
+      selected GPU free; V(null) in check mode.
   returned: always
   type: bool
   sample: true
@@ -507,6 +509,27 @@ respawn_watch:
       type: float
       returned: always
       sample: 0.0
+reading_after:
+  description:
+    - Where the deciding reading (each GPU's RV(gpus[].memory_used_mib_after) and RV(gpus[].processes_left), and so
+      RV(verified)) came from. Once the GPUs read free (or the run gives up), the module shuts its own NVML session down
+      and opens a new one (NVML counts its initialisations; nothing else in the module's process opens it, so the
+      count is back to zero), reads every selected GPU again through it, its UUID included (a GPU whose UUID differs
+      from the first reading's is not free), and judges that reading. Should it show a problem that may still
+      resolve, polling goes on through the new session.
+  returned: when not in check mode
+  type: dict
+  contains:
+    fresh_session:
+      description: V(true) when the after reading came from that new NVML session.
+      type: bool
+      returned: always
+      sample: true
+    session_opened_s:
+      description: Seconds into the run when the new session was opened; V(null) when none was.
+      type: float
+      returned: always
+      sample: 0.42
 elapsed_s:
   description: Seconds the task took, from the first reading to verified (or given up).
   returned: always

@@ -186,3 +186,19 @@ def open_nvml(lib: t.Any) -> t.Iterator[NvmlSession]:
     finally:
         with contextlib.suppress(lib.NVMLError):
             lib.nvmlShutdown()
+
+
+def renew(session: NvmlSession) -> NvmlSession:
+    """A new session in place of ``session``, for a reading that does not rely on it: NVML is shut down (its init
+    count, counted by the library, is back to zero when nothing else in this process opened it, as in a module) and
+    initialised again, with new device handles. Do not use ``session`` afterwards. The caller's own shutdown at the
+    end (open_nvml's) closes the new one. Raises NvmlError when NVML cannot be opened again."""
+    lib = session.lib
+    with contextlib.suppress(lib.NVMLError):
+        lib.nvmlShutdown()
+    try:
+        lib.nvmlInit()
+    except pynvml_errors(lib) as exc:
+        error = translate(lib, exc)
+        raise NvmlError(error.code, "cannot initialise NVML again: " + error.text) from None
+    return NvmlSession(lib)

@@ -19,7 +19,7 @@ import typing as t
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import pid_trust as _pid_trust
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.devices import device_holders
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import evidence
-from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import NvmlSession
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import NvmlSession, renew
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.process_table import ProcessTable, protected_pids
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import Plan, Target, plan_targets
@@ -75,6 +75,7 @@ class Reclaim:
         self._candidates: t.Dict[int, t.Dict[str, t.Any]] = {}
         self._unrelated: t.Set[int] = set()
         self._waited = 0.0
+        self._fresh_at: t.Optional[float] = None  # when the verification's own NVML session was opened (seconds in)
 
     def describe(self, pid: int) -> t.Dict[str, t.Any]:
         """What psutil says of a PID: from the plan's process table (one scan of /proc) while planning, else fresh."""
@@ -282,20 +283,24 @@ class Reclaim:
                 signalled = {o.target.pid: _why_left(o) for o in outcomes}
                 settling = {index for index in indices if any(holder.pid in signalled for holder in before[index].holders)}
                 counted = len(outcomes)
-            left_alone = dict(plan.left_alone)
-            left_alone.update((pid, self._respawn_text(pid)) for pid in self._candidates)
-            self._described.clear()  # a fresh reading means fresh process states too
-            after = {index: self.read(index, before[index].uuid) for index in indices}
-            problems: t.List[Problem] = []
-            for index in indices:
-                problems += judge(after[index], self.spec.memory_threshold_mib, signalled, left_alone,
-                                  self.describe, self.excluded, self.spec.ignore_foreign, index in settling)
+            after, problems = self._judged(indices, before, plan, signalled, settling)
             now = self.clock()
-            problems += self._running_respawns(after, indices, now)
-            if not problems:
-                if free_since is None:
+            if free_since is None and not problems:
+                free_since = now
+            wait = self._window(now, free_since, quiet_since) if free_since is not None else None
+            over = (wait is not None and wait <= 0) or (problems and not any(p.waitable for p in problems)) or now >= deadline
+            if over and self._fresh_at is None:
+                # the reading that decides comes from an NVML session of its own, opened after the module's was shut down
+                after, problems = self._fresh_reading(indices, before, plan, signalled, settling)
+                now = self.clock()
+                if problems and any(p.waitable for p in problems) and now < deadline:
+                    free_since = None
+                    time.sleep(VERIFY_POLL_S)
+                    continue
+                if not problems and free_since is None:
                     free_since = now
-                wait = self._window(now, free_since, quiet_since)
+                    wait = self._window(now, free_since, quiet_since)
+            if not problems and free_since is not None and wait is not None:
                 if wait <= 0 or now >= deadline:
                     self._waited = round(now - free_since, 3)
                     return after, problems, outcomes
@@ -305,6 +310,35 @@ class Reclaim:
             if not any(p.waitable for p in problems) or now >= deadline:
                 return after, problems, outcomes
             time.sleep(VERIFY_POLL_S)
+
+    def _judged(self, indices: t.Sequence[int], before: t.Mapping[int, Reading], plan: Plan, signalled: t.Mapping[int, t.Tuple[str, bool]],
+                settling: t.Set[int], fresh: bool = False) -> t.Tuple[t.Dict[int, Reading], t.List[Problem]]:
+        """A fresh reading of every selected GPU and every reason one is not free. ``fresh``: the UUID is read again
+        (a new session knows none) and must be the one the first reading had."""
+        left_alone = dict(plan.left_alone)
+        left_alone.update((pid, self._respawn_text(pid)) for pid in self._candidates)
+        self._described.clear()  # a fresh reading means fresh process states too
+        after = {index: self.read(index, None if fresh else before[index].uuid) for index in indices}
+        problems: t.List[Problem] = []
+        for index in indices:
+            if fresh and None not in (after[index].uuid, before[index].uuid) and after[index].uuid != before[index].uuid:
+                problems.append(Problem(index, "GPU %d: a new NVML session reads it as %s, the first reading as %s: the GPUs were renumbered "
+                                        "during the run" % (index, after[index].uuid, before[index].uuid), False))
+            problems += judge(after[index], self.spec.memory_threshold_mib, signalled, left_alone,
+                              self.describe, self.excluded, self.spec.ignore_foreign, index in settling)
+        problems += self._running_respawns(after, indices, self.clock())
+        return after, problems
+
+    def _fresh_reading(self, indices: t.Sequence[int], before: t.Mapping[int, Reading], plan: Plan,
+                       signalled: t.Mapping[int, t.Tuple[str, bool]], settling: t.Set[int]) -> t.Tuple[t.Dict[int, Reading], t.List[Problem]]:
+        """The module's NVML session shut down and a new one opened (see _gpu/nvml.py renew), then a reading through it."""
+        self._fresh_at = round(self.clock() - self.start, 3)
+        try:
+            self.session = renew(self.session)
+        except NvmlError as exc:
+            after = {index: Reading(index, None, None, [], "GPU %d: %s" % (index, exc)) for index in indices}
+            return after, [Problem(index, after[index].error or "", False) for index in indices]
+        return self._judged(indices, before, plan, signalled, settling, fresh=True)
 
     def _running_respawns(self, after: t.Mapping[int, Reading], indices: t.Sequence[int], now: float) -> t.List[Problem]:
         """A respawn this run does not end and that still runs keeps the GPUs of its predecessors from counting as free,
@@ -400,6 +434,7 @@ class Reclaim:
             "elapsed_s": round(self.clock() - self.start, 3),
             "foreign": self._foreign,
             "respawn_watch": self._lineage(),
+            "reading_after": {"fresh_session": self._fresh_at is not None, "session_opened_s": self._fresh_at},
         }
         survivors = [o for o in outcomes if o.ended is None or o.target.pid in stuck]
         result["changed"] = any(o.signal is not None for o in outcomes)
