@@ -511,22 +511,21 @@ respawn_watch:
       sample: 0.0
 reading_after:
   description:
-    - Where the deciding reading (each GPU's RV(gpus[].memory_used_mib_after) and RV(gpus[].processes_left), and so
-      RV(verified)) came from. Once the GPUs read free (or the run gives up), the module shuts its own NVML session down
-      and opens a new one (NVML counts its initialisations; nothing else in the module's process opens it, so the
-      count is back to zero), reads every selected GPU again through it, its UUID included (a GPU whose UUID differs
-      from the first reading's is not free), and judges that reading. Should it show a problem that may still
-      resolve, polling goes on through the new session.
+    - Where the readings that verify (each GPU's RV(gpus[].memory_used_mib_after) and RV(gpus[].processes_left), and so
+      RV(verified)) came from. Once the signals are sent, the module shuts down the NVML session that read, planned and
+      watched the ladder (NVML counts its initialisations; nothing else in the module's process opens it, so the count
+      is back to zero) and opens a new one with new device handles; every verification reading goes through it, and
+      its first reads each GPU's UUID again (a GPU whose UUID differs from the first reading's is not free).
   returned: when not in check mode
   type: dict
   contains:
     fresh_session:
-      description: V(true) when the after reading came from that new NVML session.
+      description: V(true) when the after readings came from that new NVML session.
       type: bool
       returned: always
       sample: true
     session_opened_s:
-      description: Seconds into the run when the new session was opened; V(null) when none was.
+      description: Seconds into the run when the new session was opened; V(null) when none could be (then the run fails).
       type: float
       returned: always
       sample: 0.42

@@ -23,6 +23,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import Nvml
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.process_table import ProcessTable, protected_pids
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import Plan, Target, plan_targets
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.scan import ScannedTable
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import describe_process, trim_cmdline
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.owner import GetSid, Verdict, getsid, label
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import AUTO, ReclaimSpec, is_excluded, matches_any
@@ -76,6 +77,7 @@ class Reclaim:
         self._unrelated: t.Set[int] = set()
         self._waited = 0.0
         self._fresh_at: t.Optional[float] = None  # when the verification's own NVML session was opened (seconds in)
+        self._uuids: t.Dict[int, str] = {}  # index -> UUID, as that session read it
 
     def describe(self, pid: int) -> t.Dict[str, t.Any]:
         """What psutil says of a PID: from the plan's process table (one scan of /proc) while planning, else fresh."""
@@ -98,7 +100,7 @@ class Reclaim:
         indices = resolve_gpus(self.spec.gpus, self.session.count, self.session.inventory)
         raw = {index: read_gpu(self.session, index) for index in indices}
         if any(reading.holders for reading in raw.values()):
-            self._table = ProcessTable(self.psutil)  # after the NVML reading: every holder listed was started before it
+            self._table = ScannedTable(self.psutil)  # after the NVML reading: every holder listed was started before it
         before = {index: drop_exited(self.session, raw[index], self.describe) for index in indices}
         plan = self._plan(before, set(indices))
         self._foreign = [self._foreign_entry(pid, verdict) for pid, verdict in sorted(plan.foreign.items())]
@@ -262,9 +264,20 @@ class Reclaim:
         through the same ladder, and the window starts again. The window: ``settle`` seconds (a fixed number), or with
         ``settle: auto``, RESPAWN_WINDOW_S after the last change in the lineage, and only while a parent that could
         respawn a holder (_respawners) is alive or a process it forked that this run does not end still runs;
-        otherwise the first free reading is the verification."""
+        otherwise the first free reading is the verification.
+
+        Before the first of these readings the module's NVML session is shut down and a new one opened (see _gpu/nvml.py
+        renew): what verifies does not rely on the session that planned and watched the ladder."""
         indices = sorted(before)
         outcomes = list(outcomes)
+        # every reading that verifies comes through an NVML session of its own, opened after the module's was shut down
+        opened = round(self.clock() - self.start, 3)
+        try:
+            self.session = renew(self.session)
+            self._fresh_at = opened
+        except NvmlError as exc:
+            after = {index: Reading(index, None, None, [], "GPU %d: %s" % (index, exc)) for index in indices}
+            return after, [Problem(index, after[index].error or "", False) for index in indices], outcomes
         deadline = self.start + self.spec.timeout
         free_since: t.Optional[float] = None
         quiet_since = self.clock()  # the ladder's end: the slowest target's exit, or its last signal
@@ -285,22 +298,10 @@ class Reclaim:
                 counted = len(outcomes)
             after, problems = self._judged(indices, before, plan, signalled, settling)
             now = self.clock()
-            if free_since is None and not problems:
-                free_since = now
-            wait = self._window(now, free_since, quiet_since) if free_since is not None else None
-            over = (wait is not None and wait <= 0) or (problems and not any(p.waitable for p in problems)) or now >= deadline
-            if over and self._fresh_at is None:
-                # the reading that decides comes from an NVML session of its own, opened after the module's was shut down
-                after, problems = self._fresh_reading(indices, before, plan, signalled, settling)
-                now = self.clock()
-                if problems and any(p.waitable for p in problems) and now < deadline:
-                    free_since = None
-                    time.sleep(VERIFY_POLL_S)
-                    continue
-                if not problems and free_since is None:
+            if not problems:
+                if free_since is None:
                     free_since = now
-                    wait = self._window(now, free_since, quiet_since)
-            if not problems and free_since is not None and wait is not None:
+                wait = self._window(now, free_since, quiet_since)
                 if wait <= 0 or now >= deadline:
                     self._waited = round(now - free_since, 3)
                     return after, problems, outcomes
@@ -312,33 +313,25 @@ class Reclaim:
             time.sleep(VERIFY_POLL_S)
 
     def _judged(self, indices: t.Sequence[int], before: t.Mapping[int, Reading], plan: Plan, signalled: t.Mapping[int, t.Tuple[str, bool]],
-                settling: t.Set[int], fresh: bool = False) -> t.Tuple[t.Dict[int, Reading], t.List[Problem]]:
-        """A fresh reading of every selected GPU and every reason one is not free. ``fresh``: the UUID is read again
-        (a new session knows none) and must be the one the first reading had."""
+                settling: t.Set[int]) -> t.Tuple[t.Dict[int, Reading], t.List[Problem]]:
+        """A fresh reading of every selected GPU, through the verification's own NVML session, and every reason one is
+        not free. The first reading of that session reads each UUID again: it must be the one the first reading had."""
         left_alone = dict(plan.left_alone)
         left_alone.update((pid, self._respawn_text(pid)) for pid in self._candidates)
         self._described.clear()  # a fresh reading means fresh process states too
-        after = {index: self.read(index, None if fresh else before[index].uuid) for index in indices}
+        first = not self._uuids
+        after = {index: self.read(index, self._uuids.get(index)) for index in indices}
         problems: t.List[Problem] = []
         for index in indices:
-            if fresh and None not in (after[index].uuid, before[index].uuid) and after[index].uuid != before[index].uuid:
-                problems.append(Problem(index, "GPU %d: a new NVML session reads it as %s, the first reading as %s: the GPUs were renumbered "
-                                        "during the run" % (index, after[index].uuid, before[index].uuid), False))
+            if first and None not in (after[index].uuid, before[index].uuid) and after[index].uuid != before[index].uuid:
+                problems.append(Problem(index, "GPU %d: the verification's NVML session reads it as %s, the first reading as %s: "
+                                        "the GPUs were renumbered during the run" % (index, after[index].uuid, before[index].uuid), False))
+            if after[index].uuid is not None:
+                self._uuids.setdefault(index, after[index].uuid)
             problems += judge(after[index], self.spec.memory_threshold_mib, signalled, left_alone,
                               self.describe, self.excluded, self.spec.ignore_foreign, index in settling)
         problems += self._running_respawns(after, indices, self.clock())
         return after, problems
-
-    def _fresh_reading(self, indices: t.Sequence[int], before: t.Mapping[int, Reading], plan: Plan,
-                       signalled: t.Mapping[int, t.Tuple[str, bool]], settling: t.Set[int]) -> t.Tuple[t.Dict[int, Reading], t.List[Problem]]:
-        """The module's NVML session shut down and a new one opened (see _gpu/nvml.py renew), then a reading through it."""
-        self._fresh_at = round(self.clock() - self.start, 3)
-        try:
-            self.session = renew(self.session)
-        except NvmlError as exc:
-            after = {index: Reading(index, None, None, [], "GPU %d: %s" % (index, exc)) for index in indices}
-            return after, [Problem(index, after[index].error or "", False) for index in indices]
-        return self._judged(indices, before, plan, signalled, settling, fresh=True)
 
     def _running_respawns(self, after: t.Mapping[int, Reading], indices: t.Sequence[int], now: float) -> t.List[Problem]:
         """A respawn this run does not end and that still runs keeps the GPUs of its predecessors from counting as free,

@@ -18,7 +18,7 @@ MEMORY = "nvmlDeviceGetMemoryInfo_v2"
 
 class SessionNvml(FakeNvml):
     """Records init and shutdown among the calls; ``late_mib`` is added to GPU 0's used memory in every session after the first
-    (what a driver would show that the first session's cached view does not)."""
+    (a reading that only a new session shows)."""
 
     def __init__(self, devices, late_mib=0):
         super().__init__(devices)
@@ -58,10 +58,27 @@ def test_the_last_reading_is_taken_after_a_shutdown_and_a_new_init(monkeypatch):
     assert calls[second - 1] == "nvmlShutdown", "the module's session is shut down before the new one is opened"
     assert calls[-1] == "nvmlShutdown"
     fresh = calls[second:-1]
-    assert fresh.count(MEMORY) == 8 and fresh.count("nvmlDeviceGetUUID") == 8, "every GPU read again, its UUID included"
+    assert fresh.count(MEMORY) >= 8 and fresh.count("nvmlDeviceGetUUID") == 8, "every GPU read again, its UUID included"
+    assert "nvmlDeviceGetComputeRunningProcesses" in fresh
     assert MEMORY not in calls[calls.index("nvmlShutdown"):second], "no reading between the shutdown and the new init"
     assert result["reading_after"]["fresh_session"] is True
     assert 0 <= result["reading_after"]["session_opened_s"] <= result["elapsed_s"]
+
+
+def test_a_new_session_that_cannot_be_opened_fails_the_verification(monkeypatch):
+    host = host_with()
+    real_init = host.lib.nvmlInit
+
+    def init_once():
+        if host.lib.sessions:
+            raise host.lib.NVMLError(9)  # driver not loaded
+        real_init()
+
+    host.lib.nvmlInit = init_once
+    result = run_module(monkeypatch, host, dict(FAST, timeout=5))
+    assert result["verified"] is False and result.get("failed")
+    assert "cannot initialise NVML again" in result["msg"]
+    assert result["reading_after"] == {"fresh_session": False, "session_opened_s": None}
 
 
 def test_the_new_sessions_reading_is_the_one_judged(monkeypatch):
