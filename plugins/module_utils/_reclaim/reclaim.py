@@ -218,13 +218,10 @@ class Reclaim:
         for pid in self.psutil.pids():
             if pid in known or pid in self._protected or pid in self._table.info or pid in self._unrelated:
                 continue
-            try:
-                proc = self.psutil.Process(pid)
-                info = proc.as_dict(attrs=["name", "cmdline", "username", "create_time", "ppid", "status"], ad_value=None)
-            except self.psutil.NoSuchProcess:
+            info = self._row_now(pid)
+            if info is None:
                 self._candidates.pop(pid, None)
                 continue
-            trim_cmdline(info["cmdline"])
             if info["ppid"] in self._parents:
                 why = self._may_end_respawn(pid, info)
             elif info["ppid"] in known or self.getpgid(pid) in self._pgids:
@@ -241,6 +238,17 @@ class Reclaim:
                 # looked at again at every scan: a fork that has not yet exec'd its program may match later
                 self._candidates[pid] = {"info": info, "why": why, "seen": self.clock()}
         return found
+
+    def _row_now(self, pid: int) -> t.Optional[t.Dict[str, t.Any]]:
+        """name, cmdline, username, create_time, ppid and status of ``pid`` now, as the process table has them; None when gone."""
+        if isinstance(self._table, ScannedTable) and self._table.direct:
+            return self._table.read(pid)
+        try:
+            info = self.psutil.Process(pid).as_dict(attrs=["name", "cmdline", "username", "create_time", "ppid", "status"], ad_value=None)
+        except self.psutil.NoSuchProcess:
+            return None
+        trim_cmdline(info["cmdline"])
+        return info
 
     def _may_end_respawn(self, pid: int, info: t.Mapping[str, t.Any]) -> t.Optional[str]:
         """Why this run may not end a process forked by a live parent of a target; None when it may: it passes

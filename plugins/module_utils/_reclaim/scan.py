@@ -78,7 +78,8 @@ class ScannedTable(ProcessTable):
     """ProcessTable (info, children, ancestors(), descendants()) filled by one pass over /proc (see the module doc)."""
 
     def __init__(self, psutil: t.Any) -> None:  # pylint: disable=super-init-not-called
-        if not proc_readable(psutil):
+        self.direct = proc_readable(psutil)
+        if not self.direct:
             ProcessTable.__init__(self, psutil)
             return
         self.info = {}
@@ -98,6 +99,16 @@ class ScannedTable(ProcessTable):
             self.info[pid] = row
         for pid in sorted(self.info):
             self.children.setdefault(self.info[pid]["ppid"], []).append(pid)
+
+    def read(self, pid: int) -> t.Optional[t.Dict[str, t.Any]]:
+        """A row for ``pid`` read now, as the scan reads one (the table is not changed); None when it is gone. Only
+        when the table was read from /proc (``direct``)."""
+        try:
+            row = self._row(pid)
+        except _Gone:
+            return None
+        trim_cmdline(row["cmdline"])
+        return row
 
     def _row(self, pid: int) -> t.Dict[str, t.Any]:
         row: t.Dict[str, t.Any] = {"name": None, "cmdline": None, "username": None, "create_time": None, "ppid": None, "status": None}

@@ -68,3 +68,11 @@ def test_without_linux_psutil_the_table_is_psutils():
     fake = FakePsutil([Row(1, 0, "init"), Row(10, 1, "python3")], time.monotonic)
     table = ScannedTable(fake)
     assert table.info[10]["name"] == "python3" and table.children[1] == [10]
+
+
+def test_a_row_read_later_is_the_scans_row_and_none_once_gone(procs):
+    table = ScannedTable(psutil)
+    assert table.read(procs[0].pid) == table.info[procs[0].pid]
+    procs[0].kill()
+    procs[0].wait()
+    assert table.read(procs[0].pid) is None
