@@ -202,7 +202,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._server.log_tail impo
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import http_get, listed_models
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import open_nvml
-from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import hide_only_secrets, secret_env_names
+from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import hide_only_secrets, secret_argv_values, secret_env_names
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.check import check_launch
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import release
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import GOOD_KEYS, RecordError, mark_good, same_process
@@ -256,16 +256,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    if params["check"]:
-        env = params["check"]["env"]
-        secret_names = secret_env_names(env, params["check"]["secret_env"])
-        hide_only_secrets(module, [value for name, value in env.items() if name not in secret_names], [env[name] for name in secret_names])
-    if params["mark_good"]:
-        # every value of the kept environment may be a secret in a name the check does not know: only its secrets are hidden
-        kept = params["mark_good"]["config"].get("env") or {}
-        names = secret_env_names(kept, (params["check"] or {}).get("secret_env") or [])
-        hide_only_secrets(module, [value for name, value in kept.items() if name not in names] + list(params["mark_good"]["config"].get("argv") or []),
-                          [kept[name] for name in names])
+    _hide_only_secrets(module, params)
     try:
         url = check_params(params)
     except SpecError as exc:
@@ -339,6 +330,27 @@ def _good_config(raw):
     except (TypeError, ValueError) as exc:
         raise RecordError("mark_good.config: gpus, tensor_parallel_size and port must be whole numbers (%s)" % exc) from None
     return config
+
+
+def _hide_only_secrets(module, params):
+    """Ansible hides every value of check.env and mark_good.config (no_log options) wherever it appears; keep only the
+    secrets hidden: the values of secret environment names, the secret words of the kept argv (--api-key's value...)
+    and api_key. One judgement for both options, so a value one of them shows cannot unhide another's secret."""
+    shown, secrets = [], [params["api_key"]]
+    extra = (params["check"] or {}).get("secret_env") or []
+    envs = [(params["check"] or {}).get("env") or {}]
+    if params["mark_good"]:
+        config = params["mark_good"]["config"]
+        envs.append(config.get("env") or {})
+        argv = [str(word) for word in config.get("argv") or []]
+        secrets.extend(secret_argv_values(argv))
+        shown.extend(argv)
+        shown.extend(value for key, value in config.items() if key not in ("env", "argv") and not isinstance(value, (dict, list)))
+    for env in envs:
+        names = secret_env_names(env, extra)
+        secrets.extend(env[name] for name in names)
+        shown.extend(value for name, value in env.items() if name not in names)
+    hide_only_secrets(module, shown, secrets)
 
 
 def _launch_check(module, params):

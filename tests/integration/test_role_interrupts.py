@@ -95,8 +95,11 @@ class Background:
     def __init__(self, inventory: Path, log: Path, env: t.Optional[t.Dict[str, str]] = None) -> None:
         self.log = log
         with open(log, "wb") as out:
+            # without pipelining (ansible.cfg turns it on) each module runs from a file named AnsiballZ_<module>.py, which
+            # module_runs() reads in /proc; the module calls, and so the kill points, are the same either way
             self.proc = subprocess.Popen([str(BIN / "ansible-playbook"), "-i", str(inventory), str(RESTART)],
-                                         env=env or ansible_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                                         env=dict(env or ansible_env(), ANSIBLE_PIPELINING="False"), stdout=out,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
         self.pgid = os.getpgid(self.proc.pid)
         self.seen: t.Dict[int, t.Optional[int]] = {}
 
@@ -169,7 +172,8 @@ def _start_drain(host, tmp_path, streams):
     while running_requests(host.port) < 1 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert running_requests(host.port) == 1, "the streamed request never ran"
-    return inventory, lambda run: run.module_runs("vllm_drain") and running_requests(host.port) == 1
+    # the drain runs inside the stop's vllm_process call (process mode): that call running while the request still runs
+    return inventory, lambda run: run.module_runs("vllm_process") and running_requests(host.port) == 1
 
 
 def _start_stop(host, tmp_path, streams):
