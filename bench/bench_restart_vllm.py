@@ -17,7 +17,7 @@ restart, and a rerun with vllm_restart_force=false where nothing changes. Per ru
     when (seconds since the server started) it saw 200; latency = that - the sampler's first 200 (target under 1 s).
 Then the slope per added host between fleet sizes, and PASS/FAIL lines against the targets of issue 15.
 
-    .venv/bin/python bench/bench_restart_vllm.py [--sizes 1,4,8,16]
+    .venv/bin/python bench/bench_restart_vllm.py [--sizes 1,4,8,16] [--output DIR]
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ class Counted:
                 "results_per_host": {key: value / hosts for key, value in self.results.items()}}
 
 
-def measure(size: int, root: Path) -> Dict[str, Any]:
+def measure(size: int, root: Path, output: "Path | None" = None) -> Dict[str, Any]:
     root.mkdir(parents=True)
     hosts = {}
     ports = []
@@ -163,6 +163,11 @@ def measure(size: int, root: Path) -> Dict[str, Any]:
         sampler.stop.set()
         sampler.join()
         noop = Counted(playbook + ["-e", "vllm_restart_force=false"], size, log)
+        if output is not None:
+            # what each run printed, task by task: which tasks ran, which were skipped
+            output.mkdir(parents=True, exist_ok=True)
+            for label, counted in (("restart", run), ("noop", noop)):
+                (output / ("%s-%d.txt" % (label, size))).write_text(counted.proc.stdout)
         if "changed=0" not in noop.proc.stdout or re.search(r"changed=[1-9]", noop.proc.stdout):
             raise RuntimeError("the rerun changed something:\n" + noop.proc.stdout[-3000:])
         latencies = []
@@ -261,6 +266,7 @@ def _exit_on_term(signum: int, _frame: object) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default=",".join(str(size) for size in SIZES), help="fleet sizes, comma-separated")
+    parser.add_argument("--output", type=Path, help="save the forced restart's and the rerun's output here (restart-N.txt, noop-N.txt)")
     args = parser.parse_args(argv)
     # a SIGTERM (timeout, a CI step ending) still ends every fake server: measure()'s finally runs on SystemExit
     signal.signal(signal.SIGTERM, _exit_on_term)
@@ -268,7 +274,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-restart-") as tmp:
         for size in (int(word) for word in args.sizes.split(",")):
-            results.append(measure(size, Path(tmp) / ("fleet-%d" % size)))
+            results.append(measure(size, Path(tmp) / ("fleet-%d" % size), args.output))
     print("\n".join(report(results)))
     save_results("bench_restart_vllm", results)
     return 0
