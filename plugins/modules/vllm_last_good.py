@@ -45,6 +45,11 @@ options:
         C(env) (the environment the server was launched with, names to strings), C(gpus) (list of indices),
         C(config_hash), and, shown in reports, C(model), C(served_name), C(mode), C(tensor_parallel_size), C(port), C(name).
     type: dict
+  secret_env:
+    description: More names of C(env) in O(config) whose values are secrets, beyond those recognised by their name.
+    type: list
+    elements: str
+    default: []
   include_values:
     description:
       - With O(state=read), also return RV(config), the whole configuration with the environment's values and the argv's
@@ -109,7 +114,7 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
-from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
+from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import hide_only_secrets, masked_argv, secret_argv_values, secret_env_names
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import (
     GOOD_KEYS, RecordError, good_summary, mark_good, read_last_good, same_process,
 )
@@ -119,6 +124,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "state": {"type": "str", "choices": ["read", "marked"], "default": "read"},
     "config": {"type": "dict", "no_log": True},
     "include_values": {"type": "bool", "default": False},
+    "secret_env": {"type": "list", "elements": "str", "default": [], "no_log": False},
 }
 
 
@@ -158,6 +164,15 @@ def _config(raw: t.Optional[t.Mapping[str, t.Any]]) -> t.Dict[str, t.Any]:
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
+    raw = params["config"] or {}
+    argv = [str(word) for word in raw.get("argv") or []] if isinstance(raw.get("argv"), list) else []
+    env = raw.get("env") if isinstance(raw.get("env"), dict) else {}
+    secret_names = secret_env_names(env, params["secret_env"])
+    # only the secrets stay hidden in the result: a GPU index or a port that is also a word of argv stays readable
+    hide_only_secrets(module, argv + [value for name, value in env.items() if name not in secret_names]
+                      + [item for key, value in raw.items() if key not in ("argv", "env")
+                         for item in (value if isinstance(value, list) else [value])],
+                      secret_argv_values(argv) + [env[name] for name in secret_names])
     _deps.require(module, _deps.PSUTIL)
     psutil = _deps.PSUTIL.module
     state_file = params["state_file"]
