@@ -215,8 +215,8 @@ def report(results: List[Dict[str, Any]]) -> List[str]:
     out.append(table(["hosts", "run", "wall s", "module runs / host", "ok/changed/skipped / host", "controller CPU s / host",
                       "host CPU s / host", "CPU s / host", "CPU / ping"], rows))
     first = results[0]
-    out.append("forced restart: modules per host %s" % json.dumps(first["restart"]["modules"] if first["hosts"] == 1 else
-                                                                   {k: v / first["hosts"] for k, v in first["restart"]["modules"].items()}))
+    per_host = {k: v / first["hosts"] for k, v in first["restart"]["modules"].items()}
+    out.append("forced restart: modules per host %s" % json.dumps(first["restart"]["modules"] if first["hosts"] == 1 else per_host))
     out.append("rerun, no change: modules per host %s" % json.dumps({k: v / first["hosts"] for k, v in first["noop"]["modules"].items()}))
     rows = []
     for res in results:

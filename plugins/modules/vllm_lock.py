@@ -107,8 +107,8 @@ options:
   status:
     description:
       - With O(state=locked), once the lock is held, also read what runs now under it, as M(gpuops.fleet.vllm_process) with
-        O(gpuops.fleet.vllm_process#module:state=status) does, and return it as RV(status): the lock and the reading that
-        needs it in one task (one module start-up on the host instead of two).
+        O(gpuops.fleet.vllm_process#module:state=status) does, and return it as RV(status). The lock and the reading that
+        needs it are one task (one module start-up on the host instead of two).
     type: dict
     suboptions:
       state_file:
