@@ -97,9 +97,10 @@ def screen(report: t.Mapping[str, t.Any]) -> t.List[str]:
     """The one-screen summary: the outcome and its reason, each gated host's headline figures, what runs where."""
     plan, outcome = report["plan"], report["outcome"]
     lines = ["ROLLOUT %s: %s" % (outcome.get("status", "?").upper(), outcome.get("reason", "")),
-             "new configuration %s (%s); hosts %s; batches of %s; threshold %s%% decode tok/s, %s%% median TTFT, and beyond the spread" % (
+             "new configuration %s (%s); hosts %s; batches of %s; regression: decode tok/s -%s%%, median TTFT +%s%% (and +%s ms), "
+             "each beyond the spread" % (
                  str(plan.get("config_hash", ""))[:12], plan.get("config_shown") or "?", len(plan.get("hosts", [])),
-                 plan.get("serial"), plan.get("threshold_pct"), plan.get("ttft_threshold_pct"))]
+                 plan.get("serial"), plan.get("threshold_pct"), plan.get("ttft_threshold_pct"), plan.get("ttft_floor_ms"))]
     for verdict in report["batches"]:
         for host in verdict["hosts"]:
             decode = next((m for m in host["metrics"] if m["metric"] == "decode_tok_s"), None)
