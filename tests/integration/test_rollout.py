@@ -38,7 +38,8 @@ LOAD = {  # short measurements: 4 requests of 32 tokens, 2 at a time, one warmup
 TP = 2
 CRASH = {"GPUOPS_SIM_FAIL_AT_START": "crash", "GPUOPS_SIM_FAIL_AFTER_S": "0.3"}
 # one fleet for the file, its tests in order (the last one leaves every host on LL): one xdist worker runs them all
-pytestmark = pytest.mark.xdist_group("test_rollout")
+# (each test's budget covers a loaded 2-core machine: a rollout is several playbook runs and benchmarks)
+pytestmark = [pytest.mark.xdist_group("test_rollout"), pytest.mark.timeout(1200)]
 
 
 class Fleet:
