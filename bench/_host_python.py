@@ -36,7 +36,7 @@ def main():
         if stdin_file is not None:
             os.dup2(stdin_file.fileno(), 0)
         os.execv(real, [real] + args)
-    _, status, usage = os.wait4(pid, 0)
+    status, usage = os.wait4(pid, 0)[1:]
     own = resource.getrusage(resource.RUSAGE_SELF)
     log = os.environ.get("GPUOPS_BENCH_MODULE_LOG")
     if log:

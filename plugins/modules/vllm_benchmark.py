@@ -25,7 +25,7 @@ description:
   - Reads the server's C(vllm:generation_tokens_total) from O(metrics_url) before and after each phase and reports its count next to the
     client's; a difference is a warning. From the same text, the server's own view of each repeat, RV(runs[].server), with its TTFT
     and end-to-end latency histograms, preemptions and peak KV-cache use, so a TTFT that the client sees but the server does not (the
-    network, queueing before the server, tokens held back for a chunk) shows as RV(runs[].server.ttft_gap_ms).
+    network, queueing before the server, tokens held back for a chunk) shows as C(runs[].server.ttft_gap_ms).
   - C(decode_tok_s) (from vllm bench serve's TPOT) is the figure of record; RV(knee) and the benchmark matrix judge by it. Next to it,
     C(decode_tok_s_chunk_aware) counts only the tokens after the first chunk over the time after it; see RV(runs[].decode_tok_s_chunk_aware)
     for when to read which.

@@ -90,7 +90,7 @@ options:
     type: str
   drain_url:
     description:
-      - With O(state=stopped), the server's base URL (for example V(http://127.0.0.1:8000)): before the stop, wait up to
+      - With O(state=stopped), the server's base URL (for example V(http://127.0.0.1:8000)); before the stop, wait up to
         O(drain_timeout) seconds until its C(/metrics) shows no request running or waiting, as M(gpuops.fleet.vllm_drain) does,
         and return RV(drained). Only when the recorded server runs; in check mode the metrics are read once.
       - The drain and the stop in one task save the host a module start-up in a restart.

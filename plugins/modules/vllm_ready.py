@@ -78,7 +78,7 @@ options:
     description:
       - Once the server is ready, run the launch check of M(gpuops.fleet.vllm_server_check) on O(pid) in the same process (a
         fresh NVML session of its own, joined with the server's process tree) and return it as RV(check). The task does
-        not fail on the check: the role's own task judges RV(check) and names what did not hold.
+        not fail on the check; the role's own task judges RV(check) and names what did not hold.
       - The ready step and its check in one task save the host a module start-up in a restart.
     type: dict
     suboptions:

@@ -38,7 +38,7 @@ def test_forced_restart_and_rerun_module_executions(fleet, tmp_path):
     env = ansible_env(GPUOPS_BENCH_MODULE_LOG=str(log), GPUOPS_BENCH_REAL_PYTHON=str(BIN / "python3"))
     first = run_playbook(RESTART, inventory, env=env)
     assert first.returncode == 0, first.stdout[-4000:]
-    first_server, _ = assert_server_owns_gpus(node, [0, 1], 2)
+    first_server = assert_server_owns_gpus(node, [0, 1], 2)[0]
 
     log.write_text("")
     forced = run_playbook(RESTART, inventory, env=env)

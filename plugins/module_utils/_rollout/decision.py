@@ -23,6 +23,7 @@ Private to this collection: the API may change without notice.
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 import typing as t
@@ -45,14 +46,14 @@ class RolloutError(ValueError):
 
 def _percent(name: str, value: t.Any) -> float:
     figure = number(value)
-    if figure is None or figure != figure or figure < 0 or figure > 100:
+    if figure is None or math.isnan(figure) or figure < 0 or figure > 100:
         raise RolloutError("%s=%s must be a number of percent from 0 to 100" % (name, value))
     return figure
 
 
 def _floor(value: t.Any) -> float:
     figure = number(value)
-    if figure is None or figure != figure or figure < 0:
+    if figure is None or math.isnan(figure) or figure < 0:
         raise RolloutError("vllm_rollout_ttft_floor_ms=%s must be 0 or more milliseconds" % (value,))
     return figure
 

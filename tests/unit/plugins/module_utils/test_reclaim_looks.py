@@ -68,7 +68,7 @@ def test_another_start_time_is_another_process(sleeper):
 
 
 def test_the_ladder_reads_each_target_once_per_round(sleeper):
-    procs = [sleeper() for _ in range(4)]
+    procs = [sleeper() for _n in range(4)]
     targets = [Target(p.pid, psutil.Process(p.pid).create_time(), "sleep", ["sleep", "60"], None, "holder", 0, [0]) for p in procs]
     looks = Looks(psutil)
     rounds = []
