@@ -332,6 +332,15 @@ def _good_config(raw):
     return config
 
 
+def _leaves(value):
+    """Every scalar inside a dict or list (Ansible hides each one of a no_log option's)."""
+    if isinstance(value, dict):
+        return [leaf for item in value.values() for leaf in _leaves(item)]
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [value]
+
+
 def _hide_only_secrets(module, params):
     """Ansible hides every value of check.env and mark_good.config (no_log options) wherever it appears; keep only the
     secrets hidden: the values of secret environment names, the secret words of the kept argv (--api-key's value...)
@@ -345,7 +354,7 @@ def _hide_only_secrets(module, params):
         argv = [str(word) for word in config.get("argv") or []]
         secrets.extend(secret_argv_values(argv))
         shown.extend(argv)
-        shown.extend(value for key, value in config.items() if key not in ("env", "argv") and not isinstance(value, (dict, list)))
+        shown.extend(_leaves({key: value for key, value in config.items() if key not in ("env", "argv")}))
     for env in envs:
         names = secret_env_names(env, extra)
         secrets.extend(env[name] for name in names)
