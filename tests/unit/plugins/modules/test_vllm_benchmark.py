@@ -249,9 +249,10 @@ def test_duration_counts_requests_in_flight_apart(monkeypatch):
         received = len(scripted.requests)
     assert not result.get("failed"), result["msg"]
     run = result["runs"][0]
-    assert run["failed"] == 0 and 1 <= run["in_flight_at_end"] <= 2 and run["completed"] >= 3
+    assert run["failed"] == 0 and 1 <= run["in_flight_at_end"] <= 2 and run["completed"] >= 1
     assert received == 1 + run["completed"] + run["in_flight_at_end"]  # the server's count: warmup + every request sent
-    assert 0.7 <= run["duration"] < 1.2 and "0.7 s" in result["msg"]
+    # the stalled request would hold the run to its 10 s timeout: ending within 3 s is the deadline's doing (slack for a loaded machine)
+    assert 0.7 <= run["duration"] < 3.0 and "0.7 s" in result["msg"]
     capped = None
     with ScriptedServer(gap_s=0.002) as scripted:
         capped = run_module(dict(SMALL, url=scripted.url, repeats=1, duration=30, num_requests=3), monkeypatch)
