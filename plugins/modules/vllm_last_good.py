@@ -116,7 +116,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import hide_only_secrets, masked_argv, secret_argv_values, secret_env_names
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import (
-    GOOD_KEYS, RecordError, good_summary, mark_good, read_last_good, same_process,
+    GOOD_KEYS, RecordError, good_config, good_summary, mark_good, read_last_good, same_process,
 )
 
 ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
@@ -145,20 +145,10 @@ def _running(state_file: str, psutil: t.Any) -> t.Tuple[t.Optional[bool], t.Opti
 
 
 def _config(raw: t.Optional[t.Mapping[str, t.Any]]) -> t.Dict[str, t.Any]:
-    """O(config) in the types kept (Jinja may hand numbers as strings)."""
+    """O(config) in the types kept."""
     if not raw:
         raise RecordError("config: state=marked needs the configuration to keep, got %r" % (raw,))
-    config = {key: raw.get(key) for key in GOOD_KEYS}
-    config["argv"] = [str(word) for word in raw.get("argv") or []] if isinstance(raw.get("argv"), list) else raw.get("argv")
-    if isinstance(raw.get("env"), dict):
-        config["env"] = {str(key): "" if value is None else str(value) for key, value in raw["env"].items()}
-    try:
-        config["gpus"] = [int(gpu) for gpu in raw.get("gpus") or []]
-        for key in ("tensor_parallel_size", "port"):
-            config[key] = None if raw.get(key) in (None, "") else int(raw[key])
-    except (TypeError, ValueError) as exc:
-        raise RecordError("config: gpus, tensor_parallel_size and port must be whole numbers (%s)" % exc) from None
-    return config
+    return good_config(raw, "config")
 
 
 def main() -> None:

@@ -205,7 +205,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import open
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import hide_only_secrets, secret_argv_values, secret_env_names
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.check import check_launch
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import release
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import GOOD_KEYS, RecordError, mark_good, same_process
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError, good_config, mark_good, same_process
 
 _UNIT_ALIVE = ("active", "activating", "reloading")
 
@@ -316,22 +316,6 @@ def main() -> None:
         time.sleep(min(params["interval"], max(0.0, min(deadline, call_end) - current)))
 
 
-def _good_config(raw):
-    """O(mark_good.config) in the types kept (Jinja may hand numbers as strings)."""
-    config = {key: raw.get(key) for key in GOOD_KEYS}
-    if isinstance(raw.get("argv"), list):
-        config["argv"] = [str(word) for word in raw["argv"]]
-    if isinstance(raw.get("env"), dict):
-        config["env"] = {str(key): "" if value is None else str(value) for key, value in raw["env"].items()}
-    try:
-        config["gpus"] = [int(gpu) for gpu in raw.get("gpus") or []]
-        for key in ("tensor_parallel_size", "port"):
-            config[key] = None if raw.get(key) in (None, "") else int(raw[key])
-    except (TypeError, ValueError) as exc:
-        raise RecordError("mark_good.config: gpus, tensor_parallel_size and port must be whole numbers (%s)" % exc) from None
-    return config
-
-
 def _leaves(value):
     """Every scalar inside a dict or list (Ansible hides each one of a no_log option's)."""
     if isinstance(value, dict):
@@ -404,7 +388,7 @@ def _after_ready(module, params):
         extra["marked_good"] = False
         if passed and not module.check_mode:
             try:
-                mark_good(params["mark_good"]["state_file"], _good_config(params["mark_good"]["config"]), time.time())
+                mark_good(params["mark_good"]["state_file"], good_config(params["mark_good"]["config"], "mark_good.config"), time.time())
             except RecordError as exc:
                 module.fail_json(msg=str(exc), ready=True, **extra)
             extra["marked_good"] = True

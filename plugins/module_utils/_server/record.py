@@ -18,44 +18,46 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import START_TIME_TOLERANCE_S
+from ansible_collections.gpuops.fleet.plugins.module_utils._io import write_atomic
 
 
 class RecordError(Exception):
     """The state file exists but cannot be read or is not a record of this collection."""
 
 
-def read_record(path: str) -> t.Optional[t.Dict[str, t.Any]]:
-    """The record at ``path``; None when there is none."""
+def _read_json(path: str, what: str) -> t.Any:
+    """The JSON document at ``path``; None when there is none."""
     try:
         with open(path, "r", encoding="utf-8") as handle:
-            data = json.load(handle)
+            return json.load(handle)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise RecordError("cannot read the server record %s: %s" % (path, exc)) from None
+        raise RecordError("cannot read the %s %s: %s" % (what, path, exc)) from None
+
+
+def _write_json(path: str, data: t.Mapping[str, t.Any], mode: int, prefix: str) -> None:
+    """Write ``data`` atomically (a reader sees the old file or the new one, never half of one), with ``mode``."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode=mode, prefix=prefix)
+
+
+def read_record(path: str) -> t.Optional[t.Dict[str, t.Any]]:
+    """The record at ``path``; None when there is none."""
+    data = _read_json(path, "server record")
+    if data is None:
+        return None
     if not isinstance(data, dict) or not isinstance(data.get("pid"), int) or not isinstance(data.get("create_time"), (int, float)):
         raise RecordError("%s is not a server record (it needs an integer pid and a create_time); move it away" % path)
     return data
 
 
 def write_record(path: str, data: t.Mapping[str, t.Any]) -> None:
-    """Write the record atomically (a reader sees the old file or the new one, never half of one)."""
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=".record.", dir=folder)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(data, out, indent=2, sort_keys=True)
-            out.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write the record atomically, readable by its owner only (it may hold secrets of the server's configuration)."""
+    _write_json(path, data, 0o600, ".record.")
 
 
 def remove_record(path: str) -> bool:
@@ -129,14 +131,8 @@ def check_good(data: t.Any, where: str) -> t.Dict[str, t.Any]:
 def read_last_good(state_file: str) -> t.Optional[t.Dict[str, t.Any]]:
     """The last known-good configuration of the server recorded at ``state_file``; None when none was kept."""
     path = good_path(state_file)
-    try:
-        with open(path, "r", encoding="utf-8") as handle:
-            data = json.load(handle)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise RecordError("cannot read the last known-good configuration %s: %s" % (path, exc)) from None
-    return check_good(data, path)
+    data = _read_json(path, "last known-good configuration")
+    return None if data is None else check_good(data, path)
 
 
 def mark_good(state_file: str, config: t.Mapping[str, t.Any], since: float) -> t.Dict[str, t.Any]:
@@ -145,20 +141,24 @@ def mark_good(state_file: str, config: t.Mapping[str, t.Any], since: float) -> t
     good["since"] = since
     path = good_path(state_file)
     check_good(good, path)
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=".last-good.", dir=folder)  # mkstemp creates it 0600
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(good, out, indent=2, sort_keys=True)
-            out.write("\n")
-        os.chmod(tmp, GOOD_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    _write_json(path, good, GOOD_MODE, ".last-good.")
     return good
+
+
+def good_config(raw: t.Mapping[str, t.Any], option: str) -> t.Dict[str, t.Any]:
+    """A configuration handed to a module (``option`` names it) in the types kept: Jinja may hand numbers as strings."""
+    config = {key: raw.get(key) for key in GOOD_KEYS}
+    if isinstance(raw.get("argv"), list):
+        config["argv"] = [str(word) for word in raw["argv"]]
+    if isinstance(raw.get("env"), dict):
+        config["env"] = {str(key): "" if value is None else str(value) for key, value in raw["env"].items()}
+    try:
+        config["gpus"] = [int(gpu) for gpu in raw.get("gpus") or []]
+        for key in ("tensor_parallel_size", "port"):
+            config[key] = None if raw.get(key) in (None, "") else int(raw[key])
+    except (TypeError, ValueError) as exc:
+        raise RecordError("%s: gpus, tensor_parallel_size and port must be whole numbers (%s)" % (option, exc)) from None
+    return config
 
 
 def good_summary(good: t.Optional[t.Mapping[str, t.Any]], masked_argv: t.Callable[[t.Sequence[str]], t.List[str]]) -> t.Optional[t.Dict[str, t.Any]]:
