@@ -200,10 +200,8 @@ from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, http_url
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.log_tail import file_tail, journal_tail
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import http_get, listed_models
-from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
-from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import open_nvml
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import hide_only_secrets, secret_argv_values, secret_env_names
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.check import check_launch
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.check import run_launch_check
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import release
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError, good_config, mark_good, same_process
 
@@ -350,29 +348,8 @@ def _launch_check(module, params):
     """The launch check of vllm_server_check, on the watched PID, in a fresh NVML session of this process."""
     wanted = params["check"]
     _deps.require(module, _deps.PYNVML, _deps.PSUTIL)
-    psutil = _deps.PSUTIL.module
-    proc = same_process(psutil, params["pid"], params["create_time"]) if params["create_time"] is not None else None
-    if proc is None and params["create_time"] is None:
-        try:
-            proc = psutil.Process(params["pid"])
-        except psutil.Error:
-            proc = None
-    if proc is None:
-        entry = {"name": "server_running", "ok": False, "detail": "the server process %d is not running" % params["pid"]}
-        return {"ok": False, "checks": [entry], "workers": [], "msg": entry["detail"]}
-    env = {str(key): "" if value is None else str(value) for key, value in wanted["env"].items()}
-    try:
-        with open_nvml(_deps.PYNVML.module) as session:
-            checks, workers = check_launch(session, psutil, proc, wanted["gpus"], wanted["tensor_parallel_size"], env, wanted["secret_env"])
-    except NvmlError as exc:
-        return {"ok": False, "checks": [], "workers": [], "msg": str(exc)}
-    entries = [{"name": "server_running", "ok": True, "detail": "PID %d runs" % proc.pid}] + [c._asdict() for c in checks]
-    failed = [entry for entry in entries if not entry["ok"]]
-    if failed:
-        msg = "the new server is not the one it should be: " + "; ".join(entry["detail"] for entry in failed)
-    else:
-        msg = "PID %d: %d worker(s) of its own hold GPU %s" % (proc.pid, len(workers), ", ".join(map(str, wanted["gpus"])))
-    return {"ok": not failed, "checks": entries, "workers": workers, "msg": msg}
+    return run_launch_check(_deps.PYNVML.module, _deps.PSUTIL.module, params["pid"], params["create_time"], wanted["gpus"],
+                            wanted["tensor_parallel_size"], wanted["env"], wanted["secret_env"])
 
 
 def _after_ready(module, params):

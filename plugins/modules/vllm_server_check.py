@@ -129,11 +129,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError
-from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import open_nvml
-from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import hide_only_secrets, secret_env_names
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.check import check_launch
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import same_process
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.check import run_launch_check
 
 
 ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
@@ -170,29 +167,12 @@ def main() -> None:
     except SpecError as exc:
         module.fail_json(msg=str(exc))
     _deps.require(module, _deps.PYNVML, _deps.PSUTIL)
-    psutil = _deps.PSUTIL.module
-    created = params["create_time"]
-    try:
-        proc = psutil.Process(params["pid"]) if created is None else same_process(psutil, params["pid"], created)
-    except psutil.Error:
-        proc = None
-    if proc is None:
-        check = {"name": "server_running", "ok": False, "detail": "the server process %d is not running" % params["pid"]}
-        module.fail_json(msg=check["detail"], ok=False, checks=[check], workers=[], changed=False)
-    env = {str(key): "" if value is None else str(value) for key, value in params["env"].items()}
-    try:
-        with open_nvml(_deps.PYNVML.module) as session:
-            checks, workers = check_launch(session, psutil, proc, params["gpus"], params["tensor_parallel_size"], env,
-                                           params["secret_env"])
-    except NvmlError as exc:
-        module.fail_json(msg=str(exc), ok=False, checks=[], workers=[], changed=False)
-    entries = [{"name": "server_running", "ok": True, "detail": "PID %d runs" % proc.pid}] + [c._asdict() for c in checks]
-    failed = [entry for entry in entries if not entry["ok"]]
-    result = {"changed": False, "ok": not failed, "checks": entries, "workers": workers}
-    if failed:
-        module.fail_json(msg="the new server is not the one it should be: " + "; ".join(e["detail"] for e in failed), **result)
-    module.exit_json(msg="PID %d: %d worker(s) of its own hold GPU %s" % (proc.pid, len(workers), ", ".join(map(str, params["gpus"]))),
-                     **result)
+    result = run_launch_check(_deps.PYNVML.module, _deps.PSUTIL.module, params["pid"], params["create_time"], params["gpus"],
+                              params["tensor_parallel_size"], params["env"], params["secret_env"])
+    msg = result.pop("msg")
+    if not result["ok"]:
+        module.fail_json(msg=msg, changed=False, **result)
+    module.exit_json(msg=msg, changed=False, **result)
 
 
 if __name__ == "__main__":

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import typing as t
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import NvmlSession
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import NvmlSession, open_nvml
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import is_secret_name
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import same_process
 
 
 class Check(t.NamedTuple):
@@ -127,6 +128,32 @@ def check_launch(session: NvmlSession, psutil: t.Any, proc: t.Any, gpus: t.Seque
     checks.append(_environment_check(psutil, proc, expected_env, secret_env))
     ordered = [workers[pid] for pid in sorted(workers, key=lambda pid: (workers[pid]["gpus"], pid))]
     return checks, ordered
+
+
+def run_launch_check(pynvml: t.Any, psutil: t.Any, pid: int, create_time: t.Optional[float], gpus: t.Sequence[int],
+                     tensor_parallel_size: int, env: t.Mapping[str, t.Any], secret_env: t.Sequence[str] = ()) -> t.Dict[str, t.Any]:
+    """The whole launch check of the server ``pid`` (the same process when ``create_time`` is given), in an NVML session
+    of its own: ok, checks (server_running first), workers and a one-line msg."""
+    try:
+        proc = psutil.Process(pid) if create_time is None else same_process(psutil, pid, create_time)
+    except psutil.Error:
+        proc = None
+    if proc is None:
+        entry = {"name": "server_running", "ok": False, "detail": "the server process %d is not running" % pid}
+        return {"ok": False, "checks": [entry], "workers": [], "msg": entry["detail"]}
+    wanted_env = {str(key): "" if value is None else str(value) for key, value in env.items()}
+    try:
+        with open_nvml(pynvml) as session:
+            checks, workers = check_launch(session, psutil, proc, gpus, tensor_parallel_size, wanted_env, secret_env)
+    except NvmlError as exc:
+        return {"ok": False, "checks": [], "workers": [], "msg": str(exc)}
+    entries = [{"name": "server_running", "ok": True, "detail": "PID %d runs" % proc.pid}] + [c._asdict() for c in checks]
+    failed = [entry for entry in entries if not entry["ok"]]
+    if failed:
+        msg = "the new server is not the one it should be: " + "; ".join(entry["detail"] for entry in failed)
+    else:
+        msg = "PID %d: %d worker(s) of its own hold GPU %s" % (proc.pid, len(workers), ", ".join(map(str, gpus)))
+    return {"ok": not failed, "checks": entries, "workers": workers, "msg": msg}
 
 
 def _indices(indices: t.Iterable[int]) -> str:
