@@ -222,7 +222,8 @@ def test_two_servers_tp4(simhost: SimHost) -> None:
     assert [title(pid) for pid in second["workers"]] == [f"VLLM::Worker_TP{rank}" for rank in range(4)]
 
     clash = simhost.gpusim("vllm", "--gpus", "3-4", check=False)  # like vLLM: the memory is taken
-    assert clash.returncode == 1 and "Free memory on device cuda:0" in clash.stderr
+    # both workers find their GPU taken; whichever fails first is reported (it raced once in CI)
+    assert clash.returncode == 1 and re.search(r"Free memory on device cuda:[01]\b", clash.stderr), clash.stderr
     running = {pid for pid, _start, _role in simhost.records() if is_running(pid)}
     assert running - {first["reaper"], second["reaper"]} == {
         first["parent"], second["parent"], *first["workers"], *second["workers"]}
