@@ -15,6 +15,7 @@ import re
 import resource
 import sys
 import tempfile
+import time
 
 NAME = re.compile(rb"(?:AnsiballZ_|ansible_collections[./]gpuops[./]fleet[./]plugins[./]modules[./]|ansible[./]modules[./])([A-Za-z0-9_]+)")
 
@@ -31,6 +32,7 @@ def main():
         stdin_file = tempfile.TemporaryFile()
         stdin_file.write(payload)
         stdin_file.seek(0)
+    started = time.time()
     pid = os.fork()
     if pid == 0:
         if stdin_file is not None:
@@ -41,7 +43,7 @@ def main():
     log = os.environ.get("GPUOPS_BENCH_MODULE_LOG")
     if log:
         line = json.dumps({"module": found.group(1).decode() if found else "?", "pid": pid,
-                           "cpu_s": usage.ru_utime + usage.ru_stime, "wrapper_cpu_s": own.ru_utime + own.ru_stime})
+                           "cpu_s": usage.ru_utime + usage.ru_stime, "start": started, "end": time.time(), "wrapper_cpu_s": own.ru_utime + own.ru_stime})
         with open(log, "a", encoding="utf-8") as out:
             out.write(line + "\n")
     sys.exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)

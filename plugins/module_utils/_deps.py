@@ -20,14 +20,45 @@ if t.TYPE_CHECKING:
 
 
 class Dependency:
-    """One optional Python import and the PyPI package that provides it."""
+    """One optional Python import and the PyPI package that provides it, imported on first use.
 
-    def __init__(self, import_name: str, package: str, reason: str) -> None:
+    A module pays for an import only when it reads ``module`` or ``found``: vllm_lock and vllm_process never load
+    nvidia-ml-py, and a module run is a fresh interpreter on the host (issue 15 counts its CPU).
+    """
+
+    def __init__(self, import_name: str, package: str, reason: str, importer: t.Callable[[], t.Any]) -> None:
         self.import_name = import_name
         self.package = package
         self.reason = reason
-        self.module: t.Any = None
-        self.traceback: t.Optional[str] = None
+        self._importer = importer
+        self._module: t.Any = None
+        self._tried = False
+        self._traceback: t.Optional[str] = None
+
+    def _load(self) -> None:
+        if self._tried:
+            return
+        self._tried = True
+        try:
+            self._module = self._importer()
+        except ImportError:
+            self._traceback = traceback.format_exc()
+
+    @property
+    def module(self) -> t.Any:
+        self._load()
+        return self._module
+
+    @module.setter
+    def module(self, value: t.Any) -> None:
+        # unit tests put a fake in place; it counts as the import's result
+        self._tried = True
+        self._module = value
+
+    @property
+    def traceback(self) -> t.Optional[str]:
+        self._load()
+        return self._traceback
 
     @property
     def found(self) -> bool:
@@ -38,23 +69,21 @@ class Dependency:
         return missing_required_lib(self.package, reason=self.reason)
 
 
-PYNVML = Dependency("pynvml", "nvidia-ml-py", "to read GPU state through NVML")
-PSUTIL = Dependency("psutil", "psutil", "to name the processes that hold GPU memory")
-
-try:
+def _import_pynvml() -> t.Any:
     with warnings.catch_warnings():
         # the deprecated 'pynvml' PyPI package hooks this import with a FutureWarning
         warnings.simplefilter("ignore", FutureWarning)
-        import pynvml as _pynvml
-    PYNVML.module = _pynvml
-except ImportError:
-    PYNVML.traceback = traceback.format_exc()
+        import pynvml  # pylint: disable=import-outside-toplevel
+    return pynvml
 
-try:
-    import psutil as _psutil
-    PSUTIL.module = _psutil
-except ImportError:
-    PSUTIL.traceback = traceback.format_exc()
+
+def _import_psutil() -> t.Any:
+    import psutil  # pylint: disable=import-outside-toplevel
+    return psutil
+
+
+PYNVML = Dependency("pynvml", "nvidia-ml-py", "to read GPU state through NVML", _import_pynvml)
+PSUTIL = Dependency("psutil", "psutil", "to name the processes that hold GPU memory", _import_psutil)
 
 
 def require(module: AnsibleModule, *deps: Dependency) -> None:

@@ -5,7 +5,11 @@
 """Small HTTP reads of a vLLM server's own endpoints (/health, /v1/models, /metrics).
 
 The standard library only: these run on the GPU host, where the collection asks for
-nothing but nvidia-ml-py and psutil.
+nothing but nvidia-ml-py and psutil. urllib.request rather than ansible.module_utils.urls: a module
+run compiles every module_utils file it imports from the AnsiballZ zip, and urls (with the TLS
+helpers it pulls in) cost about 90 ms of host CPU per module run, several times per restart, for
+reads that go to the server's own port. Proxies from the environment and certificate checks for
+https behave as with open_url's defaults.
 
 Package rule (_server): one vLLM server's process, record, lock, HTTP answers and checks. It imports the flat files
 of module_utils, _host, _gpu and its own files: never _reclaim, _bench or _report, and never a module; nothing in
@@ -23,8 +27,7 @@ import socket
 import time
 import typing as t
 import urllib.error
-
-from ansible.module_utils.urls import open_url
+import urllib.request
 
 
 class Reply(t.NamedTuple):
@@ -38,8 +41,9 @@ class Reply(t.NamedTuple):
 
 def http_get(url: str, timeout: float, headers: t.Optional[t.Mapping[str, str]] = None) -> Reply:
     """GET ``url``; an HTTP error status is a Reply too, a connection failure a Reply without status."""
+    request = urllib.request.Request(url, headers=dict(headers or {}), method="GET")
     try:
-        with open_url(url, method="GET", headers=dict(headers or {}), timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return Reply(response.status, response.read().decode("utf-8", errors="replace"), None)
     except urllib.error.HTTPError as exc:
         body = exc.read().decode("utf-8", errors="replace") if exc.fp is not None else ""
