@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 
+URL_PORT = re.compile(rb'"url": "https?://[^"/]*:([0-9]+)')
 NAME = re.compile(rb"(?:AnsiballZ_|ansible_collections[./]gpuops[./]fleet[./]plugins[./]modules[./]|ansible[./]modules[./])([A-Za-z0-9_]+)")
 
 
@@ -25,10 +26,13 @@ def main():
     args = sys.argv[1:]
     found = NAME.search(" ".join(args).encode())
     stdin_file = None
+    port = None
     if not found and not os.isatty(0):
         # pipelining: the module arrives on stdin; keep a copy to read its name and hand it on unchanged
         payload = sys.stdin.buffer.read()
         found = NAME.search(payload)
+        # the module's url option, when it has one (vllm_ready): which simulated host's server this run is for
+        port = URL_PORT.search(payload)
         stdin_file = tempfile.TemporaryFile()
         stdin_file.write(payload)
         stdin_file.seek(0)
@@ -43,7 +47,8 @@ def main():
     log = os.environ.get("GPUOPS_BENCH_MODULE_LOG")
     if log:
         line = json.dumps({"module": found.group(1).decode() if found else "?", "pid": pid,
-                           "cpu_s": usage.ru_utime + usage.ru_stime, "start": started, "end": time.time(), "wrapper_cpu_s": own.ru_utime + own.ru_stime})
+                           "cpu_s": usage.ru_utime + usage.ru_stime, "start": started, "end": time.time(),
+                           "port": int(port.group(1)) if port else None, "wrapper_cpu_s": own.ru_utime + own.ru_stime})
         with open(log, "a", encoding="utf-8") as out:
             out.write(line + "\n")
     sys.exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
