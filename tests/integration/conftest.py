@@ -18,9 +18,12 @@ from simfleet import SIM_LIB, SimHost, hosts_with_ports, write_inventory
 # Under pytest-xdist (`make integration`: --dist loadgroup) every test is scheduled on its own, except the files
 # named here, whose tests share a module-scoped fixture and run whole on one worker, in order.
 KEEP_TOGETHER = {"test_vllm_benchmark.py", "test_vllm_benchmark_server_view.py"}
-# The longest tests are handed out first, so none of them starts last and makes the whole run wait for it alone.
-LONGEST_FIRST = ("test_benchmark_matrix.py", "test_rollout.py", "test_role_interrupts.py", "test_vllm_server_role.py", "test_role_faults.py",
-                 "test_role_secrets.py")
+# The longest tests are handed out first, so none of them starts last and makes the whole run wait for it alone
+# (each worker is handed up to two tests ahead). An entry is a file, or a file and the start of a test's name; a test
+# takes the rank of the first entry it matches.
+LONGEST_FIRST = ("test_benchmark_matrix.py::test_matrix_on_two_hosts", "test_rollout.py::test_jitter", "test_rollout.py::test_ll_rolls",
+                 "test_rollout.py::test_ll128", "test_rollout.py::test_killed", "test_benchmark_matrix.py", "test_rollout.py",
+                 "test_role_interrupts.py", "test_vllm_server_role.py", "test_role_faults.py", "test_role_secrets.py")
 
 
 def pytest_collection_modifyitems(items: t.List[pytest.Item]) -> None:
@@ -29,7 +32,9 @@ def pytest_collection_modifyitems(items: t.List[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(item.path.stem))
 
     def rank(item: pytest.Item) -> int:
-        return LONGEST_FIRST.index(item.path.name) if item.path.name in LONGEST_FIRST else len(LONGEST_FIRST)
+        name = "%s::%s" % (item.path.name, item.name)
+        return next((i for i, entry in enumerate(LONGEST_FIRST) if name == entry or name.startswith(entry if "::" in entry else entry + "::")),
+                    len(LONGEST_FIRST))
     items.sort(key=rank)  # stable: a file's tests keep their order
 
 

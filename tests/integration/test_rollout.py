@@ -5,8 +5,9 @@
 The fake vLLM's decode pace comes from NCCL_PROTO (unset 47.3, LL 57.6, LL128 45.5 tok/s per stream: LL128 is ~4%
 slower, LL ~22% faster). Outcomes are judged by independent readings: the PID (with its start time) of the process
 listening on each host's port, that process's /proc/PID/environ, /health, and the simulator's own view of who holds
-the GPUs; never by the playbook's claim alone. One fleet serves the whole file; each test first brings it back to
-the baseline configuration with restart_vllm.yml (which also keeps that configuration as each server's last good one).
+the GPUs; never by the playbook's claim alone. Each test has a fleet of its own, of as many hosts as it needs (so
+pytest-xdist runs the tests side by side), and first brings it to the baseline configuration with restart_vllm.yml
+(which also keeps that configuration as each server's last good one).
 """
 
 from __future__ import annotations
@@ -37,20 +38,25 @@ LOAD = {  # short measurements: 4 requests of 32 tokens, 2 at a time, one warmup
 }
 TP = 2
 CRASH = {"GPUOPS_SIM_FAIL_AT_START": "crash", "GPUOPS_SIM_FAIL_AFTER_S": "0.3"}
-# one fleet for the file, its tests in order (the last one leaves every host on LL): one xdist worker runs them all
-# (each test's budget covers a loaded 2-core machine: a rollout is several playbook runs and benchmarks)
-pytestmark = [pytest.mark.xdist_group("test_rollout"), pytest.mark.timeout(1200)]
+# each test's budget covers a loaded 2-core machine: a rollout is several playbook runs and benchmarks
+pytestmark = pytest.mark.timeout(1200)
 
 
 class Fleet:
-    def __init__(self, root: Path) -> None:
+    """The first `size` hosts of NAMES, each a simulated host with its own server port; cleanup() ends them all."""
+
+    def __init__(self, root: Path, size: int) -> None:
         self.root = root
+        self.names = NAMES[:size]
         self.hosts: t.List[SimHost] = []
-        for name in NAMES:
-            host = SimHost(name, root / "hosts" / name)
+
+    def create(self) -> "Fleet":
+        for name in self.names:
+            host = SimHost(name, self.root / "hosts" / name)
+            self.hosts.append(host)  # before it is created: cleanup() covers a host whose creation failed half-way
             host.gpusim("create")
             host.port = free_port()
-            self.hosts.append(host)
+        return self
 
     def inventory(self, run: Path, jitter: t.Optional[str] = None, **group_vars: t.Any) -> Path:
         run.mkdir(parents=True, exist_ok=True)
@@ -87,13 +93,21 @@ class Fleet:
             host.gpusim("cleanup", check=False)
 
 
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory) -> t.Iterator[Fleet]:
-    made = Fleet(tmp_path_factory.mktemp("rollout"))
+@pytest.fixture
+def make_fleet(tmp_path: Path) -> t.Iterator[t.Callable[[int], Fleet]]:
+    """make_fleet(size) -> this test's own fleet of `size` hosts (under tmp_path/fleet), cleaned up even on failure."""
+    made: t.List[Fleet] = []
+
+    def factory(size: int) -> Fleet:
+        fleet = Fleet(tmp_path / "fleet", size)
+        made.append(fleet)
+        return fleet.create()
+
     try:
-        yield made
+        yield factory
     finally:
-        made.cleanup()
+        for fleet in made:
+            fleet.cleanup()
 
 
 def rollout(inv: Path, *extra: str, timeout: int = 600) -> "subprocess.CompletedProcess[str]":
@@ -116,7 +130,9 @@ def report(run: Path) -> t.Dict[str, t.Any]:
     return json.loads((run / "results" / "report.json").read_text())
 
 
-def test_bad_inputs_fail_before_anything_changes(sim, tmp_path):
+def test_bad_inputs_fail_before_anything_changes(make_fleet, tmp_path):
+    # the canary and a host of a later batch: neither may change
+    sim = make_fleet(2)
     before = sim.reset(tmp_path)
     inv = sim.inventory(tmp_path)
     cases = [
@@ -129,12 +145,14 @@ def test_bad_inputs_fail_before_anything_changes(sim, tmp_path):
         proc = rollout(inv, *env_arg({"NCCL_PROTO": "LL"}), *extra)
         out = flat(proc.stdout)
         assert proc.returncode != 0 and named in out, (extra, out[-3000:])
-    assert all(same(before[name]) for name in NAMES)
+    assert all(same(before[name]) for name in sim.names)
     assert all(proto(pid) is None for pid, _t in before.values())
     assert not (tmp_path / "results" / "baseline").exists()
 
 
-def test_check_mode_says_the_order_and_changes_nothing(sim, tmp_path):
+def test_check_mode_says_the_order_and_changes_nothing(make_fleet, tmp_path):
+    # three hosts in batches of two: a canary batch of two hosts, then a second batch
+    sim = make_fleet(3)
     before = sim.reset(tmp_path)
     proc = rollout(sim.inventory(tmp_path), *env_arg({"NCCL_PROTO": "LL"}), "--check", "-e", "vllm_rollout_serial=2")
     assert proc.returncode == 0, proc.stdout[-4000:]
@@ -143,11 +161,13 @@ def test_check_mode_says_the_order_and_changes_nothing(sim, tmp_path):
     assert out.index("batch 1 (canary), gpu-node-01: measure the baseline") < out.index("batch 2, gpu-node-03")
     assert "batch 1 (canary), gpu-node-02: measure the baseline" in out
     assert "NCCL_PROTO=LL" in out
-    assert all(same(before[name]) for name in NAMES)
+    assert all(same(before[name]) for name in sim.names)
     assert not (tmp_path / "results").exists()
 
 
-def test_ll128_canary_is_rolled_back_and_the_fleet_untouched(sim, tmp_path):
+def test_ll128_canary_is_rolled_back_and_the_fleet_untouched(make_fleet, tmp_path):
+    # the canary and one host of the next batch, which the halt must leave untouched
+    sim = make_fleet(2)
     before = sim.reset(tmp_path)
     # LL128 is ~3.8% slower per stream; a 2% threshold keeps the verdict clear of a loaded machine's ~1% shifts
     proc = rollout(sim.inventory(tmp_path), *env_arg({"NCCL_PROTO": "LL128"}), "-e", "vllm_rollout_threshold_pct=2")
@@ -159,8 +179,8 @@ def test_ll128_canary_is_rolled_back_and_the_fleet_untouched(sim, tmp_path):
     assert after["gpu-node-01"][0] != before["gpu-node-01"][0]
     assert proto(after["gpu-node-01"][0]) is None
     assert health(sim.hosts[0].port) == 200
-    # the three others were never touched
-    for name in NAMES[1:]:
+    # the other was never touched
+    for name in sim.names[1:]:
         assert same(before[name]), name
         assert after[name] == before[name]
     data = report(tmp_path)
@@ -170,12 +190,13 @@ def test_ll128_canary_is_rolled_back_and_the_fleet_untouched(sim, tmp_path):
     assert decode["metric"] == "decode_tok_s" and decode["regression"] and decode["canary"] < decode["baseline"]
     assert [r["host"] for r in data["rollbacks"]] == ["gpu-node-01"] and data["rollbacks"][0]["status"] == "ok"
     assert data["rollbacks"][0]["checks"]
-    assert {e["host"]: e["runs"] for e in data["fleet"]} == dict.fromkeys(NAMES, "good")
+    assert {e["host"]: e["runs"] for e in data["fleet"]} == dict.fromkeys(sim.names, "good")
     assert len(data["batches"]) == 1
     assert (tmp_path / "results" / "chart.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_canary_that_crashes_at_start_is_rolled_back(sim, tmp_path):
+def test_canary_that_crashes_at_start_is_rolled_back(make_fleet, tmp_path):
+    sim = make_fleet(2)
     before = sim.reset(tmp_path)
     proc = rollout(sim.inventory(tmp_path), *env_arg(CRASH))
     out = flat(proc.stdout)
@@ -184,20 +205,20 @@ def test_canary_that_crashes_at_start_is_rolled_back(sim, tmp_path):
     after = sim.servers()
     assert "GPUOPS_SIM_FAIL_AT_START" not in environ(after["gpu-node-01"][0])
     assert health(sim.hosts[0].port) == 200
-    for name in NAMES[1:]:
+    for name in sim.names[1:]:
         assert same(before[name]), name
     data = report(tmp_path)
     assert data["batches"][0]["hosts"][0]["verdict"] == "failed"
     assert data["rollbacks"][0]["status"] == "ok" and data["rollbacks"][0]["action"] in ("started", "restarted")
 
 
-def test_killed_between_restart_and_benchmark_then_rerun(sim, tmp_path):
+def test_killed_between_restart_and_benchmark_then_rerun(make_fleet, tmp_path):
     # two hosts (gpu-node-01, the canary, and gpu-node-02) keep it short
-    before = sim.reset(tmp_path, "gpu-node-01", "gpu-node-02")
+    sim = make_fleet(2)
+    before = sim.reset(tmp_path)
     inv = sim.inventory(tmp_path)
-    limit = ["--limit", "gpu-node-01,gpu-node-02"]
     canary = sim.hosts[0]
-    proc = subprocess.Popen([str(BIN / "ansible-playbook"), "-i", str(inv), str(ROLLOUT), *env_arg({"NCCL_PROTO": "LL"}), *limit],
+    proc = subprocess.Popen([str(BIN / "ansible-playbook"), "-i", str(inv), str(ROLLOUT), *env_arg({"NCCL_PROTO": "LL"})],
                             env=ansible_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
@@ -217,35 +238,39 @@ def test_killed_between_restart_and_benchmark_then_rerun(sim, tmp_path):
     assert not (tmp_path / "results" / "canary" / "gpu-node-01.json").exists()
     assert (tmp_path / "results" / "baseline" / "gpu-node-01.json").exists()
     # the rerun knows the canary already runs the new configuration, measures it against the recorded baseline
-    rerun = rollout(inv, *env_arg({"NCCL_PROTO": "LL"}), *limit)
+    rerun = rollout(inv, *env_arg({"NCCL_PROTO": "LL"}))
     out = flat(rerun.stdout)
     assert rerun.returncode == 0, out[-5000:]
     assert "already ran the new configuration" in out
-    after = sim.servers("gpu-node-01", "gpu-node-02")
+    after = sim.servers()
     assert all(proto(pid) == "LL" for pid, _t in after.values())
     data = report(tmp_path)
-    assert {e["host"]: e["runs"] for e in data["fleet"]} == dict.fromkeys(NAMES[:2], "new")
+    assert {e["host"]: e["runs"] for e in data["fleet"]} == dict.fromkeys(sim.names, "new")
     assert data["batches"][0]["hosts"][0]["verdict"] == "pass"
 
 
-def test_jitter_and_no_effect_config_never_halt(sim, tmp_path):
-    # one host (gpu-node-04) whose fake server jitters each token by up to 30% of a gap; five rollouts of a variable
-    # the server ignores: none may halt, and each one leaves the new configuration running
-    sim.reset(tmp_path, "gpu-node-04", jitter="0.3")
+def test_jitter_and_no_effect_config_never_halt(make_fleet, tmp_path):
+    # one host whose fake server jitters each token by up to 30% of a gap; three rollouts in a row of a variable the
+    # server ignores (each a real restart, gated by its own baseline and canary measurements): none may halt, and
+    # each one leaves the new configuration running
+    sim = make_fleet(1)
+    name = sim.names[0]
+    sim.reset(tmp_path, jitter="0.3")
     halts = []
-    for attempt in range(5):
+    for attempt in range(3):
         run = tmp_path / ("run%d" % attempt)
-        proc = rollout(sim.inventory(run, jitter="0.3"), *env_arg({"GPUOPS_TEST_NOOP": str(attempt)}), "--limit", "gpu-node-04")
+        proc = rollout(sim.inventory(run, jitter="0.3"), *env_arg({"GPUOPS_TEST_NOOP": str(attempt)}))
         if proc.returncode != 0:
             halts.append(flat(proc.stdout)[-2000:])
             continue
-        pid = sim.servers("gpu-node-04")["gpu-node-04"][0]
+        pid = sim.servers()[name][0]
         assert environ(pid)["GPUOPS_TEST_NOOP"] == str(attempt) and environ(pid)["GPUOPS_SIM_JITTER"] == "0.3"
         assert report(run)["batches"][0]["hosts"][0]["verdict"] == "pass"
     assert not halts, halts
 
 
-def test_ll_rolls_out_to_every_host(sim, tmp_path):
+def test_ll_rolls_out_to_every_host(make_fleet, tmp_path):
+    sim = make_fleet(4)
     sim.reset(tmp_path)
     proc = rollout(sim.inventory(tmp_path), *env_arg({"NCCL_PROTO": "LL"}))
     out = flat(proc.stdout)
@@ -254,7 +279,7 @@ def test_ll_rolls_out_to_every_host(sim, tmp_path):
     after = sim.servers()
     assert all(proto(pid) == "LL" for pid, _t in after.values())
     data = report(tmp_path)
-    assert {e["host"]: e["runs"] for e in data["fleet"]} == dict.fromkeys(NAMES, "new")
+    assert {e["host"]: e["runs"] for e in data["fleet"]} == dict.fromkeys(sim.names, "new")
     assert "passed" in data["outcome"]["reason"] and "decode tok/s per stream" in data["outcome"]["reason"]
     decode = data["batches"][0]["hosts"][0]["metrics"][0]
     assert decode["canary"] > decode["baseline"] * 1.1
