@@ -5,11 +5,11 @@
 """Small HTTP reads of a vLLM server's own endpoints (/health, /v1/models, /metrics).
 
 The standard library only: these run on the GPU host, where the collection asks for
-nothing but nvidia-ml-py and psutil. urllib.request rather than ansible.module_utils.urls: a module
-run compiles every module_utils file it imports from the AnsiballZ zip, and urls (with the TLS
-helpers it pulls in) cost about 90 ms of host CPU per module run, several times per restart, for
-reads that go to the server's own port. Proxies from the environment and certificate checks for
-https behave as with open_url's defaults.
+nothing but nvidia-ml-py and psutil. One GET over http.client, straight to the server: a check of
+the server's own port goes through no proxy (as vllm_benchmark's client), follows no redirect, and
+checks the certificate of an https URL against the system's CAs. Not ansible.module_utils.urls: a
+module run compiles every module_utils file it imports from the AnsiballZ zip, and urls with the TLS
+helpers it pulls in cost about 90 ms of host CPU per module run, several module runs per restart.
 
 Package rule (_server): one vLLM server's process, record, lock, HTTP answers and checks. It imports the flat files
 of module_utils, _host, _gpu and its own files: never _reclaim, _bench or _report, and never a module; nothing in
@@ -26,8 +26,7 @@ import re
 import socket
 import time
 import typing as t
-import urllib.error
-import urllib.request
+import urllib.parse
 
 
 class Reply(t.NamedTuple):
@@ -41,19 +40,30 @@ class Reply(t.NamedTuple):
 
 def http_get(url: str, timeout: float, headers: t.Optional[t.Mapping[str, str]] = None) -> Reply:
     """GET ``url``; an HTTP error status is a Reply too, a connection failure a Reply without status."""
-    request = urllib.request.Request(url, headers=dict(headers or {}), method="GET")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return Reply(None, "", "not an http or https URL: %s" % url)
+    target = (parts.path or "/") + ("?" + parts.query if parts.query else "")
+    connection: http.client.HTTPConnection
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return Reply(response.status, response.read().decode("utf-8", errors="replace"), None)
-    except urllib.error.HTTPError as exc:
-        body = exc.read().decode("utf-8", errors="replace") if exc.fp is not None else ""
-        return Reply(exc.code, body, None)
-    except urllib.error.URLError as exc:
-        return Reply(None, "", _reason(exc.reason))
+        if parts.scheme == "https":
+            import ssl  # pylint: disable=import-outside-toplevel  # only for https
+            connection = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=timeout,
+                                                     context=ssl.create_default_context())
+        else:
+            connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    except ValueError as exc:  # a port that is not a number
+        return Reply(None, "", "bad URL %s: %s" % (url, exc))
+    try:
+        connection.request("GET", target, headers=dict(headers or {}))
+        response = connection.getresponse()
+        return Reply(response.status, response.read().decode("utf-8", errors="replace"), None)
     except (socket.timeout, TimeoutError):
         return Reply(None, "", "timed out after %g s" % timeout)
     except (http.client.HTTPException, OSError) as exc:
         return Reply(None, "", _reason(exc))
+    finally:
+        connection.close()
 
 
 def _reason(reason: t.Any) -> str:

@@ -67,3 +67,52 @@ def test_http_get_refused_is_a_reply_without_status():
         port = sock.getsockname()[1]
     reply = http_get("http://127.0.0.1:%d/health" % port, 2)
     assert reply.status is None and reply.describe() == "connection refused"
+
+
+@pytest.fixture
+def echo_server():
+    """Answers 401 without the right Authorization header, else 200 with the path it was asked for."""
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            body = self.path.encode()
+            self.send_response(200 if self.headers.get("Authorization") == "Bearer k" else 401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield "http://127.0.0.1:%d" % httpd.server_address[1]
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_http_get_sends_the_headers_and_keeps_path_and_query(echo_server):
+    reply = http_get(echo_server + "/prefix/v1/models?x=1", 5, headers={"Authorization": "Bearer k"})
+    assert (reply.status, reply.body) == (200, "/prefix/v1/models?x=1")
+    refused = http_get(echo_server + "/v1/models", 5)
+    assert refused.status == 401 and refused.body == "/v1/models"
+
+
+def test_http_get_of_a_server_that_never_answers_times_out():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)  # accepts into the backlog, never reads
+        reply = http_get("http://127.0.0.1:%d/health" % sock.getsockname()[1], 0.3)
+    assert reply.status is None and reply.describe().startswith("timed out")
+
+
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1/health", "127.0.0.1:8000/health", "http://127.0.0.1:port/health"])
+def test_http_get_of_a_url_it_cannot_use_says_so(url):
+    reply = http_get(url, 1)
+    assert reply.status is None and url in reply.describe()
+
+
+def test_http_get_goes_straight_to_the_server_whatever_proxy_is_set(echo_server, monkeypatch):
+    # a check of the server's own port must not go through the host's proxy (here one that does not exist)
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    assert http_get(echo_server + "/health", 5, headers={"Authorization": "Bearer k"}).status == 200
