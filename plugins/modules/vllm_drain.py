@@ -15,6 +15,7 @@ description:
   - Keeping new traffic away is the load balancer's job; this only waits for the requests in flight, and says how many it
     would cut when the bound is hit (RV(cut)).
   - A server that does not answer has nothing to drain (RV(answered=false)), which is not a failure.
+  - Requests go straight to O(url) from the managed host, not through a proxy set in its environment.
 author:
   - gpuops maintainers (@gpuops)
 attributes:

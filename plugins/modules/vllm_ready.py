@@ -17,6 +17,8 @@ description:
   - Fails after O(timeout) seconds counted from O(since), with the log's last lines and the last answer of C(/health).
   - The action plugin of the same name calls this module in steps of at most O(poll_for) seconds and prints, between steps,
     what it waits for and for how long, so a start-up that takes minutes is not one silent task.
+  - Every request goes straight to O(url) from the managed host, not through a proxy set in its environment, and an
+    C(https) URL's certificate is checked against the host's CA store.
 author:
   - gpuops maintainers (@gpuops)
 attributes:
