@@ -8,8 +8,11 @@ groups, environments), systemd's own `systemctl show`, and an HTTP GET of /healt
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
+import stat
 import subprocess
 import sys
 import urllib.request
@@ -50,6 +53,32 @@ def environ(pid):
     return dict(item.decode("utf-8", "replace").partition("=")[::2] for item in raw.split(b"\0") if item)
 
 
+def argv_of(pid):
+    """The process's command line as the kernel keeps it (the API server never retitles itself)."""
+    try:
+        raw = Path("/proc", str(pid), "cmdline").read_bytes()
+    except OSError:
+        return []
+    return [item.decode("utf-8", "replace") for item in raw.split(b"\0")[:-1]]
+
+
+def exec_argv(unit):
+    """The unit's ExecStart= command line as systemd read it from the unit file."""
+    show = subprocess.run(["systemctl", "show", "--property=ExecStart", "--value", unit], capture_output=True, text=True, check=False)
+    found = re.search(r"argv\[\]=(.*?) ;", show.stdout)
+    return found.group(1).split(" ") if found else []
+
+
+def file_facts(path):
+    """Mode, content hash and modification time of a file, None when it is missing."""
+    try:
+        info = os.stat(path)
+        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+    return {"mode": "%04o" % stat.S_IMODE(info.st_mode), "sha256": digest, "mtime_ns": info.st_mtime_ns, "uid": info.st_uid}
+
+
 def main():
     args = json.loads(sys.argv[1])
     unit = args["unit"]
@@ -62,6 +91,9 @@ def main():
         "main_pid": main_pid,
         "main_start": starttime(main_pid) if main_pid else None,
         "main_env": environ(main_pid) if main_pid else {},
+        "main_argv": argv_of(main_pid) if main_pid else [],
+        "exec_argv": exec_argv(unit),
+        "files": {path: file_facts(path) for path in args.get("files", [])},
         "members": cgroup_members(unit),
         "alive": {str(pid): starttime(pid) for pid in args.get("pids", [])},
         "health": health(args["port"]),

@@ -264,8 +264,9 @@ class Container:
             raise ContainerError("in the container, %s exited %d:\n%s\n%s" % (list(argv), proc.returncode, proc.stdout, proc.stderr))
         return proc
 
-    def snapshot(self, unit: str, port: int, state: str, pids: t.Sequence[int] = ()) -> t.Dict[str, t.Any]:
+    def snapshot(self, unit: str, port: int, state: str, pids: t.Sequence[int] = (),
+                 files: t.Sequence[str] = ()) -> t.Dict[str, t.Any]:
         """The test's own readings inside the container (see inside.py)."""
-        args = json.dumps({"unit": unit, "port": port, "state": state, "pids": list(pids)})
+        args = json.dumps({"unit": unit, "port": port, "state": state, "pids": list(pids), "files": list(files)})
         proc = self.run([INSIDE_PYTHON, "-", args], stdin=INSIDE.read_text(encoding="utf-8"))
         return json.loads(proc.stdout)

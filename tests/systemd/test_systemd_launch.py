@@ -5,7 +5,8 @@
 Real `ansible-playbook playbooks/restart_vllm.yml` runs whose modules execute INSIDE the container (connection
 plugin nspawn_nsenter), so the role's `systemctl` talks to the container's systemd, which runs the fake vLLM as
 the unit gpuops-NAME.service. The tests run in order, one server's life: launch, an idempotent rerun, a drift that
-restarts it, a stop. Every outcome is judged by readings taken inside the container by the test itself (inside.py):
+restarts it, a launch not marked good and the rollback (tests/systemd/rollback.yml) that undoes it, a rollback with
+nothing to undo, a rollback with no last-good file, a stop. Every outcome is judged by readings taken inside the container by the test itself (inside.py):
 the simulator's view of the GPUs, /proc (PIDs with start times, control groups, environments), systemd's own
 `systemctl show`, and GET /health; never by the role's own summary.
 """
@@ -27,12 +28,18 @@ from gpusim.api import FAKE_VLLM, role_host_vars, role_inventory
 from nspawn import CACHE, INSIDE_PYTHON, REPO, Container
 
 RESTART = REPO / "playbooks" / "restart_vllm.yml"
+ROLLBACK = Path(__file__).resolve().parent / "rollback.yml"  # include_role tasks_from: rollback, as the rollout does
 PLUGINS = Path(__file__).resolve().parent / "connection_plugins"
 HOST = "gpu-node-01"
 STATE = "/srv/gpusim/%s" % HOST  # inside the container, on its own root
 PORT = 8000  # the container has a network namespace of its own: nothing else listens there
 UNIT = "gpuops-vllm-%d.service" % PORT
 GPUS = [2, 3]
+LAST_GOOD = "%s/role/vllm-%d.last-good" % (STATE, PORT)  # the role's last known-good configuration, beside its record
+# a new configuration that the rollout's restart launches without marking it good (__vllm_server_mark_good: false)
+UNMARKED = {"vllm_server_env": {"NCCL_PROTO": "LL128"}, "vllm_server_args": ["--max-model-len", "4096"]}
+# what systemd itself puts in each invocation's environment (not the unit's configuration)
+PER_INVOCATION = ("INVOCATION_ID", "JOURNAL_STREAM", "SYSTEMD_EXEC_PID")
 TIMINGS: t.Dict[str, float] = {}
 
 
@@ -44,19 +51,20 @@ class Server:
         self.inventory = inventory
         self.main: t.Optional[t.Tuple[int, int]] = None  # (MainPID, start time) after the last launch
         self.members: t.Dict[str, t.List[t.Any]] = {}  # the unit's control group after the last launch
+        self.good: t.Dict[str, t.Any] = {}  # the last known-good server as read from /proc and systemd, for the rollback
 
-    def playbook(self, step: str, *extra: str) -> subprocess.CompletedProcess:
+    def playbook(self, step: str, *extra: str, book: Path = RESTART) -> subprocess.CompletedProcess:
         env = ansible_env()
         env["ANSIBLE_CONNECTION_PLUGINS"] = str(PLUGINS)
         env["ANSIBLE_PIPELINING"] = "1"  # one nsenter per module run, the module on its stdin (no temporary file)
         started = time.monotonic()
-        proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(self.inventory), str(RESTART), *extra],
+        proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(self.inventory), str(book), *extra],
                               env=env, capture_output=True, text=True, timeout=300, check=False)
         TIMINGS[step] = round(time.monotonic() - started, 1)
         return proc
 
     def snapshot(self, pids: t.Sequence[int] = ()) -> t.Dict[str, t.Any]:
-        return self.box.snapshot(UNIT, PORT, STATE, pids)
+        return self.box.snapshot(UNIT, PORT, STATE, pids, files=[LAST_GOOD])
 
     def need(self) -> t.Tuple[int, int]:
         if self.main is None:
@@ -142,6 +150,85 @@ def test_changed_environment_restarts_the_unit(server: Server) -> None:
                             json.dumps({"vllm_server_env": {"NCCL_PROTO": "LL"}}))
     assert again.returncode == 0 and recap(again.stdout)[HOST]["changed"] == 0, flat(again.stdout)[-3000:]
     assert (server.snapshot()["main_pid"]) == server.main[0]
+
+
+def configuration(snap: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+    """What the unit's main process runs, read from /proc and systemd: its argv, the unit's ExecStart, its environment
+    (less what systemd sets per invocation)."""
+    env = {key: value for key, value in snap["main_env"].items() if key not in PER_INVOCATION}
+    return {"argv": snap["main_argv"], "exec_argv": snap["exec_argv"], "env": env}
+
+
+def survivors_of(snap: t.Mapping[str, t.Any], members: t.Mapping[str, t.List[t.Any]]) -> t.Dict[str, t.List[t.Any]]:
+    """The processes of an earlier control group that still run (same PID, same start time)."""
+    return {pid: members[pid] for pid, start in snap["alive"].items() if start is not None and start == members[pid][0]}
+
+
+def test_rollback_relaunches_the_last_good_configuration(server: Server) -> None:
+    """A launch held back from being marked good (as the rollout's restart is), then the rollback entry point with
+    that new configuration still in the extra vars: the unit runs the last known-good configuration again."""
+    server.need()
+    good = server.snapshot()
+    assert_runs_in_unit(good, "")
+    server.good = configuration(good)
+    assert server.good["env"].get("NCCL_PROTO") == "LL" and "--max-model-len" not in server.good["argv"], server.good
+    assert server.good["exec_argv"] == server.good["argv"], server.good
+    kept = good["files"][LAST_GOOD]
+    assert kept is not None, "no %s after two launches that passed ready and the check" % LAST_GOOD
+    assert kept["mode"] == "0600", kept
+
+    new_vars = dict(UNMARKED, __vllm_server_mark_good=False)
+    run = server.playbook("launch not marked good", "-e", "vllm_restart_force=false", "-e", json.dumps(new_vars))
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+    bad = server.snapshot()
+    assert_runs_in_unit(bad, run.stdout)
+    assert (bad["main_pid"], bad["main_start"]) != (good["main_pid"], good["main_start"]), "the new configuration was not launched"
+    assert bad["main_env"].get("NCCL_PROTO") == "LL128" and "4096" in bad["main_argv"], configuration(bad)
+    assert bad["files"][LAST_GOOD] == kept, "the launch held back from being marked good changed %s" % LAST_GOOD
+
+    run = server.playbook("rollback", "-e", json.dumps(UNMARKED), book=ROLLBACK)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+    assert recap(run.stdout)[HOST]["changed"] > 0
+    snap = server.snapshot([int(pid) for pid in bad["members"]])
+    assert_runs_in_unit(snap, run.stdout)
+    assert (snap["main_pid"], snap["main_start"]) not in ((bad["main_pid"], bad["main_start"]), (good["main_pid"], good["main_start"]))
+    assert configuration(snap) == server.good, "the rollback launched %s, the last good was %s" % (configuration(snap), server.good)
+    assert not survivors_of(snap, bad["members"]), "processes of the rolled-back server still run"
+    assert snap["files"][LAST_GOOD] == kept, "the rollback changed %s: %s, was %s" % (LAST_GOOD, snap["files"][LAST_GOOD], kept)
+    server.main = (snap["main_pid"], snap["main_start"])
+    server.members = snap["members"]
+
+
+def test_rollback_to_the_running_good_configuration_checks_it_only(server: Server) -> None:
+    main = server.need()
+    run = server.playbook("rollback, good one running", "-e", json.dumps(UNMARKED), book=ROLLBACK)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+    snap = server.snapshot()
+    assert (snap["main_pid"], snap["main_start"]) == main, "the rollback restarted a server that ran the last good configuration"
+    assert snap["members"] == server.members
+    assert configuration(snap) == server.good
+    assert_runs_in_unit(snap, run.stdout)
+    # checked again, as a launch is (the check's task ran), not restarted
+    assert "action: unchanged" in flat(run.stdout), flat(run.stdout)[-3000:]
+
+
+def test_rollback_without_a_last_good_file_fails_and_stops_nothing(server: Server) -> None:
+    main = server.need()
+    aside = LAST_GOOD + ".aside"
+    server.box.run(["mv", LAST_GOOD, aside])
+    try:
+        run = server.playbook("rollback, nothing kept", "-e", json.dumps(UNMARKED), book=ROLLBACK)
+        snap = server.snapshot()
+    finally:
+        server.box.run(["mv", aside, LAST_GOOD])
+    assert run.returncode != 0, flat(run.stdout)[-3000:]
+    assert "no last known-good configuration is kept for vllm-%d" % PORT in flat(run.stdout), flat(run.stdout)[-3000:]
+    assert LAST_GOOD in flat(run.stdout) and "nothing was stopped" in flat(run.stdout), flat(run.stdout)[-3000:]
+    assert (snap["main_pid"], snap["main_start"]) == main, "the refused rollback replaced the server"
+    assert snap["members"] == server.members
+    assert snap["files"][LAST_GOOD] is None
+    assert_runs_in_unit(snap, run.stdout)
+    assert server.snapshot()["files"][LAST_GOOD] is not None
 
 
 def plant_in_unit(box: Container, control_group: str) -> int:
