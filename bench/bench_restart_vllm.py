@@ -180,20 +180,22 @@ def measure(size: int, root: Path, output: "Path | None" = None, repeats: int = 
     adhoc = [str(BIN / "ansible"), "-i", str(inventory), "vllm_servers"]
     try:
         Counted(playbook, size, log)
-        ping = _median_run([Counted(adhoc + ["-m", "ansible.builtin.ping"], size, log) for _ in range(repeats)])
-        true = _median_run([Counted(adhoc + ["-m", "ansible.builtin.command", "-a", "true"], size, log) for _ in range(repeats)])
-        floor = _median_run([Counted([playbook[0], "-i", str(inventory), str(_floor_playbook(root, MAX_MODULES_FORCED))], size, log)
-                             for _ in range(repeats)])
+        floor_cmd = [playbook[0], "-i", str(inventory), str(_floor_playbook(root, MAX_MODULES_FORCED))]
+        ping = _median_run([Counted(adhoc + ["-m", "ansible.builtin.ping"], size, log) for repeat in range(repeats)])
+        true = _median_run([Counted(adhoc + ["-m", "ansible.builtin.command", "-a", "true"], size, log) for repeat in range(repeats)])
+        floor = _median_run([Counted(floor_cmd, size, log) for repeat in range(repeats)])
+        latencies_of: Dict[int, List[Dict[str, float]]] = {}
         restarts = []
-        for _ in range(repeats if size == 1 else 1):  # a forced restart of 16 hosts takes minutes: once
+        for repeat in range(repeats if size == 1 else 1):  # a forced restart of 16 hosts takes minutes: once
             sampler = HealthSampler(ports)
             sampler.start()
             counted = Counted(playbook, size, log)
             sampler.stop.set()
             sampler.join()
-            restarts.append((counted, _notice_latencies(root, hosts, ports, sampler, counted)))
-        run = _median_run([counted for counted, _ in restarts])
-        latencies = [lat for counted, lat in restarts if counted is run][0]
+            restarts.append(counted)
+            latencies_of[id(counted)] = _notice_latencies(root, hosts, ports, sampler, counted)
+        run = _median_run(restarts)
+        latencies = latencies_of[id(run)]
         noop = Counted(playbook + ["-e", "vllm_restart_force=false"], size, log)
         if output is not None:
             # what each run printed, task by task: which tasks ran, which were skipped
