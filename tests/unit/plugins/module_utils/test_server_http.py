@@ -35,24 +35,31 @@ def test_listed_models(body, expected):
     assert listed_models(body) == expected
 
 
-@pytest.fixture
-def server():
+def _serve(answer):
+    """A loopback HTTP server whose GET replies ``answer(handler) -> (status, body)``; yields its base URL."""
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
-            status = 200 if self.path == "/health" else 503
+            status, body = answer(self)
             self.send_response(status)
-            self.send_header("Content-Length", "2")
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(b"ok")
+            self.wfile.write(body)
 
         def log_message(self, *args):
             pass
 
     httpd = HTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield "http://127.0.0.1:%d" % httpd.server_address[1]
-    httpd.shutdown()
-    httpd.server_close()
+    try:
+        yield "http://127.0.0.1:%d" % httpd.server_address[1]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    yield from _serve(lambda handler: (200 if handler.path == "/health" else 503, b"ok"))
 
 
 def test_http_get_returns_statuses(server):
@@ -72,22 +79,7 @@ def test_http_get_refused_is_a_reply_without_status():
 @pytest.fixture
 def echo_server():
     """Answers 401 without the right Authorization header, else 200 with the path it was asked for."""
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            body = self.path.encode()
-            self.send_response(200 if self.headers.get("Authorization") == "Bearer k" else 401)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield "http://127.0.0.1:%d" % httpd.server_address[1]
-    httpd.shutdown()
-    httpd.server_close()
+    yield from _serve(lambda handler: (200 if handler.headers.get("Authorization") == "Bearer k" else 401, handler.path.encode()))
 
 
 def test_http_get_sends_the_headers_and_keeps_path_and_query(echo_server):
