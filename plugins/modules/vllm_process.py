@@ -224,7 +224,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import (
     hide_only_secrets, masked_argv, secret_argv_values, secret_env_names,
 )
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import (
-    RecordError, carry_last_good, recorded_process, remove_record, write_record,
+    RecordError, carry_last_good, recorded_process, remove_record, string_env, write_record,
 )
 
 
@@ -257,7 +257,7 @@ def check_params(params: t.Mapping[str, t.Any], argv: t.Sequence[str]) -> None:
 
 def _environment(extra):
     env = dict(os.environ)
-    env.update({str(key): "" if value is None else str(value) for key, value in extra.items()})
+    env.update(string_env(extra))
     return env
 
 

@@ -21,7 +21,7 @@ import typing as t
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import NvmlSession, open_nvml
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import is_secret_name
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import same_process
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import same_process, string_env
 
 
 class Check(t.NamedTuple):
@@ -141,7 +141,7 @@ def run_launch_check(pynvml: t.Any, psutil: t.Any, pid: int, create_time: t.Opti
     if proc is None:
         entry = {"name": "server_running", "ok": False, "detail": "the server process %d is not running" % pid}
         return {"ok": False, "checks": [entry], "workers": [], "msg": entry["detail"]}
-    wanted_env = {str(key): "" if value is None else str(value) for key, value in env.items()}
+    wanted_env = string_env(env)
     try:
         with open_nvml(pynvml) as session:
             checks, workers = check_launch(session, psutil, proc, gpus, tensor_parallel_size, wanted_env, secret_env)

@@ -145,13 +145,19 @@ def mark_good(state_file: str, config: t.Mapping[str, t.Any], since: float) -> t
     return good
 
 
+def string_env(env: t.Mapping[t.Any, t.Any]) -> t.Dict[str, str]:
+    """An environment as a process gets it: names and values as strings, a null value as the empty string (Jinja and
+    YAML hand numbers and nulls through as they are)."""
+    return {str(key): "" if value is None else str(value) for key, value in env.items()}
+
+
 def good_config(raw: t.Mapping[str, t.Any], option: str) -> t.Dict[str, t.Any]:
     """A configuration handed to a module (``option`` names it) in the types kept: Jinja may hand numbers as strings."""
     config = {key: raw.get(key) for key in GOOD_KEYS}
     if isinstance(raw.get("argv"), list):
         config["argv"] = [str(word) for word in raw["argv"]]
     if isinstance(raw.get("env"), dict):
-        config["env"] = {str(key): "" if value is None else str(value) for key, value in raw["env"].items()}
+        config["env"] = string_env(raw["env"])
     try:
         config["gpus"] = [int(gpu) for gpu in raw.get("gpus") or []]
         for key in ("tensor_parallel_size", "port"):
