@@ -250,7 +250,9 @@ def test_duration_counts_requests_in_flight_apart(monkeypatch):
     assert not result.get("failed"), result["msg"]
     run = result["runs"][0]
     assert run["failed"] == 0 and 1 <= run["in_flight_at_end"] <= 2 and run["completed"] >= 1
-    assert received == 1 + run["completed"] + run["in_flight_at_end"]  # the server's count: warmup + every request sent
+    # the server's count: the warmup, every completed request and the stalled one; a second request in flight at the
+    # deadline may be cut before the server read it (it happened in CI under load)
+    assert 1 + run["completed"] + 1 <= received <= 1 + run["completed"] + run["in_flight_at_end"]
     # the stalled request would hold the run to its 10 s timeout: ending within 3 s is the deadline's doing (slack for a loaded machine)
     assert 0.7 <= run["duration"] < 3.0 and "0.7 s" in result["msg"]
     capped = None
