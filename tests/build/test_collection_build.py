@@ -38,7 +38,7 @@ JUNK_SUFFIXES = ('.pyc', '.retry', '.tar.gz')
 
 PRODUCT_FILES = (
     'MANIFEST.json', 'FILES.json', 'README.md', 'COPYING', 'LICENSES/GPL-3.0-or-later.txt',
-    'meta/runtime.yml', 'changelogs/changelog.yaml', 'requirements/managed-host.txt',
+    'meta/runtime.yml', 'changelogs/changelog.yaml', 'requirements/managed-host.txt', 'playbooks/prepare_hosts.yml',
     'plugins/modules/gpu_facts.py', 'simulator/nvml/Makefile', 'simulator/gpusim/__main__.py',
 )
 
@@ -232,3 +232,15 @@ def test_installed_reclaim_frees_the_simulated_gpu(
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_installed_prepare_hosts_reads_its_requirements(workdir: Path, installed_env: dict[str, str], tmp_path: Path) -> None:
+    """gpuops.fleet.prepare_hosts by its FQCN, from the installed copy: it finds the shipped managed-host.txt and
+    previews the environment with exactly its pins (check mode: nothing is created)."""
+    pins = ' '.join(line.split('#')[0].strip() for line in (REPO / 'requirements' / 'managed-host.txt').read_text().splitlines()
+                    if line.split('#')[0].strip())
+    venv = tmp_path / 'venv'
+    output = run(['ansible-playbook', '-i', 'localhost,', '-c', 'local', '--check', 'gpuops.fleet.prepare_hosts',
+                  '-e', 'gpuops_fleet_venv=%s' % venv], installed_env, workdir).stdout
+    assert 'localhost: CHECK MODE: would create %s with %s from the package index' % (venv, pins) in ' '.join(output.split())
+    assert not venv.exists()
