@@ -72,7 +72,7 @@ def test_cleanup_ends_orphans_only_and_names_the_live_jobs_it_left(make_host, in
         host.name, 3 * ORPHAN_MIB)), lines
     assert "would leave alone 6 live job(s)" in lines[0] and "FAIL" not in lines[0], lines
     for pid, name in left.items():
-        assert any(line.startswith("%s: would leave alone PID %d (" % (host.name, pid)) for line in lines), (pid, lines)
+        assert any(line.startswith("%s: would leave alone PID %d (%s) on GPU " % (host.name, pid, name)) for line in lines), (pid, lines)
     assert "%s: would leave alone PID %d (VLLM::Worker_TP0) on GPU %d: " % (host.name, job["worker"], shared) in "\n".join(lines)
 
     # a bad value for the explicit variable: every host fails before anything is ended, naming it and the value
@@ -106,7 +106,7 @@ def test_cleanup_ends_orphans_only_and_names_the_live_jobs_it_left(make_host, in
             worker, gpu, gpu, worker, gpu, gpu, server["parent"]) in text, text
     assert "left alone PID %d (VLLM::Worker_TP0) on GPU %d: PID %d VLLM::Worker_TP0 on GPU %d belongs to live PID %d (python3 batch_infer.py" % (
         job["worker"], shared, job["worker"], shared, job["batch"]) in text, text
-    assert "left alone PID %d (python3) on GPU %d: does not match `match`" % (train, freed) in text, text
+    assert "left alone PID %d (python3) on GPU %d: not a subprocess of a server (gpu_cleanup_orphan_patterns)" % (train, freed) in text, text
     assert recap(run.stdout)[host.name]["failed"] == 0
 
     # the explicit variable ends the live jobs too
@@ -120,4 +120,24 @@ def test_cleanup_ends_orphans_only_and_names_the_live_jobs_it_left(make_host, in
     assert lines[0].startswith("%s: OK: " % host.name) and "GPU 0,1,2,3,4,5,6,7 verified free" in lines[0], lines
     assert not [line for line in lines if "left alone" in line], lines
     canaries.watched.pop(train)  # ended on purpose by the last run
+    assert canaries.alive(), canaries.dead()
+
+
+def test_cleanup_still_fails_for_what_it_cannot_free_beside_a_live_job(make_host, inventory, canaries):
+    """The live jobs left alone never hide a GPU that is not free for another reason: memory held by no process fails
+    the host, named, while the colleague's job on another GPU is named as left alone and runs on."""
+    host = make_host()
+    job = host.spawn_tree({"key": "batch", "title": "python3 batch_infer.py --input prompts.jsonl",
+                           "children": [{"key": "worker", "title": "VLLM::Worker_TP0", "hold": [{"gpu": 0, "mib": 12000}]}]})
+    canaries.watch("the colleague's VLLM::Worker_TP0", job["worker"])
+    host.orphan(2, 4096)
+    run = run_playbook(CLEANUP, inventory(host), *FAST)
+    assert run.returncode != 0 and recap(run.stdout)[host.name]["failed"] == 1, run.stdout[-4000:]
+    lines = summary(run.stdout, host.name)
+    assert lines and lines[0].startswith("%s: FAILED: " % host.name), run.stdout[-4000:]
+    assert "GPU 2: 4096 MiB used with no process holding it" in lines[0], lines[0]
+    assert lines[1:] == ["%s: left alone PID %d (VLLM::Worker_TP0) on GPU 0: PID %d VLLM::Worker_TP0 on GPU 0 belongs to live PID %d "
+                         "(python3 batch_infer.py --input prompts.jsonl), not to this server: not ended" % (
+                             host.name, job["worker"], job["worker"], job["batch"])], lines
+    assert host.holders(0) == [job["worker"]] and host.used_mib()[:3] == [12000, 0, 4096]
     assert canaries.alive(), canaries.dead()
