@@ -95,7 +95,8 @@ def test_cleanup_ends_orphans_only_and_names_the_live_jobs_it_left(make_host, in
     assert host.used_mib() == expected
     lines = summary(run.stdout, host.name)
     assert lines, run.stdout[-5000:]
-    assert lines[0].startswith("%s: OK: %d MiB freed, 3 process(es) ended, GPU %s verified free in " % (host.name, 3 * ORPHAN_MIB, ",".join(map(str, clear)))), lines
+    assert lines[0].startswith("%s: OK: %d MiB freed, 3 process(es) ended, GPU %s verified free in " % (
+        host.name, 3 * ORPHAN_MIB, ",".join(map(str, clear)))), lines
     busy = sorted([0, 1, 2, 3, freed, shared])
     assert lines[0].endswith("; GPU %s kept by 6 live job(s) left alone" % ",".join(map(str, busy))), lines
     text = "\n".join(lines)
