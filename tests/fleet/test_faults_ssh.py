@@ -47,7 +47,9 @@ def test_each_fault_gets_its_own_outcome(make_fleet, tmp_path):
     def env_of(name: str, **extra: str) -> t.Dict[str, str]:
         return dict(fleet.node_env(name), **extra)
 
+    # gpu_cleanup.yml leaves a job of its own alone by default: node 04's holder is to be signalled, so it ends live jobs
     inventory = fleet.inventory(tmp_path / "inventory.yml", group_vars={"gpu_reclaim_timeout": 8}, host_vars={
+        n[4]: {"gpu_cleanup_end_live_jobs": True},
         n[5]: {"vllm_server_host_env": dict(fleet.node_env(n[5], host=True), GPUOPS_SIM_FAIL_AT_START="crash",
                                             GPUOPS_SIM_FAIL_AFTER_S="1")},
         n[6]: {"ansible_python_interpreter": bare, "gpuops_fleet_environment": env_of(n[6], PATH=smi_path)},
