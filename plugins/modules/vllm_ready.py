@@ -16,7 +16,7 @@ description:
     fails at once, not at the timeout, with the last lines of its log (O(log_file), or the unit's journal).
   - Fails after O(timeout) seconds counted from O(since), with the log's last lines and the last answer of C(/health).
   - Once C(/health) and C(/v1/models) answer, sends one short completion (a few tokens, C(POST /v1/completions)) and fails unless
-    it comes back with tokens within O(generate_timeout) seconds: vLLM's API server answers C(/health) and C(/v1/models) while its
+    it comes back with tokens within O(generate_timeout) seconds. vLLM's API server answers C(/health) and C(/v1/models) while its
     engine core is dead or hung, so only a request that generates proves the server serves.
   - The action plugin of the same name calls this module in steps of at most O(poll_for) seconds and prints, between steps,
     what it waits for and for how long, so a start-up that takes minutes is not one silent task.
