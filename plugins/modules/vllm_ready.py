@@ -15,6 +15,9 @@ description:
   - Watches the server while it waits (the process O(pid) started at O(create_time), or the systemd O(unit)); when it dies the task
     fails at once, not at the timeout, with the last lines of its log (O(log_file), or the unit's journal).
   - Fails after O(timeout) seconds counted from O(since), with the log's last lines and the last answer of C(/health).
+  - Once C(/health) and C(/v1/models) answer, sends one short completion (a few tokens, C(POST /v1/completions)) and fails unless
+    it comes back with tokens within O(generate_timeout) seconds. vLLM's API server answers C(/health) and C(/v1/models) while its
+    engine core is dead or hung, so only a request that generates proves the server serves.
   - The action plugin of the same name calls this module in steps of at most O(poll_for) seconds and prints, between steps,
     what it waits for and for how long, so a start-up that takes minutes is not one silent task.
   - Every request goes straight to O(url) from the managed host, not through a proxy set in its environment, and an
@@ -44,7 +47,18 @@ options:
       - Sent as C(Authorization Bearer) with the C(/v1/models) request, for a server started with C(--api-key) or C(VLLM_API_KEY)
         (which answers C(/v1/*) with HTTP 401 without it; C(/health) needs no key). Never shown or returned.
       - When the server answers C(/health) but refuses C(/v1/models) with HTTP 401, the task fails at once, naming this option.
+      - Sent with the generation check's completion too.
     type: str
+  generate_timeout:
+    description:
+      - Seconds the generation check waits for its completion (a few tokens, C(POST /v1/completions) with O(model), not streamed,
+        once the server answers C(/health) and lists O(model)).
+      - The task fails, naming the generation check and the server's answer (trimmed, the API key masked), when the completion is not
+        answered in time, or with an HTTP error such as 500 (the answer of a vLLM whose engine core died, C(EngineDeadError)), an
+        error body, or no generated token; nothing after the ready step runs then (no O(check), no O(mark_good), the lock is kept).
+      - V(0) skips the generation check (a server that cannot generate, such as an embedding model).
+    type: float
+    default: 60
   pid:
     description: PID of the server process to watch (the process-mode server, or a systemd unit's main PID).
     type: int
@@ -140,6 +154,12 @@ seealso:
 """
 
 EXAMPLES = r"""
+- name: Wait for an embedding server (it cannot generate, so no generation check)
+  gpuops.fleet.vllm_ready:
+    url: http://127.0.0.1:8001
+    model: BAAI/bge-m3
+    generate_timeout: 0
+
 - name: Wait for the server launched by vllm_process, failing early if it dies
   gpuops.fleet.vllm_ready:
     url: http://127.0.0.1:8000
@@ -171,6 +191,13 @@ alive:
   description: Whether the watched server still ran at the last poll (null when nothing is watched).
   returned: always
   type: bool
+generation:
+  description:
+    - The generation check's completion once the server was ready, with C(ok), C(tokens) (generated, as the server counted them),
+      C(elapsed_s), C(status) (its HTTP status, null when none came), and on failure C(problem) and C(answer) (the server's answer,
+      trimmed, the API key masked).
+  returned: when the server answered /health and listed O(model), and O(generate_timeout) is above 0
+  type: dict
 log_tail:
   description: The last lines of the server's log, on failure.
   returned: failure
@@ -204,6 +231,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._server.log_tail impo
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import http_get, listed_models
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import hide_only_secrets, secret_argv_values, secret_env_names
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.check import run_launch_check
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import check_generation
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import release
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError, good_config, mark_good, same_process
 
@@ -214,6 +242,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "url": {"type": "str", "required": True},
     "model": {"type": "str"},
     "api_key": {"type": "str", "no_log": True},
+    "generate_timeout": {"type": "float", "default": 60},
     "pid": {"type": "int"},
     "create_time": {"type": "float"},
     "unit": {"type": "str"},
@@ -243,7 +272,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
 def check_params(params: t.Mapping[str, t.Any]) -> str:
     """The server's base URL (no trailing slash), once every option is in range; raises SpecError naming option and value."""
     url = http_url("url", params["url"])
-    for option, low, high in (("timeout", 0, 86400), ("poll_for", 0, 86400), ("interval", 0.01, 60), ("log_lines", 0, 10000)):
+    for option, low, high in (("timeout", 0, 86400), ("poll_for", 0, 86400), ("generate_timeout", 0, 3600), ("interval", 0.01, 60), ("log_lines", 0, 10000)):
         between(option, params[option], low, high)
     return url
 
@@ -297,6 +326,8 @@ def main() -> None:
                 status = "HTTP 200 on /health, but /v1/models lists %s, not %s" % (", ".join(listed) or "nothing", params["model"])
         current = time.time()
         result = {"changed": False, "status": status, "since": since, "elapsed_s": round(current - since, 2)}
+        if ready and params["generate_timeout"] > 0:
+            _generates(module, params, url, result, log_tail)
         if ready:
             result.update(_after_ready(module, params))
             module.exit_json(ready=True, alive=True if watcher else None,
@@ -344,6 +375,18 @@ def _hide_only_secrets(module, params):
         secrets.extend(env[name] for name in names)
         shown.extend(value for name, value in env.items() if name not in names)
     hide_only_secrets(module, shown, secrets)
+
+
+def _generates(module, params, url, result, log_tail):
+    """The generation check (one short completion); fails the task with the server's answer when no token came."""
+    generation = check_generation(url, params["model"], params["generate_timeout"], params["api_key"])
+    result["generation"] = {"ok": generation.ok, "tokens": generation.tokens, "elapsed_s": generation.elapsed_s,
+                            "status": generation.status}
+    if not generation.ok:
+        result["generation"].update(problem=generation.problem, answer=generation.answer)
+        result["elapsed_s"] = round(time.time() - result["since"], 2)
+        module.fail_json(ready=False, alive=None, log_tail=log_tail(), msg=generation.describe(url, params["generate_timeout"]),
+                         **result)
 
 
 def _launch_check(module, params):

@@ -36,6 +36,7 @@ LOAD = {  # short measurements: 4 requests of 32 tokens, 2 at a time, one warmup
     "vllm_server_benchmark_warmup_requests": 1,
 }
 CRASH = {"GPUOPS_SIM_FAIL_AT_START": "crash", "GPUOPS_SIM_FAIL_AFTER_S": "0.5"}
+READY_TOKENS = 4  # the completion of the role's ready step (its generation check) on every launch
 
 
 def inventory(tmp_path: Path, nodes, **group_vars: t.Any) -> Path:
@@ -226,10 +227,11 @@ def test_restart_with_benchmark_prints_its_figures_and_they_are_the_servers(flee
     assert (int(completed), int(failed), int(repeats)) == (8, 0, 2)
     pid = server_pid(node)
     assert psutil.Process(pid).environ()["NCCL_PROTO"] == "LL128"
-    # the server's own counter: one warmup request and 2 x 4 measured ones, 24 tokens each
-    assert generation_tokens(node.port) == (1 + 2 * 4) * 24
+    # the server's own counter: the ready step's generation check (4 tokens), one warmup request and 2 x 4 measured
+    # ones, 24 tokens each
+    assert generation_tokens(node.port) == READY_TOKENS + (1 + 2 * 4) * 24
 
     again = run_playbook(RESTART, inv, "-e", "vllm_restart_force=false")  # benchmark off by default
     assert again.returncode == 0, again.stdout[-4000:]
     assert "UNCHANGED" in again.stdout and "benchmark:" not in again.stdout
-    assert server_pid(node) == pid and generation_tokens(node.port) == (1 + 2 * 4) * 24
+    assert server_pid(node) == pid and generation_tokens(node.port) == READY_TOKENS + (1 + 2 * 4) * 24

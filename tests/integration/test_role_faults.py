@@ -41,6 +41,7 @@ BAD_BEFORE_THE_HOST = [
     ({"vllm_server_reclaim_timeout": 0}, "vllm_server_reclaim_timeout"),
     ({"vllm_server_reclaim_match": [""]}, "vllm_server_reclaim_match"),
     ({"vllm_server_ready_timeout": 0}, "vllm_server_ready_timeout"),
+    ({"vllm_server_ready_generate_timeout": -1}, "vllm_server_ready_generate_timeout"),
     ({"vllm_server_stop_timeout": -1}, "vllm_server_stop_timeout"),
     ({"vllm_server_drain_timeout": -5}, "vllm_server_drain_timeout"),
     ({"vllm_server_log_dir": "logs"}, "vllm_server_log_dir"),
@@ -170,6 +171,34 @@ def test_a_launch_that_hangs_is_undone_and_its_gpus_freed(fleet, tmp_path):
     assert "Wait for /health" in text  # the step that failed first, not the undo
     assert all(g["used_mib"] == 0 and not g["holders"] for g in node.status()["gpus"])
     assert not (node.state / "role" / ("vllm-%d.json" % node.port)).exists()
+
+
+def test_a_server_whose_engine_died_fails_ready_is_undone_and_not_kept_as_good(fleet, tmp_path):
+    """/health and /v1/models answer, every completion is HTTP 500 EngineDeadError (the fake's engine died before its
+    first request): the ready step's generation check fails the launch, naming itself and the server's answer; the
+    launch is undone (nothing listens on the port, no GPU held, by the simulator's own reading), and the last known-good
+    configuration on disk is still the healthy one's, byte for byte."""
+    (node,) = fleet("gpu-node-01")
+    before, base = healthy_server(node, tmp_path)
+    last_good = node.state / "role" / ("vllm-%d.last-good" % node.port)
+    good = last_good.read_bytes()
+    assert json.loads(good)["env"].get("NCCL_PROTO") == "LL"
+    dead = dict(base, vllm_server_env={"NCCL_PROTO": "LL128"}, vllm_server_ready_generate_timeout=20,
+                vllm_server_host_env=dict(base["vllm_server_host_env"], GPUOPS_SIM_ENGINE_DEAD_AFTER_REQUESTS="0"))
+    inventory = write_role_inventory(tmp_path / "dead.json", {node.name: dead})
+    run = run_playbook(RESTART, inventory)
+    assert run.returncode != 0, run.stdout[-3000:]
+    line = host_line(run.stdout, node.name)
+    assert "generation check failed" in line and "got HTTP 500" in line and "EngineDeadError" in line, line
+    assert "was stopped and GPU 0, 1, 2, 3, 4, 5, 6, 7 verified free" in line, line
+    assert "Wait for /health" in flat(run.stdout)  # the ready step failed, not the undo
+    log = (node.state / "role" / ("vllm-%d.log" % node.port)).read_text()
+    assert "EngineDeadError" in log  # the fake's own log: it got the completion and refused it
+    # the faulty server is gone and keeps no GPU; the healthy one was replaced by the restart, as asked
+    assert not pid_alive(before.pid, before.start)
+    assert server_pid(node) is None
+    assert all(g["used_mib"] == 0 and not g["holders"] for g in node.status()["gpus"]), node.status()
+    assert last_good.read_bytes() == good  # the rollback target is still the healthy configuration
 
 
 def test_a_launch_that_hangs_is_kept_when_asked(fleet, tmp_path):

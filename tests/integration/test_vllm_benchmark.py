@@ -142,6 +142,38 @@ def test_each_fault_is_counted_with_its_reason(servers: Servers) -> None:
     assert any("4 of 7 requests failed" in warning for warning in result["warnings"])
 
 
+def test_a_server_whose_engine_dies_is_a_failed_measurement_not_a_fast_one(servers: Servers) -> None:
+    """The fake's engine core dies after the warmup and the first repeat (GPUOPS_SIM_ENGINE_DEAD_AFTER_REQUESTS=5): every
+    later request is answered at once with HTTP 500 EngineDeadError while /health and /v1/models still answer. The dead
+    repeat counts its failures and is left out of every figure (its 0 ms TTFT is not a fast server); on the dead server
+    the task fails, naming the answer."""
+    dying = FakeVllm(servers.host, 0, {"GPUOPS_SIM_TOKENS_PER_S": "400", "GPUOPS_SIM_TTFT_MS": "5",
+                                       "GPUOPS_SIM_ENGINE_DEAD_AFTER_REQUESTS": "5"}, servers.tmp / "dying.log")
+    try:
+        dying.wait_ready()
+        load = {"url": dying.url, "input_len": 5, "output_len": 8, "num_requests": 4, "concurrency": 1, "timeout": 30}
+        result = bench(servers, "dying", warmup_requests=1, repeats=2, **load)
+        assert not result.get("failed"), result.get("msg")
+        first, second = result["runs"]
+        assert (first["completed"], first["failed"]) == (4, 0)
+        assert (second["completed"], second["failed"], second["failed_by_reason"]) == (0, 4, {"http_error": 4})
+        assert "HTTP 500" in second["errors"][0]["error"] and "EngineDeadError" in second["errors"][0]["error"]
+        ttft = result["metrics"]["median_ttft_ms"]
+        assert ttft["n"] == 1 and ttft["min"] == first["median_ttft_ms"] > 0  # the dead repeat is in no figure
+        assert result["metrics"]["decode_tok_s"]["n"] == 1
+        assert any("repeat 2: 4 of 4 requests failed" in warning for warning in result["warnings"]), result["warnings"]
+        assert dying.generated_tokens() == 5 * 8  # the server's own count: nothing after its engine died
+
+        dead = bench(servers, "dead", warmup_requests=1, repeats=1, **load)
+        assert dead["failed"] and "every warmup request failed" in dead["msg"] and "EngineDeadError" in dead["msg"], dead["msg"]
+        dead = bench(servers, "dead-nowarmup", warmup_requests=0, repeats=2, **load)
+        assert dead["failed"] and "no request completed in any repeat" in dead["msg"] and "http_error: 4" in dead["msg"]
+        assert "EngineDeadError" in dead["msg"]
+        assert dying.generated_tokens() == 5 * 8
+    finally:
+        dying.stop()
+
+
 def test_save_result_in_vllm_bench_shape(servers: Servers) -> None:
     path = servers.tmp / "saved.json"
     result = bench(servers, "save", url=servers.packed.url, input_len=5, output_len=9, num_requests=4, concurrency=4,

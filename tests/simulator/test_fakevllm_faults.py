@@ -124,3 +124,44 @@ def test_invalid_fault_bodies_and_clearing(server: FakeServer) -> None:
     queue(server, {"http_500": 1})
     assert server.stream("/v1/completions", {"prompt": "x", "max_tokens": 0}).status == 400
     assert server.get_json("/sim/faults") == {"queued": ["http_500"]}  # ... it stays for the next valid one
+
+
+def test_a_dead_engine_keeps_health_and_models_and_fails_every_generation(simhost: SimHost, tmp_path: Path) -> None:
+    """GPUOPS_SIM_ENGINE_DEAD_AFTER_REQUESTS: the API server outlives its engine core, as vLLM's does. /health and
+    /v1/models still answer 200; every completion after the first N answers HTTP 500 with vLLM's EngineDeadError body
+    (streamed or not, completions or chat) and generates nothing; the workers still hold their GPU."""
+    servers = FakeServers(simhost, tmp_path)
+    try:
+        server = servers.start(gpus="1", env={"GPUOPS_SIM_TOKENS_PER_S": "200", "GPUOPS_SIM_TTFT_MS": "5",
+                                              "GPUOPS_SIM_ENGINE_DEAD_AFTER_REQUESTS": "1"})
+        server.wait_ready()
+        status, data = server.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 4, "ignore_eos": True})
+        assert status == 200 and json.loads(data)["usage"]["completion_tokens"] == 4  # the engine served one request
+        before = server.metrics()
+        queue(server, {"drop": 1})  # a queued fault waits: the dead engine answers first
+        dead = [server.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 4}),
+                server.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 4})]
+        streamed = server.stream("/v1/completions", STREAM)
+        dead.append((streamed.status, streamed.body))
+        for status, data in dead:
+            error = json.loads(data)["error"]
+            assert status == 500 and error["type"] == "EngineDeadError" and error["code"] == 500, (status, data)
+            assert error["message"].startswith("EngineCore encountered an issue")
+        assert server.request("GET", "/health")[0] == 200
+        assert server.get_json("/v1/models")["data"][0]["id"] == "org/model"
+        after = server.metrics()
+        assert after[GENERATED] == before[GENERATED] == 4 and after[RUNNING] == 0
+        assert server.get_json("/sim/faults") == {"queued": ["drop"]}
+        assert simhost.holders(1), "the dead engine's workers let go of their GPU"
+        assert server.log_text().count("EngineDeadError: EngineCore encountered an issue") == 3
+
+        dead_at_once = servers.start(gpus="2", env={"GPUOPS_SIM_ENGINE_DEAD_AFTER_REQUESTS": "0"})
+        dead_at_once.wait_ready()
+        status, data = dead_at_once.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2})
+        assert status == 500 and json.loads(data)["error"]["type"] == "EngineDeadError"
+
+        bad = servers.start(gpus="3", env={"GPUOPS_SIM_ENGINE_DEAD_AFTER_REQUESTS": "-1"})
+        assert bad.proc is not None and bad.proc.wait(timeout=30) == 1
+        assert "ValueError: GPUOPS_SIM_ENGINE_DEAD_AFTER_REQUESTS" in bad.log_text()
+    finally:
+        servers.close()

@@ -18,6 +18,10 @@ and a drop that is both large and real always does. Metrics: decode tok/s per st
 ``ttft_floor_ms`` too: a few milliseconds of TTFT move with the machine's load and a fresh process, and matter to no
 user); p99 TTFT is reported, not gated (a p99 of a few dozen requests is one request).
 
+A side with a failed request (an HTTP 500 such as vLLM's EngineDeadError, an error event, a timeout, a dropped
+connection) is a failed measurement, not a slow or a fast one: the figures of the requests that did complete say nothing
+of a server that fails the others, so the host fails the gate, naming the failures.
+
 Private to this collection: the API may change without notice.
 """
 
@@ -137,6 +141,28 @@ def compare_metric(key: str, base_runs: t.Sequence[t.Mapping[str, t.Any]], new_r
     return out
 
 
+def failed_requests(side: str, runs: t.Sequence[t.Mapping[str, t.Any]]) -> t.Optional[str]:
+    """Why the measurement of one side failed (its requests that failed, by reason, and the first error), or None when
+    every request of every repeat completed."""
+    failed = total = 0
+    reasons: t.Dict[str, int] = {}
+    first = ""
+    for run in runs:
+        count = int(number(run.get("failed")) or 0)
+        failed += count
+        total += count + int(number(run.get("completed")) or 0)
+        for reason, times in (run.get("failed_by_reason") or {}).items():
+            reasons[str(reason)] = reasons.get(str(reason), 0) + int(number(times) or 0)
+        errors = run.get("errors") or []
+        if not first and errors and isinstance(errors[0], dict):
+            first = " ".join(str(errors[0].get("error") or "").split())[:300]
+    if not failed:
+        return None
+    return "the %s measurement failed: %d of %d requests failed (%s)%s" % (
+        side, failed, total, ", ".join("%s: %d" % item for item in sorted(reasons.items())) or "no reason given",
+        "; first error: %s" % first if first else "")
+
+
 def judge_host(host: str, baseline: t.Optional[t.Mapping[str, t.Any]], canary: t.Optional[t.Mapping[str, t.Any]],
                failure: t.Optional[t.Mapping[str, t.Any]], settings: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
     """One canary host's verdict: pass, regression, or failed (it did not come up, or a side was not measured)."""
@@ -150,6 +176,11 @@ def judge_host(host: str, baseline: t.Optional[t.Mapping[str, t.Any]], canary: t
         return out
     if not canary or not canary.get("runs"):
         out.update(verdict="failed", reason="%s: the new configuration was not measured" % host)
+        return out
+    broken = [why for why in (failed_requests("baseline", baseline["runs"]), failed_requests("new configuration's", canary["runs"]))
+              if why]
+    if broken:
+        out.update(verdict="failed", reason="%s: %s" % (host, "; ".join(broken)))
         return out
     thresholds = {"decode_tok_s": settings["threshold_pct"], "median_ttft_ms": settings["ttft_threshold_pct"], "p99_ttft_ms": None}
     floors = {"median_ttft_ms": settings.get("ttft_floor_ms", 0.0)}

@@ -2,10 +2,10 @@
 # Copyright (c) 2026, gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Small HTTP reads of a vLLM server's own endpoints (/health, /v1/models, /metrics).
+"""Small HTTP requests to a vLLM server's own endpoints (/health, /v1/models, /metrics, one short completion).
 
 The standard library only: these run on the GPU host, where the collection asks for
-nothing but nvidia-ml-py and psutil. One GET over http.client, straight to the server: a check of
+nothing but nvidia-ml-py and psutil. One request over http.client, straight to the server: a check of
 the server's own port goes through no proxy (as vllm_benchmark's client), follows no redirect, and
 checks the certificate of an https URL against the system's CAs. Not ansible.module_utils.urls: a
 module run compiles every module_utils file it imports from the AnsiballZ zip, and urls with the TLS
@@ -40,6 +40,19 @@ class Reply(t.NamedTuple):
 
 def http_get(url: str, timeout: float, headers: t.Optional[t.Mapping[str, str]] = None) -> Reply:
     """GET ``url``; an HTTP error status is a Reply too, a connection failure a Reply without status."""
+    return http_request("GET", url, timeout, headers)
+
+
+def http_post_json(url: str, payload: t.Any, timeout: float, headers: t.Optional[t.Mapping[str, str]] = None) -> Reply:
+    """POST ``payload`` as JSON to ``url``, as http_get reads the answer."""
+    sent = dict(headers or {})
+    sent["Content-Type"] = "application/json"
+    return http_request("POST", url, timeout, sent, json.dumps(payload).encode("utf-8"))
+
+
+def http_request(method: str, url: str, timeout: float, headers: t.Optional[t.Mapping[str, str]] = None,
+                 body: t.Optional[bytes] = None) -> Reply:
+    """One request to ``url``, straight to the server; ``timeout`` bounds each socket operation."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return Reply(None, "", "not an http or https URL: %s" % url)
@@ -55,7 +68,7 @@ def http_get(url: str, timeout: float, headers: t.Optional[t.Mapping[str, str]] 
     except ValueError as exc:  # a port that is not a number
         return Reply(None, "", "bad URL %s: %s" % (url, exc))
     try:
-        connection.request("GET", target, headers=dict(headers or {}))
+        connection.request(method, target, body=body, headers=dict(headers or {}))
         response = connection.getresponse()
         return Reply(response.status, response.read().decode("utf-8", errors="replace"), None)
     except (socket.timeout, TimeoutError):

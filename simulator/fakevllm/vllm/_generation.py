@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from vllm._http import Handler
 
 FAULT_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause. (simulated fault)"
+# what vLLM answers every generation request with once its engine core died (the API server lives on)
+ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 
 
 class ClientGone(Exception):

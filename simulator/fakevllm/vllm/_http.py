@@ -22,11 +22,12 @@ from urllib.parse import parse_qs
 from vllm import __version__
 from vllm._args import ServerArgs
 from vllm._faults import HTTP_500, FaultError, FaultQueue, parse_faults
-from vllm._generation import FAULT_MESSAGE, Generation
+from vllm._generation import ENGINE_DEAD_MESSAGE, FAULT_MESSAGE, Generation
 from vllm._knobs import Knobs
 from vllm._metrics import CONTENT_TYPE, Metrics
 from vllm._openai import ApiError, bad_request, dumps, parse_generation
 from vllm._pace import PaceModel
+from vllm._proctree import log
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 GENERATION_PATHS = {"/v1/completions": False, "/v1/chat/completions": True}
@@ -45,11 +46,23 @@ class Serving:  # pylint: disable=too-many-instance-attributes
     stopping: threading.Event = field(default_factory=threading.Event)
     stop_fd: int = field(init=False)
     _stop_w: int = field(init=False)
+    _served: int = field(init=False, default=0)  # generation requests the engine took (GPUOPS_SIM_ENGINE_DEAD_AFTER_REQUESTS)
+    _served_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.metrics = Metrics(self.args.served_model_names[0], self.args.max_model_len)
         self.pace = PaceModel(self.knobs.tokens_per_s, self.knobs.concurrency_slowdown, self.knobs.jitter)
         self.stop_fd, self._stop_w = os.pipe()
+
+    def engine_takes(self) -> bool:
+        """Whether the engine core takes one more generation request (False once it is dead: every request after the
+        first GPUOPS_SIM_ENGINE_DEAD_AFTER_REQUESTS)."""
+        limit = self.knobs.engine_dead_after
+        with self._served_lock:
+            if limit is not None and self._served >= limit:
+                return False
+            self._served += 1
+            return True
 
     def stop(self) -> None:
         """Cut every in-flight request at once (each waits on stop_fd too) and refuse new ones."""
@@ -169,6 +182,9 @@ class Handler(BaseHTTPRequestHandler):
         self._require_ready()
         request = parse_generation(raw, chat, serving.args.served_model_names, serving.args.max_model_len,
                                    serving.knobs.natural_len)
+        if not serving.engine_takes():  # as vLLM's API server once its EngineCore died: /health still 200, this 500
+            log(f"APIServer: vllm.v1.engine.exceptions.EngineDeadError: {ENGINE_DEAD_MESSAGE}", level="ERROR")
+            raise ApiError(500, ENGINE_DEAD_MESSAGE, "EngineDeadError")
         fault = serving.faults.take()
         if fault == HTTP_500:
             raise ApiError(500, FAULT_MESSAGE, "InternalServerError")

@@ -1,6 +1,6 @@
 # Copyright (c) gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The API server's serving knobs: start-up, token pace, chunking, faults (GPUOPS_SIM_* environment).
+"""The API server's serving knobs: start-up, token pace, chunking, faults, a dead engine (GPUOPS_SIM_* environment).
 
 Read once when the API server starts; a malformed value stops the start-up with an error, as a bad
 engine argument stops real vLLM. docs/simulator.md lists every knob.
@@ -26,6 +26,7 @@ TTFT_ENV = "GPUOPS_SIM_TTFT_MS"
 CHUNK_ENV = "GPUOPS_SIM_TOKENS_PER_CHUNK"
 NATURAL_LEN_ENV = "GPUOPS_SIM_NATURAL_LEN"
 FAULT_AFTER_ENV = "GPUOPS_SIM_FAULT_AFTER_TOKENS"
+ENGINE_DEAD_AFTER_ENV = "GPUOPS_SIM_ENGINE_DEAD_AFTER_REQUESTS"
 NCCL_PROTO_ENV = "NCCL_PROTO"
 
 FAIL_MODES = ("crash", "hang")
@@ -53,6 +54,7 @@ class Knobs:  # pylint: disable=too-many-instance-attributes  # one field per do
     tokens_per_chunk: int
     natural_len: int
     fault_after_tokens: int
+    engine_dead_after: Optional[int]  # generation requests served before the engine core dies; None: it never does
 
 
 def _number(env: Mapping[str, str], name: str, default: T, kind: Callable[[str], T], minimum: T,
@@ -96,4 +98,5 @@ def read_knobs(env: Optional[Mapping[str, str]] = None) -> Knobs:
         tokens_per_chunk=_number(env, CHUNK_ENV, 1, int, 1),
         natural_len=_number(env, NATURAL_LEN_ENV, 128, int, 1),
         fault_after_tokens=_number(env, FAULT_AFTER_ENV, 3, int, 0),
+        engine_dead_after=_number(env, ENGINE_DEAD_AFTER_ENV, -1, int, 0) if env.get(ENGINE_DEAD_AFTER_ENV, "").strip() else None,
     )

@@ -82,3 +82,39 @@ def test_bad_settings_name_the_variable_and_value(settings, named):
 def test_good_settings():
     assert check_settings({"threshold_pct": "3", "ttft_threshold_pct": 10, "serial": [1, "25%"], "repeats": "3"}) == {
         "threshold_pct": 3.0, "ttft_threshold_pct": 10.0, "ttft_floor_ms": 20.0, "repeats": 3}
+
+
+DEAD_ERROR = ('HTTP 500 Internal Server Error: {"error":{"message":"EngineCore encountered an issue.","type":"EngineDeadError",'
+              '"param":null,"code":500}}')
+
+
+def dead(run):
+    """A repeat whose every request got vLLM's answer once its engine core died."""
+    count = run["completed"]
+    return dict(run, completed=0, failed=count, decode_tok_s=None, median_ttft_ms=0.0, p99_ttft_ms=0.0,
+                failed_by_reason={"http_error": count}, errors=[{"request": 0, "reason": "http_error", "error": DEAD_ERROR}])
+
+
+def test_a_canary_whose_engine_died_in_a_repeat_fails_the_gate_not_passes_on_the_others():
+    # repeat 3 of the canary: every request HTTP 500 EngineDeadError; repeats 1 and 2 look as good as the baseline
+    canary = runs([47.3, 47.2, 47.4])
+    canary[2] = dead(canary[2])
+    out = judge_host("a", {"runs": runs([47.3, 47.2, 47.4])}, {"runs": canary}, None, SETTINGS)
+    assert out["verdict"] == "failed", out
+    assert "the new configuration's measurement failed: 4 of 12 requests failed (http_error: 4)" in out["reason"]
+    assert "EngineDeadError" in out["reason"]
+    assert judge_batch(["a"], {"a": {"runs": runs([47.3, 47.2, 47.4])}}, {"a": {"runs": canary}}, {}, SETTINGS)["halt"]
+
+
+def test_failed_requests_beside_fast_ones_are_a_failed_measurement_on_either_side():
+    # half of each repeat's requests failed at once (HTTP 500): what completed is fast, which must not pass for a gain
+    halves = [dict(run, completed=2, failed=2, failed_by_reason={"http_error": 2},
+                   errors=[{"request": 1, "reason": "http_error", "error": DEAD_ERROR}]) for run in runs([60.0, 60.1, 60.2])]
+    assert judge_host("a", {"runs": runs([47.3, 47.2, 47.4])}, {"runs": halves}, None, SETTINGS)["verdict"] == "failed"
+    baseline = judge_host("a", {"runs": halves}, {"runs": runs([47.3, 47.2, 47.4])}, None, SETTINGS)
+    assert baseline["verdict"] == "failed" and "the baseline measurement failed: 6 of 12 requests failed" in baseline["reason"]
+    timeouts = [dict(run, failed=1, failed_by_reason={"timeout": 1}) for run in runs([47.3, 47.2, 47.4])]
+    slow = judge_host("a", {"runs": runs([47.3, 47.2, 47.4])}, {"runs": timeouts}, None, SETTINGS)
+    assert slow["verdict"] == "failed" and "(timeout: 3)" in slow["reason"]
+    # every request completed: judged by the figures, as before
+    assert judge_host("a", {"runs": runs([47.3, 47.2, 47.4])}, {"runs": runs([47.3, 47.2, 47.4])}, None, SETTINGS)["verdict"] == "pass"

@@ -146,6 +146,18 @@ class KeyedHandler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def do_POST(self):  # noqa: N802  # the ready step's generation check: a completion, with the key too
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.server.seen.append(("POST " + self.path, self.headers.get("Authorization")))
+        if self.headers.get("Authorization") == "Bearer " + self.server.key:
+            status, body = 200, b'{"choices": [{"text": " a b"}], "usage": {"completion_tokens": 2}}'
+        else:
+            status, body = 401, b'{"error": "Unauthorized"}'
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def log_message(self, format, *args):  # pylint: disable=redefined-builtin
         pass
 
@@ -162,6 +174,7 @@ def test_ready_sends_the_key_and_never_shows_it(keyed, capsys):
     result, text = run_printed(vllm_ready, {"url": keyed.url, "model": "org/m", "api_key": KEY, "timeout": 10}, capsys)
     assert result["ready"] and KEY not in text
     assert ("/v1/models", "Bearer " + KEY) in keyed.seen
+    assert ("POST /v1/completions", "Bearer " + KEY) in keyed.seen and result["generation"]["tokens"] == 2
     assert ("/health", None) in keyed.seen  # /health needs no key: none is sent there
 
 

@@ -35,6 +35,7 @@ def run(module, args):
     (vllm_ready, {"url": "http://127.0.0.1:8000", "interval": 0}, "interval"),
     (vllm_ready, {"url": "http://127.0.0.1:8000", "pid": 1, "unit": "x.service"}, "pid"),
     (vllm_ready, {"url": "http://127.0.0.1:8000", "create_time": 3.0}, "create_time"),
+    (vllm_ready, {"url": "http://127.0.0.1:8000", "generate_timeout": -1}, "generate_timeout"),
     (vllm_drain, {"url": "ftp://host"}, "url"),
     (vllm_drain, {"url": "http://127.0.0.1:1", "timeout": 1e9}, "timeout"),
     (vllm_drain, {"url": "http://127.0.0.1:1", "interval": 0}, "interval"),
@@ -81,3 +82,79 @@ def test_running_launches_then_is_idempotent_then_refuses_another_configuration_
     assert not os.path.exists(state)
     assert subprocess.run(["kill", "-0", str(first["pid"])], capture_output=True, check=False).returncode != 0 or \
         open("/proc/%d/stat" % first["pid"]).read().split(")")[1].split()[0] == "Z"
+
+
+DEAD_BODY = json.dumps({"error": {"message": "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+                                  "type": "EngineDeadError", "param": None, "code": 500}}).encode()
+GOOD_BODY = json.dumps({"choices": [{"text": " a b c d"}], "usage": {"completion_tokens": 4}}).encode()
+
+
+@pytest.fixture
+def api_server():
+    """A loopback server that answers /health and /v1/models like a ready vLLM serving model m (with key k), and each
+    completion with the next (status, body) of ``answers``; ``asked`` counts the completions."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # pylint: disable=import-outside-toplevel
+    import threading  # pylint: disable=import-outside-toplevel
+    state = {"answers": [], "asked": 0, "keys": []}
+
+    class Handler(BaseHTTPRequestHandler):
+        def _send(self, status, body):
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):  # noqa: N802
+            if self.path == "/health":
+                self._send(200, b"")
+            else:
+                self._send(200, json.dumps({"object": "list", "data": [{"id": "m"}]}).encode())
+
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            state["asked"] += 1
+            state["keys"].append(self.headers.get("Authorization"))
+            self._send(*state["answers"].pop(0))
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    state["url"] = "http://127.0.0.1:%d" % httpd.server_address[1]
+    try:
+        yield state
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_ready_fails_on_a_dead_engine_and_keeps_nothing_as_good(api_server, tmp_path):
+    """/health and /v1/models answer, the completion is HTTP 500 EngineDeadError: the task fails naming the generation
+    check and the answer, the key masked; the last known-good file is not written and the lock is not released."""
+    state_file = tmp_path / "vllm-8000.json"
+    lock = tmp_path / "vllm-8000.lock"
+    lock.write_text(json.dumps({"token": "t1"}))
+    config = {"argv": ["vllm", "serve", "m"], "env": {"NCCL_PROTO": "LL"}, "gpus": [0], "config_hash": "abc", "model": "m",
+              "served_name": "m", "mode": "process", "tensor_parallel_size": 1, "port": 8000, "name": "vllm-8000"}
+    args = {"url": api_server["url"], "model": "m", "api_key": "k-secret", "generate_timeout": 10,
+            "mark_good": {"state_file": str(state_file), "config": config},
+            "release_lock": {"path": str(lock), "token": "t1"}}
+    api_server["answers"] = [(500, DEAD_BODY)]
+    result = run(vllm_ready, args)
+    assert result["failed"] and result["ready"] is False, result
+    assert result["msg"].startswith("generation check failed: a completion of 4 tokens from %s/v1/completions" % api_server["url"])
+    assert "got HTTP 500" in result["msg"] and "EngineDeadError" in result["msg"]
+    assert result["generation"]["status"] == 500 and result["generation"]["tokens"] == 0
+    assert api_server["asked"] == 1 and api_server["keys"] == ["Bearer k-secret"]
+    assert not (tmp_path / "vllm-8000.last-good").exists() and "marked_good" not in result
+    assert lock.exists() and "released" not in result
+
+    api_server["answers"] = [(200, GOOD_BODY)]
+    result = run(vllm_ready, args)
+    assert not result["failed"] and result["ready"] and result["generation"]["tokens"] == 4, result
+    assert result["marked_good"] and json.loads((tmp_path / "vllm-8000.last-good").read_text())["config_hash"] == "abc"
+
+    # generate_timeout=0: no completion is sent (a server that cannot generate)
+    result = run(vllm_ready, dict(args, generate_timeout=0, mark_good=None, release_lock=None))
+    assert result["ready"] and "generation" not in result and api_server["asked"] == 2
