@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.secured import (Listener, compare, dropped_warning, key_source,
-                                                                                    new_key_source)
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.secured import (
+    Listener, compare, dropped_warning, key_source, new_key_source,
+)
 
 KEY = "sk-secret456"
 TOKEN = "hf_secret123"
