@@ -10,12 +10,12 @@ module: vllm_secured
 short_description: Tell whether a new configuration would open a secured vLLM server or drop one of its secrets
 version_added: 0.2.0
 description:
-  - Reads the process that listens on O(port) on the managed host (the kernel's socket table), whoever started it: its
+  - Reads the process that listens on O(port) on the managed host (the kernel's socket table), whoever started it, with its
     command line and its environment (C(/proc/PID/environ)). It requires an API key when its command line has a value after
     C(--api-key) (or C(--api-key=K)), else when C(VLLM_API_KEY) in its environment is not empty.
   - Compares it with the new configuration, known by names only (O(api_key_arg), O(env_names)), so that no secret value is
     passed to the module or shown in its arguments. RV(opens) is true when the running server requires a key and the new
-    configuration none: the new server would answer C(/v1/*) to anyone. The role C(gpuops.fleet.vllm_server) refuses such a
+    configuration none, so that the new server would answer C(/v1/*) to anyone. The role C(gpuops.fleet.vllm_server) refuses such a
     run before it stops anything unless C(vllm_server_allow_open=true).
   - Every secret variable (a word of its name is KEY, TOKEN, SECRET, PASSWORD, CREDENTIAL..., or named in O(secret_env)) that
     the running server has with a value and the new configuration lacks is named in RV(dropped_secret_env) and in a warning;
@@ -26,7 +26,7 @@ author:
 attributes:
   check_mode:
     support: full
-    description: A reading: the same in check mode.
+    description: A reading, the same in check mode.
   diff_mode:
     support: none
     description: Nothing to show as a diff.
