@@ -1,18 +1,30 @@
 # Copyright (c) 2026, gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""_server/secured: whether a new configuration opens a secured server or drops one of its secrets (names only)."""
+"""_host/secured: whether a new configuration opens a secured server or drops one of its secrets (names only)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.secured import (
-    Listener, compare, dropped_warning, key_source, new_key_source,
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import listening_pid
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.secured import (
+    Listener, compare, dropped_warning, judge, key_source, new_key_source,
 )
 
 KEY = "sk-secret456"
 TOKEN = "hf_secret123"
 SERVE = ["vllm", "serve", "org/model", "--port", "8000"]
+# listens on a free loopback port, prints it, sleeps (its argv and environment are what judge() reads)
+SERVER = """
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+print(s.getsockname()[1], flush=True); time.sleep(60)
+"""
 
 
 def listener(argv=(), env=None, pid=4242):
@@ -89,3 +101,49 @@ def test_an_unreadable_environment_is_judged_by_the_command_line_and_said():
 def test_the_warning_names_the_variable_never_its_value():
     text = dropped_warning(listener(env={"HF_TOKEN": TOKEN}), "HF_TOKEN")
     assert "HF_TOKEN" in text and "4242" in text and TOKEN not in text
+
+
+@pytest.fixture
+def keyed_listener():
+    """(port, PID) of a real process started with --api-key KEY and HF_TOKEN in its environment (ended by its Popen)."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin"), "HF_TOKEN": TOKEN, "NCCL_PROTO": "LL"}
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, "--api-key", KEY], stdout=subprocess.PIPE, env=env)
+    try:
+        yield int(proc.stdout.readline()), proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+
+
+def test_judge_reads_the_real_listener_and_shows_no_value(keyed_listener):
+    psutil = pytest.importorskip("psutil")
+    port, pid = keyed_listener
+    result, warnings = judge(psutil, {"port": port, "env_names": ["NCCL_PROTO"]})
+    assert result["opens"] is True and result["running_key"] == "--api-key" and result["new_key"] is None
+    assert result["dropped_secret_env"] == ["HF_TOKEN"] and result["error"] is None
+    assert result["listener"]["pid"] == pid and result["listener"]["env_read"] is True
+    assert "********" in result["listener"]["cmdline"]
+    assert len(warnings) == 1 and "HF_TOKEN" in warnings[0] and str(pid) in warnings[0]
+    text = json.dumps([result, warnings])
+    assert KEY not in text and TOKEN not in text
+
+
+def test_judge_counts_what_a_detached_server_inherits(keyed_listener):
+    psutil = pytest.importorskip("psutil")
+    port, _pid = keyed_listener
+    options = {"port": port, "env_names": ["VLLM_API_KEY"], "inherit_env": True}
+    result, warnings = judge(psutil, options, environ={"HF_TOKEN": "inherited", "EMPTY_TOKEN": ""})
+    assert result["opens"] is False and result["new_key"] == "VLLM_API_KEY" and result["dropped_secret_env"] == [] and warnings == []
+    # a systemd unit inherits nothing: HF_TOKEN goes, and the warning says so
+    result, warnings = judge(psutil, dict(options, inherit_env=False), environ={"HF_TOKEN": "inherited"})
+    assert result["dropped_secret_env"] == ["HF_TOKEN"] and len(warnings) == 1
+
+
+def test_judge_nothing_listening_and_a_bad_port():
+    psutil = pytest.importorskip("psutil")
+    port = next(candidate for candidate in range(47000, 47100) if listening_pid(psutil, candidate) is None)
+    result, warnings = judge(psutil, {"port": port})
+    assert result["listener"] is None and result["opens"] is False and result["error"] is None and warnings == []
+    result, _warnings = judge(psutil, {"port": 70000})
+    assert "secured.port" in result["error"] and "70000" in result["error"]

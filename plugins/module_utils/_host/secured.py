@@ -10,17 +10,35 @@ which secret variables it has (_secrets.is_secret_name). The new configuration i
 command line has ``--api-key``, the names of its environment with a value), so no secret value is ever passed here,
 compared or returned: only names.
 
-Package rule (_server): see process.py. Pure functions, apart from ``read_listener`` (psutil and /proc).
+gpu_reclaim's option ``secured`` (the role's preflight) calls ``judge``; the rest are pure functions, apart from
+``read_listener`` (psutil and /proc).
+
+Package rule (_host): see listener.py.
 
 Private to this collection: the API may change without notice.
 """
 
 from __future__ import annotations
 
+import os
 import typing as t
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import listening_pid, read_environ
-from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import API_KEY_ENV, API_KEY_OPTION, argv_secrets, is_secret_name
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import ListenerError, listening_pid, read_environ
+from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import (
+    API_KEY_ENV, API_KEY_OPTION, argv_secrets, is_secret_name, masked_argv,
+)
+
+# gpu_reclaim's option ``secured`` (its suboptions): the new configuration, by names only
+OPTION_SPEC: t.Dict[str, t.Any] = {
+    "type": "dict",
+    "options": {
+        "port": {"type": "int", "required": True},
+        "api_key_arg": {"type": "bool", "default": False},
+        "env_names": {"type": "list", "elements": "str", "default": []},
+        "inherit_env": {"type": "bool", "default": False},
+        "secret_env": {"type": "list", "elements": "str", "default": [], "no_log": False},
+    },
+}
 
 
 class Listener(t.NamedTuple):
@@ -105,3 +123,35 @@ def read_listener(psutil: t.Any, port: int) -> t.Optional[Listener]:
     except psutil.Error:
         return None
     return Listener(pid, create_time, cmdline, read_environ(pid))
+
+
+def judge(psutil: t.Any, options: t.Mapping[str, t.Any],
+          environ: t.Optional[t.Mapping[str, str]] = None) -> t.Tuple[t.Dict[str, t.Any], t.List[str]]:
+    """The result field ``secured`` for the options of OPTION_SPEC, and its warnings (names only, never a value).
+
+    ``environ``: the environment a detached server would inherit (``inherit_env``); this process's by default."""
+    port = int(options["port"])
+    names = set(str(name) for name in options.get("env_names") or ())
+    if options.get("inherit_env"):
+        names.update(name for name, value in (os.environ if environ is None else environ).items() if value)
+    result: t.Dict[str, t.Any] = {"port": port, "listener": None, "running_key": None, "new_key": None, "opens": False,
+                                  "dropped_secret_env": [], "error": None}
+    warnings: t.List[str] = []
+    if not 1 <= port <= 65535:
+        result["error"] = "secured.port: expected 1 to 65535, got %r" % (port,)
+        return result, warnings
+    try:
+        listener = read_listener(psutil, port)
+    except ListenerError as exc:
+        result["error"] = str(exc)
+        return result, warnings
+    verdict = compare(listener, bool(options.get("api_key_arg")), names, options.get("secret_env") or ())
+    result.update(running_key=verdict.running_key, new_key=verdict.new_key, opens=verdict.opens, dropped_secret_env=verdict.dropped)
+    if listener is not None:
+        result["listener"] = {"pid": listener.pid, "create_time": listener.create_time, "cmdline": masked_argv(listener.cmdline),
+                              "env_read": verdict.env_known}
+        if not verdict.env_known:
+            warnings.append("the environment of PID %d, which listens on port %d, cannot be read (run as its user or root): "
+                            "whether it has VLLM_API_KEY or other secrets is not known" % (listener.pid, port))
+        warnings.extend(dropped_warning(listener, name) for name in verdict.dropped)
+    return result, warnings
