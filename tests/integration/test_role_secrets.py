@@ -200,7 +200,8 @@ def test_env_overrides_keep_the_key_and_a_run_that_would_drop_it_stops_nothing(m
     """Issue 23, "Never open a secured server by accident", on one host:
     (a) -e vllm_server_env_overrides changes one variable and keeps the inventory's VLLM_API_KEY and HF_TOKEN;
     (b) -e vllm_server_env (the whole dict replaced, the key lost) is refused before anything stops, in check mode too;
-    (c) a secret (HF_TOKEN) that the new configuration drops is named in a warning, its value never shown."""
+    (c) a secret (HF_TOKEN) that the new configuration drops is named in a warning, its value never shown;
+    (d) vllm_server_allow_open (a boolean) opens it on purpose."""
     (node,) = hosts_with_ports(make_host, "gpu-node-01")
     entries = {node.name: role_host_vars(node, node.port, vllm_server_tensor_parallel_size=1,
                                          vllm_server_env={"VLLM_API_KEY": KEY, "HF_TOKEN": TOKEN, "NCCL_PROTO": "Simple"})}
@@ -243,3 +244,15 @@ def test_env_overrides_keep_the_key_and_a_run_that_would_drop_it_stops_nothing(m
     assert new_pid != pid and not pid_alive(pid, start)
     assert "HF_TOKEN" not in env and env.get("VLLM_API_KEY") == KEY
     assert models(node.port, None)[0] == 401 and models(node.port, KEY)[0] == 200
+
+    # vllm_server_allow_open must be a boolean (argument_specs), and nothing is stopped when it is not
+    run = play(inventory, log, "-e", json.dumps({"vllm_server_env": {"NCCL_PROTO": "LL"}, "vllm_server_allow_open": "maybe"}))
+    assert run.returncode != 0 and "vllm_server_allow_open" in flat(run.stdout + run.stderr), run.stdout[-3000:]
+    assert server_pid_on(node.port) == new_pid and models(node.port, None)[0] == 401
+    # (d) with vllm_server_allow_open=true the operator opens the server on purpose
+    run = play(inventory, log, "-e", json.dumps({"vllm_server_env": {"NCCL_PROTO": "LL"}, "vllm_server_allow_open": True}))
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-6000:]
+    assert_no_secret(output, "the play's output")
+    opened, _start, env = listener_env(node.port)
+    assert opened != new_pid and "VLLM_API_KEY" not in env and models(node.port, None)[0] == 200
