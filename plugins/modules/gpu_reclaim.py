@@ -208,6 +208,42 @@ options:
       - '^(\S*/)?(systemd|init)(\s|$)'
       - '^(\S*/)?(tini|tini-static|dumb-init|docker-init|catatonit)(\s|$)'
       - '^(\S*/)?python[0-9.]*(\s+-\S+)*\s+-m\s+gpusim\.reaper(\s|$)'
+  secured:
+    description:
+      - A reading beside the reclaim, for the role C(gpuops.fleet.vllm_server)'s preflight. The process that listens on
+        O(secured.port) (the kernel's socket table), whoever started it, is compared with a new configuration given by names only,
+        so that no secret value is passed or shown. It requires an API key when its command line has a value after
+        C(--api-key) (or C(--api-key=K)), else when C(VLLM_API_KEY) in its environment (C(/proc/PID/environ)) is not empty.
+      - RV(secured.opens) says whether the new configuration requires no key where the running server does; every secret
+        variable (a word of its name is KEY, TOKEN, SECRET, PASSWORD, CREDENTIAL... or it is in O(secured.secret_env)) that the
+        running server has with a value and the new configuration lacks is in RV(secured.dropped_secret_env) and a warning,
+        never by value. It changes nothing, and does not change what the reclaim does.
+    type: dict
+    suboptions:
+      port:
+        description: The TCP port the server listens on (any address).
+        type: int
+        required: true
+      api_key_arg:
+        description: Whether the new configuration's command line has a value after C(--api-key) (or C(--api-key=K)).
+        type: bool
+        default: false
+      env_names:
+        description: The names of the new configuration's environment that have a non-empty value (names only, never values).
+        type: list
+        elements: str
+        default: []
+      inherit_env:
+        description:
+          - Whether the new server also inherits the environment this task runs with (a detached process does, a systemd unit does
+            not); its variables with a value then count as the new configuration's too.
+        type: bool
+        default: false
+      secret_env:
+        description: More names of variables whose values are secrets, beyond those recognised by their name.
+        type: list
+        elements: str
+        default: []
 notes:
   - "PIDs that NVML lists are not trusted when this task runs in a nested PID namespace (a container: C(/proc/self/ns/pid) is
     not the kernel's initial PID namespace, or C(NSpid) in C(/proc/self/status) has more than one entry) or when NVML lists a
@@ -558,12 +594,41 @@ msg:
   description: What happened, in one line; on failure every reason a GPU is not free.
   returned: always
   type: str
+secured:
+  description: With O(secured), the server that listens on O(secured.port) against the new configuration (names only).
+  returned: when O(secured) is given
+  type: dict
+  contains:
+    port:
+      description: O(secured.port).
+      type: int
+    listener:
+      description: The process that listens on the port (V(null) when none does) with C(pid), C(create_time), C(cmdline) (every
+        secret argument masked) and C(env_read) (whether its environment could be read).
+      type: dict
+    running_key:
+      description: How the running server requires an API key, V(--api-key) or V(VLLM_API_KEY); V(null) when it requires none.
+      type: str
+    new_key:
+      description: How the new configuration requires one, V(--api-key) or V(VLLM_API_KEY); V(null) when it requires none.
+      type: str
+    opens:
+      description: Whether the running server requires an API key and the new configuration none.
+      type: bool
+    dropped_secret_env:
+      description: The secret variables the running server has with a value and the new configuration lacks (names only).
+      type: list
+      elements: str
+    error:
+      description: Why the listener could not be told (several unrelated processes listen on the port), else V(null).
+      type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import finish
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.secured import judge
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import run_reclaim
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import ARGUMENT_SPEC
 
@@ -576,6 +641,10 @@ def main() -> None:
         return _deps.PYNVML.module, _deps.PSUTIL.module
 
     result, warnings, failed = run_reclaim(module.params, module.check_mode, module._diff, libraries)
+    if module.params["secured"] is not None:
+        _deps.require(module, _deps.PSUTIL)
+        result["secured"], secured_warnings = judge(_deps.PSUTIL.module, module.params["secured"])
+        warnings = list(warnings) + secured_warnings
     finish(module, result, warnings, failed)
 
 

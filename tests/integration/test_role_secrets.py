@@ -23,8 +23,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import pid_alive
-from simfleet import BIN, REPO, ansible_env, flat, hosts_with_ports, role_host_vars, write_role_inventory
+from conftest import pid_alive, starttime
+from simfleet import BIN, REPO, ansible_env, flat, holders, hosts_with_ports, listening_pid, role_host_vars, write_role_inventory
 
 RESTART = REPO / "playbooks" / "restart_vllm.yml"
 TOKEN = "hf_secret123"
@@ -180,3 +180,79 @@ def test_a_wrong_key_fails_the_ready_step_at_once_naming_the_option(make_host, t
     assert_no_secret(output, "the play's output")
     assert "sk-not-it" not in output
     assert "api_key:" in flat(run.stdout) and "does not accept the API key" in flat(run.stdout), output[-4000:]
+
+
+def listener_env(port: int) -> t.Tuple[int, int, t.Dict[str, str]]:
+    """The process listening on the port (kernel's socket table): its PID, start time and /proc/PID/environ."""
+    pid = server_pid_on(port)
+    raw = Path("/proc/%d/environ" % pid).read_bytes()
+    env = dict(item.decode().partition("=")[::2] for item in raw.split(b"\0") if b"=" in item)
+    return pid, starttime(pid), env
+
+
+def server_pid_on(port: int) -> int:
+    pid = listening_pid(port)
+    assert pid is not None, "nothing listens on port %d" % port
+    return pid
+
+
+def test_env_overrides_keep_the_key_and_a_run_that_would_drop_it_stops_nothing(make_host, tmp_path):
+    """Issue 23, "Never open a secured server by accident", on one host:
+    (a) -e vllm_server_env_overrides changes one variable and keeps the inventory's VLLM_API_KEY and HF_TOKEN;
+    (b) -e vllm_server_env (the whole dict replaced, the key lost) is refused before anything stops, in check mode too;
+    (c) a secret (HF_TOKEN) that the new configuration drops is named in a warning, its value never shown;
+    (d) vllm_server_allow_open (a boolean) opens it on purpose."""
+    (node,) = hosts_with_ports(make_host, "gpu-node-01")
+    entries = {node.name: role_host_vars(node, node.port, vllm_server_tensor_parallel_size=1,
+                                         vllm_server_env={"VLLM_API_KEY": KEY, "HF_TOKEN": TOKEN, "NCCL_PROTO": "Simple"})}
+    inventory = write_role_inventory(tmp_path / "inventory.json", entries)
+    log = tmp_path / "ansible.log"
+
+    # (a) the README's way to change one variable: the new server has the override and keeps the inventory's secrets
+    run = play(inventory, log, "-e", json.dumps({"vllm_server_env_overrides": {"NCCL_PROTO": "LL"}}))
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-6000:]
+    assert_no_secret(output, "the play's output")
+    pid, start, env = listener_env(node.port)
+    assert env.get("NCCL_PROTO") == "LL" and env.get("VLLM_API_KEY") == KEY and env.get("HF_TOKEN") == TOKEN, sorted(env)
+    assert models(node.port, None)[0] == 401 and models(node.port, KEY)[0] == 200
+    gpus_before = holders(node)
+    assert gpus_before[0], gpus_before
+
+    # (b) the whole dict replaced from the command line: the key would be lost; refused before anything is stopped
+    replaced = json.dumps({"vllm_server_env": {"NCCL_PROTO": "LL"}})
+    for extra in ((), ("--check",)):
+        run = play(inventory, log, "-e", replaced, *extra)
+        output = run.stdout + run.stderr
+        text = flat(run.stdout)
+        assert run.returncode != 0, output[-6000:]
+        assert "VLLM_API_KEY" in text and "vllm_server_allow_open" in text and "nothing was stopped" in text, text[-4000:]
+        assert_no_secret(output, "the refused play's output %s" % (extra,))
+        assert pid_alive(pid, start) and server_pid_on(node.port) == pid, extra
+        assert health(node.port) == 200 and models(node.port, KEY)[0] == 200 and models(node.port, None)[0] == 401
+        assert holders(node) == gpus_before, extra
+    assert_no_secret(log.read_text(), "Ansible's log")
+
+    # (c) HF_TOKEN dropped, the key kept (given on the command line): a warning names HF_TOKEN, never its value
+    run = play(inventory, log, "-e", json.dumps({"vllm_server_env": {"VLLM_API_KEY": KEY, "NCCL_PROTO": "LL"}}))
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-6000:]
+    assert_no_secret(output, "the play's output")
+    warnings = [line for line in flat(output).split("[WARNING]")[1:] if "HF_TOKEN" in line]
+    assert warnings and "lacks" in warnings[0], flat(output)[-4000:]
+    new_pid, _start, env = listener_env(node.port)
+    assert new_pid != pid and not pid_alive(pid, start)
+    assert "HF_TOKEN" not in env and env.get("VLLM_API_KEY") == KEY
+    assert models(node.port, None)[0] == 401 and models(node.port, KEY)[0] == 200
+
+    # vllm_server_allow_open must be a boolean (argument_specs), and nothing is stopped when it is not
+    run = play(inventory, log, "-e", json.dumps({"vllm_server_env": {"NCCL_PROTO": "LL"}, "vllm_server_allow_open": "maybe"}))
+    assert run.returncode != 0 and "vllm_server_allow_open" in flat(run.stdout + run.stderr), run.stdout[-3000:]
+    assert server_pid_on(node.port) == new_pid and models(node.port, None)[0] == 401
+    # (d) with vllm_server_allow_open=true the operator opens the server on purpose
+    run = play(inventory, log, "-e", json.dumps({"vllm_server_env": {"NCCL_PROTO": "LL"}, "vllm_server_allow_open": True}))
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-6000:]
+    assert_no_secret(output, "the play's output")
+    opened, _start, env = listener_env(node.port)
+    assert opened != new_pid and "VLLM_API_KEY" not in env and models(node.port, None)[0] == 200

@@ -19,6 +19,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.selection import GpuRef, SelectionError, parse_gpus
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.secured import OPTION_SPEC as SECURED_OPTION_SPEC
 
 # A holder's launcher is found by climbing from its parent through an unbroken chain of
 # processes that match one of these (see _reclaim/plan.py). Anchored at the program: a wrapper
@@ -88,6 +89,8 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "owner": {"type": "dict", "options": {"pid": {"type": "int", "required": True}, "create_time": {"type": "float"}}},
     "orphans_only": {"type": "bool", "default": False},
     "subreapers": {"type": "list", "elements": "str", "default": DEFAULT_SUBREAPERS},
+    # a reading beside the reclaim (the role's preflight): does a new configuration open the server on a port
+    "secured": SECURED_OPTION_SPEC,
 }
 
 
