@@ -68,6 +68,13 @@ def test_a_unit_systemd_gave_up_on_names_the_start_limit():
     assert not alive and "is failed" in why and said in why
 
 
+def test_a_unit_given_up_that_kept_its_last_result_still_says_so():
+    # systemd 252 leaves Result=exit-code when it refuses the start after the burst
+    props = parse_show(show(ActiveState="failed", SubState="failed", MainPID="0", NRestarts="3", Result="exit-code",
+                            ExecMainCode="1", ExecMainStatus="1"))
+    assert crash_loop(props) == "crash loop: 3 restarts, last exit status 1 (Result=exit-code); systemd gave up"
+
+
 def test_a_restarted_server_running_again_is_named_with_its_pid():
     props = parse_show(show(NRestarts="1", MainPID="777"))
     assert crash_loop(props) == "crash loop: 1 restart; running again as PID 777"
