@@ -66,7 +66,9 @@ options:
     description: Start time of O(pid) (seconds since the epoch, as psutil reads it), so a reused PID is not taken for the server.
     type: float
   unit:
-    description: A systemd unit to watch instead of a PID; the task fails as soon as it is no longer active or activating.
+    description:
+      - A systemd unit to watch instead of a PID; the task fails as soon as it is no longer active or activating, or as soon as
+        its server died and systemd waits to restart it (C(Restart=on-failure)), naming the crash loop (restarts, last exit).
     type: str
   log_file:
     description: The server's log file, whose last lines are shown on failure.
@@ -234,8 +236,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._server.check import 
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import check_generation
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import release
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError, good_config, mark_good, same_process
-
-_UNIT_ALIVE = ("active", "activating", "reloading")
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.unit import parse_show, show_argv, watch_unit
 
 
 ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
@@ -464,9 +465,8 @@ def _watcher(module, params):
         systemctl = module.get_bin_path("systemctl", required=True)
 
         def by_unit():
-            rc, out, _err = module.run_command([systemctl, "show", "--property=ActiveState", "--value", params["unit"]])
-            state = out.strip() if rc == 0 else "unknown"
-            return (state in _UNIT_ALIVE, "unit %s is %s" % (params["unit"], state))
+            rc, out, _err = module.run_command(show_argv(systemctl, params["unit"]))
+            return watch_unit(params["unit"], parse_show(out) if rc == 0 else {})
         return by_unit
     return None
 

@@ -47,6 +47,11 @@ BAD_BEFORE_THE_HOST = [
     ({"vllm_server_log_dir": "logs"}, "vllm_server_log_dir"),
     ({"vllm_server_state_dir": "state"}, "vllm_server_state_dir"),
     ({"vllm_server_systemd_user": "Bad User"}, "vllm_server_systemd_user"),
+    ({"vllm_server_systemd_enabled": "maybe"}, "vllm_server_systemd_enabled"),
+    ({"vllm_server_systemd_restart_sec": 0}, "vllm_server_systemd_restart_sec"),
+    ({"vllm_server_systemd_start_limit_burst": 0}, "vllm_server_systemd_start_limit_burst"),
+    # 60 s cannot hold 6 starts 30 s apart: the limit would never stop a crash loop
+    ({"vllm_server_systemd_start_limit_interval_sec": 60}, "vllm_server_systemd_start_limit_interval_sec"),
     ({"vllm_server_lock_stale_after": 0}, "vllm_server_lock_stale_after"),
     ({"vllm_server_health_host": "127.0.0.1/x"}, "vllm_server_health_host"),
 ]

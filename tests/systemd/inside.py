@@ -82,12 +82,14 @@ def file_facts(path):
 def main():
     args = json.loads(sys.argv[1])
     unit = args["unit"]
-    show = subprocess.run(["systemctl", "show", "--property=ActiveState,SubState,MainPID,KillMode,ControlGroup,FragmentPath",
-                           unit], capture_output=True, text=True, check=False)
+    show = subprocess.run(["systemctl", "show", "--property=ActiveState,SubState,MainPID,KillMode,ControlGroup,FragmentPath,"
+                           "NRestarts,Result,ExecMainCode,ExecMainStatus,UnitFileState", unit], capture_output=True, text=True, check=False)
+    enabled = subprocess.run(["systemctl", "is-enabled", unit], capture_output=True, text=True, check=False)
     props = dict(line.partition("=")[::2] for line in show.stdout.splitlines())
     main_pid = int(props.get("MainPID") or 0)
     snapshot = {
         "systemd": props,
+        "is_enabled": enabled.stdout.strip(),
         "main_pid": main_pid,
         "main_start": starttime(main_pid) if main_pid else None,
         "main_env": environ(main_pid) if main_pid else {},

@@ -117,6 +117,7 @@ def test_launch_writes_and_starts_the_unit(server: Server) -> None:
     # the server and its workers: the API server plus one worker per GPU, all in the unit's control group
     assert len(snap["members"]) >= 1 + len(GPUS), snap["members"]
     assert "NCCL_PROTO" not in snap["main_env"]
+    assert snap["is_enabled"] == "enabled", "the unit is not enabled after a launch: it would not come back after a reboot"
     server.main = (snap["main_pid"], snap["main_start"])
     server.members = snap["members"]
 
@@ -263,6 +264,7 @@ def test_stop_ends_the_whole_control_group_and_frees_the_gpus(server: Server) ->
     assert all(not pids for pids in holders(snap).values()), holders(snap)
     assert [gpu["used_mib"] for gpu in snap["gpus"]] == [0] * len(snap["gpus"])
     assert snap["health"] == -1
+    assert snap["is_enabled"] == "disabled", "a stopped server's unit is still enabled: the next boot would start it"
 
 
 def test_zz_report_timings(container: Container) -> None:
