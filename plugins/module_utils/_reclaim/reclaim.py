@@ -41,6 +41,10 @@ VERIFY_POLL_S = 0.02
 # started as it ended and that left every proven lineage (a daemon: see lineage.py, DETACHED) before it may count as
 # one that holds nothing.
 RESPAWN_WINDOW_S = 0.5
+# the cgroups read before the first signal, at most (launchers first, in the plan's order): a read of /proc/PID/cgroup
+# costs more than the rest of a target's watch, and a tree's processes share few cgroups. A target beyond them has
+# an unknown cgroup, and an unknown cgroup matches any (what it leaves is watched, never ended)
+CGROUP_READS = 32
 
 
 def _boot_offset(psutil: t.Any, clock: t.Callable[[], float]) -> t.Optional[float]:
@@ -238,7 +242,8 @@ class Reclaim:
     def _watch_tree(self, targets: t.Sequence[Target]) -> None:
         """Before the first signal: each target's cgroup, and the adopters of its orphans (lineage.py)."""
         self._targets.update((tg.pid, tg) for tg in targets)
-        self._cgroups.update((tg.pid, self.cgroup_of(tg.pid)) for tg in targets)
+        for target in targets:
+            self._cgroups[target.pid] = self.cgroup_of(target.pid) if len(self._cgroups) < CGROUP_READS else None
         if self._table is not None:
             self._adopters = adopters(self._table.ancestors, [tg.pid for tg in targets])
 

@@ -193,3 +193,13 @@ def test_a_new_process_of_another_cgroup_below_pid_1_costs_no_wait(monkeypatch):
     result = run_module(monkeypatch, host, RUN)
     assert result["verified"] is True and result["warnings"] == [], result
     assert result["elapsed_s"] < RESPAWN_WINDOW_S and result["respawn_watch"]["candidates"] == []
+
+
+def test_a_target_whose_cgroup_was_not_read_matches_any(monkeypatch):
+    """Beyond CGROUP_READS targets the cgroup is not read before the signals: what they leave is watched, never missed."""
+    monkeypatch.setattr(_reclaim, "CGROUP_READS", 0)
+    host = Daemonizing(monkeypatch, 40000, cgroup="/system.slice/cron.service")
+    result = run_module(monkeypatch, host, RUN)
+    for timer in host.timers:
+        timer.join()
+    assert result["failed"] is True and "GPU 0: pid 301" in result["msg"] and host.psutil.signalled(301) == []
