@@ -240,12 +240,13 @@ class Reclaim:
         return {pid: trust.reason(pid, holders[pid]["name"]) for pid in sorted(holders) if not trust.verified(pid)}
 
     def _watch_tree(self, targets: t.Sequence[Target]) -> None:
-        """Before the first signal: each target's cgroup, and the adopters of its orphans (lineage.py)."""
+        """Before the first signal: each target's cgroup (at most CGROUP_READS in all), and the adopters of its orphans
+        (lineage.py): PID 1 and its ancestors in the plan's table (a respawn found later has none there)."""
         self._targets.update((tg.pid, tg) for tg in targets)
         for target in targets:
             self._cgroups[target.pid] = self.cgroup_of(target.pid) if len(self._cgroups) < CGROUP_READS else None
         if self._table is not None:
-            self._adopters = adopters(self._table.ancestors, [tg.pid for tg in targets])
+            self._adopters |= adopters(self._table.ancestors, [tg.pid for tg in targets])
 
     def _note_exits(self, began: float, outcomes: t.Sequence[Outcome]) -> None:
         """When each target was seen gone, on ``clock`` (``began``: the ladder's start)."""
@@ -486,16 +487,17 @@ class Reclaim:
 
     def _detached_text(self, pid: int) -> str:
         forker, offset, top = self._forker(pid)
-        row = self._targets.get(forker) if forker is not None else None
-        who = "PID %s (%s)" % (forker, label(row._asdict() if row is not None else self._parents.get(forker) or self.describe(forker)))
         via = "" if top == pid else "forked by PID %d, which " % top
         if forker is None:
-            how = "%sstarted as what this run ended ended, with its parent gone, in the cgroup of what was ended" % via
-        elif offset is None:
-            how = "forked by %s in the lineage of what this run ended, then out of it" % who
+            how = "%sstarted while what this run ended was ending, with its parent gone, in the cgroup of a target" % via
         else:
-            how = "%sstarted %.3f s %s %s ended, with its parent gone, in its cgroup: most likely forked by it as it ended" % (
-                via, abs(offset), "before" if offset <= 0 else "after", who)
+            row = self._targets.get(forker)
+            who = "PID %d (%s)" % (forker, label(row._asdict() if row is not None else self._parents.get(forker) or self.describe(forker)))
+            if offset is None:
+                how = "forked by %s in the lineage of what this run ended, then out of it" % who
+            else:
+                how = "%sstarted %.3f s %s %s ended, with its parent gone, in its cgroup: most likely forked by it as it ended" % (
+                    via, abs(offset), "before" if offset <= 0 else "after", who)
         return "%s: a respawn that left the tree (a daemon); not ended (with its parent gone nothing proves it is the tree's): " \
             "stop what respawns it, or end it" % how
 
