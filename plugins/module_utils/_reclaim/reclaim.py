@@ -101,6 +101,7 @@ class Reclaim:
         self._detached: t.Dict[int, t.Dict[str, t.Any]] = {}
         self._new_cgroups: t.Dict[int, t.Optional[str]] = {}
         self._origin: t.Dict[int, int] = {}
+        self._group_of: t.Dict[int, int] = {}  # a targets' process group -> its first target
         self._targets: t.Dict[int, Target] = {}
         self._exit_at: t.Dict[int, float] = {}
         self._offset: t.Optional[float] = None
@@ -179,7 +180,11 @@ class Reclaim:
         plan.warnings.extend(unread)
         # a process the targets fork during the ladder shares their process group (unless it is one of ours)
         ours = {self.getpgid(pid) for pid in self._protected if pid > 1}
-        self._pgids = {pgid for pgid in (self.getpgid(tg.pid) for tg in plan.targets) if pgid not in ours and pgid not in (None, 0, 1)}
+        for target in plan.targets:  # launchers first: a group's first target is the one a member of it came from
+            pgid = self.getpgid(target.pid)
+            if pgid not in ours and pgid not in (None, 0, 1):
+                self._group_of.setdefault(t.cast(int, pgid), target.pid)
+        self._pgids = set(self._group_of)
         self._parents = self._respawners(plan.targets)
         return plan
 
@@ -286,8 +291,9 @@ class Reclaim:
             elif verdict.kind == END:
                 self._candidates.pop(pid, None)
                 target = Target(pid, info["create_time"], info["name"], info["cmdline"], info["username"], "respawned", 1, [])
-                if verdict.parent is not None:
-                    self._origin[pid] = verdict.parent
+                origin = verdict.parent if verdict.parent is not None else self._group_of.get(t.cast(int, self.getpgid(pid)))
+                if origin is not None:
+                    self._origin[pid] = origin
                 self._watch_tree([target])
                 found.append(target)
             elif pid not in self._candidates:
