@@ -146,7 +146,8 @@ options:
         PID 1, an adopter (O(subreapers)) or this module's ancestor, and no process of the lineage is left, the first free
         reading is the verification (no fixed wait). When a parent that could respawn one is alive (see the lineage above),
         the GPUs must keep reading free until 0.5 s after the last change in the lineage (the end of the ladder, or the last
-        respawn seen or ended); a respawn shows as a new process long before it holds GPU memory.
+        respawn seen or ended); a respawn shows as a new process long before it holds GPU memory. The same holds for 0.5 s
+        after a process the ended tree left as it ended (a daemon, see the description) was first seen, while it runs.
       - "A number of seconds (from 0 to 60) is a fixed window on every run, whatever the lineage: the GPUs must read free for
         that long (the lineage is still watched meanwhile). Use it for a respawn that comes later than 0.5 s after its
         predecessor exits (a supervisor's restart delay, C(RestartSec=) of a systemd unit, whose restart comes from PID 1).
