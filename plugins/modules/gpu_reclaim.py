@@ -510,9 +510,9 @@ respawn_watch:
       description:
         - Processes of the lineage started during the run that it did not end, each with C(pid), C(name), C(cmdline),
           C(parent) (PID, when first seen), C(running) (at the end), C(reason), C(forked_by) and C(detached).
-        - C(detached) is V(true) for a process the ended tree left as it ended, out of every proven lineage (see the
+        - "C(detached) is V(true) for a process the ended tree left as it ended, out of every proven lineage (see the
           description; listed while it runs). Its C(forked_by) is the target (or live parent of one) it came from: proven
-          through its parents, else the target of its cgroup whose exit came nearest its start (V(null) when unknown).
+          through its parents, else the target of its cgroup whose exit came nearest its start (V(null) when unknown)."
         - For the others, C(forked_by) is their parent.
       type: list
       elements: dict
