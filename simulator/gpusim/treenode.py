@@ -5,7 +5,8 @@
 It takes the title of its node (setproctitle, and `comm` as the kernel would set it for that program),
 records itself, starts its children, holds its GPU memory, then waits for signals: the default action of
 SIGTERM ends it, unless the node ignores SIGTERM or respawns (forks a child that allocates after a delay,
-then exits; with `detach`, that child is a daemon in a session of its own whose parent is gone). Children are reaped at once (SIGCHLD ignored), so a dead node never lingers as a zombie.
+then exits; with `detach`, that child is a daemon in a session of its own whose parent is gone). Children
+are reaped at once (SIGCHLD ignored), so a dead node never lingers as a zombie.
 
 A node with `restart_children` is a supervisor: it reaps its children itself and, `delay` seconds after one
 exits, starts it again (a new process, at most `limit` times in all, titled `title` when given), which holds
