@@ -28,6 +28,14 @@ description:
     O(owner)'s session. Any other is reported (RV(respawn_watch.candidates)) and the task fails naming it and its parent if it
     still runs 0.5 s after it was seen (it may exit, or exec a program that O(match) takes), or at once if it holds memory on a
     selected GPU; a cluster daemon's new child (a node's pool of idle workers) fails it only by holding memory."
+  - "A target may also leave a process as it ends that no proven lineage leads to: a worker that on SIGTERM forks a daemon
+    (a session of its own, or a second fork), whose parent is gone before it holds anything. Such a process, started since
+    the reading, whose parent now is an adopter of the targets' orphans (PID 1 or an ancestor of a target) and which shares a
+    target's cgroup (or the child of one), is watched too (RV(respawn_watch.candidates) with C(detached)). It is never
+    signalled (with its parent gone nothing proves it is the tree's). With O(settle=auto) the GPUs must keep reading free
+    until 0.5 s after it was first seen, while it runs. If it takes memory on a selected GPU, the task fails naming it and the
+    target whose exit came nearest its start (most likely its forker). One still running that holds nothing after the
+    window only adds a warning. A new process of another cgroup (a service that PID 1 starts meanwhile) is not watched."
   - Signals along O(signals), waiting up to O(grace) seconds per step for each process to exit, then verifies with fresh NVML
     readings (a method independent of the kill) until every selected GPU has no holder and at most O(memory_threshold_mib) in use
     for the settle window (see O(settle)), or O(timeout) runs out.
@@ -138,7 +146,8 @@ options:
         PID 1, an adopter (O(subreapers)) or this module's ancestor, and no process of the lineage is left, the first free
         reading is the verification (no fixed wait). When a parent that could respawn one is alive (see the lineage above),
         the GPUs must keep reading free until 0.5 s after the last change in the lineage (the end of the ladder, or the last
-        respawn seen or ended); a respawn shows as a new process long before it holds GPU memory.
+        respawn seen or ended); a respawn shows as a new process long before it holds GPU memory. The same holds for 0.5 s
+        after a process the ended tree left as it ended (a daemon, see the description) was first seen, while it runs.
       - "A number of seconds (from 0 to 60) is a fixed window on every run, whatever the lineage: the GPUs must read free for
         that long (the lineage is still watched meanwhile). Use it for a respawn that comes later than 0.5 s after its
         predecessor exits (a supervisor's restart delay, C(RestartSec=) of a systemd unit, whose restart comes from PID 1).
@@ -536,7 +545,11 @@ respawn_watch:
     candidates:
       description:
         - Processes of the lineage started during the run that it did not end, each with C(pid), C(name), C(cmdline),
-          C(parent) (PID), C(running) (at the end) and C(reason).
+          C(parent) (PID, when first seen), C(running) (at the end), C(reason), C(forked_by) and C(detached).
+        - "C(detached) is V(true) for a process the ended tree left as it ended, out of every proven lineage (see the
+          description; listed while it runs). Its C(forked_by) is the target (or live parent of one) it came from: proven
+          through its parents, else the target of its cgroup whose exit came nearest its start (V(null) when unknown)."
+        - For the others, C(forked_by) is their parent.
       type: list
       elements: dict
       returned: always

@@ -7,7 +7,7 @@ For the shapes real hosts have and a vLLM tree does not: a Ray node (raylet -> r
 
     {"key": "eval", "title": "python eval.py --shard 0", "comm": "python",
      "hold": [{"gpu": 0, "mib": 20000, "flags": ["mps"]}],
-     "devices": [1], "ignore_term": false, "respawn": {"delay": 0.3, "hold": [...]},
+     "devices": [1], "ignore_term": false, "respawn": {"delay": 0.3, "hold": [...], "detach": false},
      "restart_children": {"delay": 0.1, "limit": 1, "hold_delay": 0.3, "title": "..."}, "children": [...]}
 
 Only `title` is required; `key` defaults to the title. `devices` opens those GPUs' device files (see devices.py)

@@ -5,7 +5,8 @@
 It takes the title of its node (setproctitle, and `comm` as the kernel would set it for that program),
 records itself, starts its children, holds its GPU memory, then waits for signals: the default action of
 SIGTERM ends it, unless the node ignores SIGTERM or respawns (forks a child that allocates after a delay,
-then exits). Children are reaped at once (SIGCHLD ignored), so a dead node never lingers as a zombie.
+then exits; with `detach`, that child is a daemon in a session of its own whose parent is gone). Children
+are reaped at once (SIGCHLD ignored), so a dead node never lingers as a zombie.
 
 A node with `restart_children` is a supervisor: it reaps its children itself and, `delay` seconds after one
 exits, starts it again (a new process, at most `limit` times in all, titled `title` when given), which holds
@@ -69,12 +70,26 @@ def announce(state: StateDir, tree_id: str, key: str) -> None:
 
 
 def respawn(state: StateDir, node: Dict[str, Any]) -> None:
-    """SIGTERM handler of a respawning node: fork a child that allocates after a delay, then exit."""
+    """SIGTERM handler of a respawning node: fork a child that allocates after a delay, then exit.
+
+    With `detach`, the child leaves the tree as a daemon does: it starts a session of its own (setsid), forks the
+    process that allocates and exits at once, so that process is in no process group or session of the tree, and its
+    parent is gone (the kernel gives it to whatever adopts orphans) before it holds anything. SIGTERM stays blocked
+    until each forked process has set its own handling, so the inherited handler never runs twice.
+    """
     plan = node["respawn"]
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     if os.fork() == 0:
         try:
-            record_self(state, ROLE_RESPAWNED)
+            if plan.get("detach"):
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the intermediate: gone in a moment anyway
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+                os.setsid()
+                if os.fork() != 0:
+                    os._exit(0)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+            record_self(state, ROLE_RESPAWNED)
             time.sleep(float(plan.get("delay", 0.3)))
             hold(state, plan.get("hold", node.get("hold", [])))
             while True:

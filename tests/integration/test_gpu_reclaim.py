@@ -567,6 +567,46 @@ def test_respawned_holder_is_ended_and_the_gpu_stays_free(make_host, inventory, 
     assert canaries.alive(), canaries.dead()
 
 
+def respawned_records(host):
+    """(pid, start time) of every process the simulator recorded as a respawn (role tree_respawned)."""
+    return [(record.pid, record.starttime) for record in host.records() if record.role == "tree_respawned"]
+
+
+def test_holder_daemonized_as_its_worker_dies_fails_the_run_naming_it(make_host, inventory, tmp_path, canaries):
+    """On SIGTERM the worker daemonizes a child (setsid, a second fork: in no process group or session of the tree, its
+    parent gone before it holds anything) that takes GPU 0 0.3 s later, then exits. No lineage the run can prove leads
+    to it, so it is never ended; the run must fail naming it and its worker, never verify. Then a plain holder on
+    GPU 1 of the same host (no respawn) is still verified free at the first free reading."""
+    host = make_host()
+    worker = "python3 /opt/jobs/worker.py --rank 0"
+    pids = tree(host, node("worker", worker, hold=holds(0, 40000), respawn={"delay": 0.3, "detach": True}))
+    plain = tree(host, node("plain", "python3 /opt/jobs/eval.py --shard 1", hold=holds(1, 20000)))
+    canaries.hold(host, 7)
+    try:
+        result = reclaim(host, inventory, tmp_path, {"gpus": ["0"]})
+        alive = [pid for pid, start in respawned_records(host) if pid_alive(pid, start)]
+        assert len(alive) == 1 and alive[0] != pids["worker"], (respawned_records(host), result["msg"])
+        child = alive[0]
+        assert wait_for(lambda: host.holders(0) == [child] and used(host)[0] == 40000, timeout=10), host.status()
+        assert not pid_alive(pids["worker"]) and pid_alive(plain["plain"]) and used(host)[1] == 20000
+        assert result["failed"] is True and result.get("verified") is False, result
+        assert "pid %d" % child in result["msg"] and "PID %d" % pids["worker"] in result["msg"], result["msg"]
+        assert child not in {k["pid"] for k in result["killed"]}, "a process no proven lineage leads to is never signalled"
+        suspects = {c["pid"]: c for c in result["respawn_watch"]["candidates"]}
+        assert suspects[child]["forked_by"] == pids["worker"], suspects
+        again = reclaim(host, inventory, tmp_path, {"gpus": ["1"]})
+        assert again.get("verified") is True, again["msg"]
+        assert used(host)[1] == 0 and host.holders(1) == [] and not pid_alive(plain["plain"])
+        recorded = {record.pid for record in host.records()}
+        assert not recorded & {c["pid"] for c in again["respawn_watch"]["candidates"]}, "a plain holder leaves nothing to watch"
+        assert pid_alive(child), "a run on GPU 1 leaves GPU 0's holder alone"
+    finally:
+        for pid, start in respawned_records(host):
+            if pid_alive(pid, start):
+                os.kill(pid, signal.SIGKILL)
+    assert canaries.alive(), canaries.dead()
+
+
 def test_driver_teardown_lag_is_waited_for(make_host, inventory, tmp_path, canaries):
     host = make_host()
     host.gpusim("teardown-lag", "--ms", "1500")

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
@@ -15,6 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List
 
+import pytest
 from gpusim_helpers import GRACE_S, SimHost, cmdline, is_running, ppid, proc_state, read_proc, wait_for
 
 INCIDENT_MIB = 93029
@@ -327,3 +329,29 @@ def test_workers_start_untitled_through_spawn_main(simhost: SimHost) -> None:
     simhost.kill(tree["parent"], signal.SIGTERM)
     assert wait_for(lambda: not any(is_running(pid) for pid in [tree["parent"], *tree["workers"]]), 20)
     assert simhost.used_mib() == [0] * 8
+
+
+@pytest.mark.parametrize("detach", [False, True])
+def test_respawning_node_forks_a_holder_as_it_ends(simhost: SimHost, detach: bool) -> None:
+    """`respawn`: on SIGTERM the node forks the process that takes its GPU `delay` s later, then exits. Without
+    `detach` that process stays in the node's process group and session; with it, it is a daemon in a session of its
+    own, in no group of the tree, whose parent is gone: the reaper above the tree adopted it."""
+    root = {"key": "worker", "title": "python3 /opt/jobs/worker.py --rank 0", "hold": [{"gpu": 0, "mib": 40000}],
+            "respawn": {"delay": 0.3, "detach": detach}}
+    worker = simhost.gpusim_json("tree", "--spec", json.dumps(root))["worker"]
+    reaper, group, session = ppid(worker), os.getpgid(worker), os.getsid(worker)
+    assert [holders(gpu) for gpu in simhost.nvml_gpus()[:1]] == [[worker]]
+    simhost.kill(worker, signal.SIGTERM)
+
+    def respawned() -> List[int]:
+        return [pid for pid, _start, role in simhost.records() if role == "tree_respawned" and is_running(pid)]
+
+    assert wait_for(lambda: len(respawned()) == 1 and not is_running(worker)), (respawned(), proc_state(worker))
+    child = respawned()[0]
+    assert child != worker and title(child) == root["title"]
+    assert wait_for(lambda: simhost.used_mib()[0] == 40000 and simhost.holders(0) == [child]), simhost.status()
+    if detach:
+        assert os.getsid(child) not in (session, child) and os.getpgid(child) == os.getsid(child), "a daemon, not a leader"
+        assert os.getpgid(child) != group and ppid(child) == reaper
+    else:
+        assert (os.getpgid(child), os.getsid(child)) == (group, session)

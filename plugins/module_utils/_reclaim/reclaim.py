@@ -18,6 +18,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import pid_trust as _pid_trust
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.devices import device_holders
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import read_cgroup
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import evidence
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import NvmlSession, renew
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
@@ -30,13 +31,29 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import 
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.verify import Problem, Reading, drop_exited, judge, predict, read_gpu
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.selection import resolve_gpus
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.ladder import Outcome, run_ladder
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.lineage import DETACHED, END, UNRELATED, Known, adopters, nearest_exit, sort_new
 
 VERIFY_POLL_S = 0.02
 # settle: auto. How long a live parent of an ended holder (a supervisor, a wrapper script, a service manager other than
 # an adopter) gets, after the last change in the lineage, to fork a replacement before the GPUs count as verified free.
 # A respawn shows as that fork long before its CUDA context holds memory; a respawn that comes later than this needs
-# a fixed settle window (or stopping what respawns it first).
+# a fixed settle window (or stopping what respawns it first). The same window watches a process that the ended tree
+# started as it ended and that left every proven lineage (a daemon: see lineage.py, DETACHED) before it may count as
+# one that holds nothing.
 RESPAWN_WINDOW_S = 0.5
+# the cgroups read before the first signal, at most (launchers first, in the plan's order): a read of /proc/PID/cgroup
+# costs more than the rest of a target's watch, and a tree's processes share few cgroups. A target beyond them has
+# an unknown cgroup, and an unknown cgroup matches any (what it leaves is watched, never ended)
+CGROUP_READS = 32
+
+
+def _boot_offset(psutil: t.Any, clock: t.Callable[[], float]) -> t.Optional[float]:
+    """What to take from a process's create_time (psutil's: boot time + clock ticks since boot) to have its start on
+    ``clock`` (time.monotonic: the boot-time clock without the time suspended, none during a run); None when unknown."""
+    try:
+        return float(psutil.boot_time()) + time.clock_gettime(getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)) - clock()
+    except (AttributeError, OSError, TypeError, ValueError):
+        return None
 
 
 def _getpgid(pid: int) -> t.Optional[int]:
@@ -51,7 +68,7 @@ class Reclaim:
 
     def __init__(self, session: NvmlSession, psutil: t.Any, spec: ReclaimSpec, check_mode: bool,
                  clock: t.Callable[[], float] = time.monotonic, getpgid: t.Optional[t.Callable[[int], t.Optional[int]]] = None,
-                 sid_of: t.Optional[GetSid] = None) -> None:
+                 sid_of: t.Optional[GetSid] = None, cgroup_of: t.Optional[t.Callable[[int], t.Optional[str]]] = None) -> None:
         self.session = session
         self.psutil = psutil
         self.spec = spec
@@ -59,6 +76,7 @@ class Reclaim:
         self.clock = clock
         self.getpgid = getpgid or _getpgid
         self.sid_of = sid_of or getsid
+        self.cgroup_of = cgroup_of or read_cgroup
         self.start = clock()
         self._described: t.Dict[int, t.Dict[str, t.Any]] = {}
         self._before_described: t.Dict[int, t.Dict[str, t.Any]] = {}
@@ -75,6 +93,18 @@ class Reclaim:
         self._parent_gpus: t.Dict[int, t.List[int]] = {}  # parent -> the selected GPUs its ended children held
         self._candidates: t.Dict[int, t.Dict[str, t.Any]] = {}
         self._unrelated: t.Set[int] = set()
+        # what the ended tree left as it ended (see lineage.py): each target's cgroup (read before its first signal) and
+        # where its orphans go, the processes sorted DETACHED (pid -> row, its parent if proven, cgroup, when first
+        # seen), the target each respawn came from, and when the ladder saw each target gone (on ``clock``)
+        self._cgroups: t.Dict[int, t.Optional[str]] = {}
+        self._adopters: t.Set[int] = {1}
+        self._detached: t.Dict[int, t.Dict[str, t.Any]] = {}
+        self._new_cgroups: t.Dict[int, t.Optional[str]] = {}
+        self._origin: t.Dict[int, int] = {}
+        self._group_of: t.Dict[int, int] = {}  # a targets' process group -> its first target
+        self._targets: t.Dict[int, Target] = {}
+        self._exit_at: t.Dict[int, float] = {}
+        self._offset: t.Optional[float] = None
         self._waited = 0.0
         self._fresh_at: t.Optional[float] = None  # when the verification's own NVML session was opened (seconds in)
         self._uuids: t.Dict[int, str] = {}  # index -> UUID, as that session read it
@@ -108,8 +138,11 @@ class Reclaim:
         self._before_described = dict(self._described)
         if self.check_mode:
             return self._check_result(before, plan)
+        self._watch_tree(plan.targets)
+        began = self.clock()
         outcomes = run_ladder(self.psutil, plan.targets, self.spec.signals, self.spec.grace, clock=self.clock,
                               deadline=self.start + self.spec.timeout, discover=self._discover)
+        self._note_exits(began, outcomes)
         after, problems, outcomes = self._verify(before, plan, outcomes)
         return self._result(before, after, plan, outcomes, problems)
 
@@ -147,7 +180,11 @@ class Reclaim:
         plan.warnings.extend(unread)
         # a process the targets fork during the ladder shares their process group (unless it is one of ours)
         ours = {self.getpgid(pid) for pid in self._protected if pid > 1}
-        self._pgids = {pgid for pgid in (self.getpgid(tg.pid) for tg in plan.targets) if pgid not in ours and pgid not in (None, 0, 1)}
+        for target in plan.targets:  # launchers first: a group's first target is the one a member of it came from
+            pgid = self.getpgid(target.pid)
+            if pgid not in ours and pgid not in (None, 0, 1):
+                self._group_of.setdefault(t.cast(int, pgid), target.pid)
+        self._pgids = set(self._group_of)
         self._parents = self._respawners(plan.targets)
         return plan
 
@@ -207,37 +244,76 @@ class Reclaim:
         trust = _pid_trust.assess(missing)
         return {pid: trust.reason(pid, holders[pid]["name"]) for pid in sorted(holders) if not trust.verified(pid)}
 
+    def _watch_tree(self, targets: t.Sequence[Target]) -> None:
+        """Before the first signal: each target's cgroup (at most CGROUP_READS in all), and the adopters of its orphans
+        (lineage.py): PID 1 and its ancestors in the plan's table (a respawn found later has none there)."""
+        self._targets.update((tg.pid, tg) for tg in targets)
+        for target in targets:
+            self._cgroups[target.pid] = self.cgroup_of(target.pid) if len(self._cgroups) < CGROUP_READS else None
+        if self._table is not None:
+            self._adopters |= adopters(self._table.ancestors, [tg.pid for tg in targets])
+
+    def _note_exits(self, began: float, outcomes: t.Sequence[Outcome]) -> None:
+        """When each target was seen gone, on ``clock`` (``began``: the ladder's start)."""
+        for outcome in outcomes:
+            if outcome.ended is not None and outcome.seconds is not None:
+                self._exit_at.setdefault(outcome.target.pid, began + outcome.seconds)
+
     def _discover(self, known: t.Set[int]) -> t.List[Target]:
         """Processes started since the plan's process table in the lineage of what is ended, to end now (a respawn):
         a child of a target or a member of a target's process group (with ``kill_tree``), or a child of a live
         parent of a target (see _respawners) that this run may end (_may_end_respawn). The others of that lineage
-        are kept in ``_candidates`` for the result and the verification."""
+        are kept in ``_candidates`` for the result and the verification; what the ended tree left out of every
+        proven lineage as it ended in ``_detached`` (see lineage.py)."""
         if self._table is None:
             return []
-        found: t.List[Target] = []
+        rows: t.Dict[int, t.Dict[str, t.Any]] = {}
         for pid in self.psutil.pids():
-            if pid in known or pid in self._protected or pid in self._table.info or pid in self._unrelated:
+            if pid in known or pid in self._protected or pid in self._table.info or pid in self._unrelated or pid in self._detached:
                 continue
             info = self._row_now(pid)
             if info is None:
                 self._candidates.pop(pid, None)
                 continue
-            if info["ppid"] in self._parents:
-                why = self._may_end_respawn(pid, info)
-            elif info["ppid"] in known or self.getpgid(pid) in self._pgids:
-                why = None if self.spec.kill_tree else "kill_tree is false"
-            else:
+            rows[pid] = info
+        if not rows:
+            return []
+        now = self.clock()
+        lineage = Known(self._parents, known, self._pgids, self._detached, self._adopters)
+        found: t.List[Target] = []
+        for pid, verdict in sort_new(rows, lineage, self.getpgid, self._parent_rule, self._tree_rule, self._same_tree).items():
+            info = rows[pid]
+            if verdict.kind == UNRELATED:
                 self._unrelated.add(pid)
-                continue
-            if why is None and is_excluded(self.spec, info["name"], info["cmdline"]):
-                why = "matches `exclude` or is a driver helper"
-            if why is None:
+            elif verdict.kind == DETACHED:
                 self._candidates.pop(pid, None)
-                found.append(Target(pid, info["create_time"], info["name"], info["cmdline"], info["username"], "respawned", 1, []))
+                self._detached[pid] = {"info": info, "parent": verdict.parent, "seen": now, "cgroup": self._new_cgroups.get(pid)}
+            elif verdict.kind == END:
+                self._candidates.pop(pid, None)
+                target = Target(pid, info["create_time"], info["name"], info["cmdline"], info["username"], "respawned", 1, [])
+                origin = verdict.parent if verdict.parent is not None else self._group_of.get(t.cast(int, self.getpgid(pid)))
+                if origin is not None:
+                    self._origin[pid] = origin
+                self._watch_tree([target])
+                found.append(target)
             elif pid not in self._candidates:
                 # looked at again at every scan: a fork that has not yet exec'd its program may match later
-                self._candidates[pid] = {"info": info, "why": why, "seen": self.clock()}
+                self._candidates[pid] = {"info": info, "why": verdict.why, "seen": now}
         return found
+
+    def _parent_rule(self, pid: int, info: t.Mapping[str, t.Any]) -> t.Optional[str]:
+        return self._may_end_respawn(pid, info) or self._excluded_why(info)
+
+    def _tree_rule(self, _pid: int, info: t.Mapping[str, t.Any]) -> t.Optional[str]:
+        return ("kill_tree is false" if not self.spec.kill_tree else None) or self._excluded_why(info)
+
+    def _excluded_why(self, info: t.Mapping[str, t.Any]) -> t.Optional[str]:
+        return "matches `exclude` or is a driver helper" if is_excluded(self.spec, info["name"], info["cmdline"]) else None
+
+    def _same_tree(self, pid: int) -> bool:
+        """``pid`` shares the cgroup of a target (or either cannot be read)."""
+        cgroup = self._new_cgroups[pid] = self.cgroup_of(pid)
+        return cgroup is None or any(known in (None, cgroup) for known in self._cgroups.values())
 
     def _row_now(self, pid: int) -> t.Optional[t.Dict[str, t.Any]]:
         """name, cmdline, username, create_time, ppid and status of ``pid`` now, as the process table has them; None when gone."""
@@ -296,8 +372,11 @@ class Reclaim:
             if outcomes and self._table is not None:
                 found = self._discover({o.target.pid for o in outcomes})
                 if found:
-                    outcomes += run_ladder(self.psutil, found, self.spec.signals, self.spec.grace, clock=self.clock,
-                                           deadline=deadline, discover=self._discover)
+                    began = self.clock()
+                    more = run_ladder(self.psutil, found, self.spec.signals, self.spec.grace, clock=self.clock,
+                                      deadline=deadline, discover=self._discover)
+                    self._note_exits(began, more)
+                    outcomes += more
                     quiet_since, free_since = self.clock(), None
             if counted != len(outcomes):
                 # every target is ours: one NVML still lists after it exited (signalled or not) is the driver lagging behind
@@ -326,6 +405,7 @@ class Reclaim:
         not free. The first reading of that session reads each UUID again: it must be the one the first reading had."""
         left_alone = dict(plan.left_alone)
         left_alone.update((pid, self._respawn_text(pid)) for pid in self._candidates)
+        left_alone.update((pid, self._detached_text(pid)) for pid in self._detached)
         self._described.clear()  # a fresh reading means fresh process states too
         first = not self._uuids
         after = {index: self.read(index, self._uuids.get(index)) for index in indices}
@@ -361,12 +441,15 @@ class Reclaim:
         return problems
 
     def _window(self, now: float, free_since: float, quiet_since: float) -> float:
-        """Seconds the GPUs must still read free before they count as verified (0: now)."""
+        """Seconds the GPUs must still read free before they count as verified (0: now). With ``settle: auto``, also
+        RESPAWN_WINDOW_S after a process the ended tree left as it ended (_detached) was first seen, while it runs."""
         if self.spec.settle != AUTO:
             return float(self.spec.settle) - (now - free_since)
-        if not any(self._parent_alive(pid) for pid in self._parents):
-            return 0.0
-        return RESPAWN_WINDOW_S - (now - max([quiet_since] + [c["seen"] for c in self._candidates.values()]))
+        waits = [RESPAWN_WINDOW_S - (now - entry["seen"]) for pid, entry in self._detached.items()
+                 if now - entry["seen"] < RESPAWN_WINDOW_S and self._running(pid, entry["info"]["create_time"])]
+        if any(self._parent_alive(pid) for pid in self._parents):
+            waits.append(RESPAWN_WINDOW_S - (now - max([quiet_since] + [c["seen"] for c in self._candidates.values()])))
+        return max(waits + [0.0])
 
     def _running(self, pid: int, create_time: t.Optional[float]) -> bool:
         try:
@@ -382,6 +465,51 @@ class Reclaim:
         return "forked by PID %s (%s) in the lineage of what this run ended, after the ladder began: a respawn; not ended (%s): " \
             "stop what respawns it" % (ppid, label(parent), candidate["why"])
 
+    def _forker(self, pid: int) -> t.Tuple[t.Optional[int], t.Optional[float], int]:
+        """Where a DETACHED process came from: (the process of the ended tree, how far the start of the orphan at the
+        top of its chain came from that process's exit (None: proven all the way), that orphan). Up the proven
+        parents first; from an orphan, the target of its cgroup whose exit came nearest its start (nearest_exit)."""
+        while pid in self._detached and self._detached[pid]["parent"] is not None:
+            pid = self._detached[pid]["parent"]
+        if pid not in self._detached:
+            return self._origin_of(pid), None, pid
+        entry = self._detached[pid]
+        if self._offset is None:
+            self._offset = _boot_offset(self.psutil, self.clock)
+        if self._offset is None or entry["info"]["create_time"] is None:
+            return None, None, pid
+        start = entry["info"]["create_time"] - self._offset
+        exits = {target: at for target, at in self._exit_at.items() if entry["cgroup"] is None or self._cgroups.get(target) in (None, entry["cgroup"])}
+        near = nearest_exit(start, exits)
+        return (None, None, pid) if near is None else (self._origin_of(near), start - exits[near], pid)
+
+    def _origin_of(self, pid: int) -> int:
+        """The process of the plan (or a live parent of a target) that a respawn found in the lineage came from."""
+        seen = set()
+        while pid in self._origin and pid not in seen:
+            seen.add(pid)
+            pid = self._origin[pid]
+        return pid
+
+    def _detached_text(self, pid: int) -> str:
+        forker, offset, top = self._forker(pid)
+        via = "" if top == pid else "forked by PID %d, which " % top
+        if forker is None:
+            how = "%sstarted while what this run ended was ending, with its parent gone, in the cgroup of a target" % via
+        else:
+            row = self._targets.get(forker)
+            who = "PID %d (%s)" % (forker, label(row._asdict() if row is not None else self._parents.get(forker) or self.describe(forker)))
+            if offset is None:
+                how = "forked by %s in the lineage of what this run ended, then out of it" % who
+            else:
+                how = "%sstarted %.3f s %s %s ended, with its parent gone, in its cgroup: most likely forked by it as it ended" % (
+                    via, abs(offset), "before" if offset <= 0 else "after", who)
+        return "%s: a respawn that left the tree (a daemon); not ended (with its parent gone nothing proves it is the tree's): " \
+            "stop what respawns it, or end it" % how
+
+    def _running_detached(self) -> t.List[int]:
+        return [pid for pid, entry in sorted(self._detached.items()) if self._running(pid, entry["info"]["create_time"])]
+
     def _lineage(self) -> t.Dict[str, t.Any]:
         """The result's ``respawn_watch``."""
         parents = [{"pid": pid, "name": row["name"], "cmdline": row["cmdline"], "alive": self._parent_alive(pid)}
@@ -390,7 +518,12 @@ class Reclaim:
         for pid, candidate in sorted(self._candidates.items()):
             info = candidate["info"]
             candidates.append({"pid": pid, "name": info["name"], "cmdline": info["cmdline"], "parent": info["ppid"],
-                               "running": self._running(pid, info["create_time"]), "reason": self._respawn_text(pid)})
+                               "running": self._running(pid, info["create_time"]), "reason": self._respawn_text(pid),
+                               "forked_by": info["ppid"], "detached": False})
+        for pid in self._running_detached():
+            info = self._detached[pid]["info"]
+            candidates.append({"pid": pid, "name": info["name"], "cmdline": info["cmdline"], "parent": info["ppid"], "running": True,
+                               "reason": self._detached_text(pid), "forked_by": self._forker(pid)[0], "detached": True})
         return {"settle": self.spec.settle, "parents": parents, "candidates": candidates, "waited_s": self._waited}
 
     def _check_result(self, before: t.Mapping[int, Reading], plan: Plan) -> t.Dict[str, t.Any]:
@@ -440,6 +573,12 @@ class Reclaim:
         survivors = [o for o in outcomes if o.ended is None or o.target.pid in stuck]
         result["changed"] = any(o.signal is not None for o in outcomes)
         result["verified"] = not problems and not survivors
+        if result["verified"]:
+            # a process the tree left as it ended that still runs, holding nothing after the window: said, not a failure
+            # (a daemon's new process on the same host, started at that moment, looks the same)
+            result["warnings_list"] = plan.warnings + [
+                "pid %d (%s) holds no selected GPU after the respawn watch, but still runs: %s" % (
+                    pid, self._detached[pid]["info"]["name"], self._detached_text(pid)) for pid in self._running_detached()]
         result["survivors"] = [dict(_target_entry(o.target), error=o.error, signal=o.signal, state=self.describe(o.target.pid)["state"])
                                for o in survivors]
         signalled = sum(1 for o in ended if o.signal is not None)

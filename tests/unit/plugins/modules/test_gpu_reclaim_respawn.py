@@ -4,9 +4,13 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import reclaim as _reclaim
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.reclaim import RESPAWN_WINDOW_S
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import SpecError, build_spec
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_psutil import TERM, Row, vllm_server
@@ -125,3 +129,77 @@ def test_a_cluster_daemons_new_child_that_holds_nothing_is_only_reported(monkeyp
     assert host.psutil.signalled(301) == [] and host.psutil.signalled(200) == []
     (candidate,) = result["respawn_watch"]["candidates"]
     assert candidate["pid"] == 301 and "cluster daemon" in candidate["reason"]
+
+
+OFFSET = 5000.0  # create_time - OFFSET = time.monotonic() at the start: what _boot_offset gives on a real host
+SCOPE = "/user.slice/user-1000.slice/session-3.scope"
+WORKER = ["python3", "/opt/jobs/worker.py", "--rank", "0"]
+
+
+class Daemonizing(Host):
+    """GPU 0 held by PID 300 (below PID 1, in SCOPE). As it exits it leaves PID 301: a daemon whose parent is gone
+    (PID 1 adopted it), in ``cgroup``, that takes ``mib`` of GPU 0 ``delay`` s later (0 MiB: never)."""
+
+    def __init__(self, monkeypatch, mib, delay=0.0, cgroup=SCOPE):
+        super().__init__([Row(300, 1, "python3", WORKER)], {300: 0})
+        self.mib, self.delay = mib, delay
+        self.timers = []
+        cgroups = {300: SCOPE, 301: cgroup}
+        monkeypatch.setattr(_reclaim, "read_cgroup", lambda pid: cgroups.get(pid, "/system.slice/other.service"))
+        monkeypatch.setattr(_reclaim, "_boot_offset", lambda psutil, clock: OFFSET)
+
+    def release(self, pid):
+        super().release(pid)
+        if pid == 300:
+            self.psutil.table[301] = Row(301, 1, "python3", WORKER, create_time=time.monotonic() + OFFSET)
+            if self.mib:
+                timer = threading.Timer(self.delay, self.hold, (301, 0, self.mib))
+                self.timers.append(timer)
+                timer.start()
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.2])
+def test_a_daemon_the_worker_leaves_as_it_ends_fails_the_run_once_it_takes_the_gpu(monkeypatch, delay):
+    """Issue 23: the run said verified, and the GPU was held again a moment later by the new PID. Now the run watches
+    it for RESPAWN_WINDOW_S and fails naming it and its worker; nothing proves it is the tree's, so it is not signalled."""
+    host = Daemonizing(monkeypatch, 40000, delay)
+    result = run_module(monkeypatch, host, RUN)
+    for timer in host.timers:
+        timer.join()
+    assert result["failed"] is True and result["verified"] is False, result["msg"]
+    assert "GPU 0: pid 301 (python3, state sleeping) holds 40000 MiB" in result["msg"], result["msg"]
+    assert "most likely forked by it as it ended" in result["msg"] and "PID 300 (python3 /opt/jobs/worker.py --rank 0)" in result["msg"]
+    assert host.psutil.signalled(301) == [] and 301 in host.psutil.table and host.used()[0] == 40000
+    assert [k["pid"] for k in result["killed"]] == [300]
+    (candidate,) = result["respawn_watch"]["candidates"]
+    assert (candidate["pid"], candidate["forked_by"], candidate["parent"], candidate["detached"], candidate["running"]) == (301, 300, 1, True, True)
+    assert_bystanders_untouched(host)
+
+
+def test_a_daemon_that_holds_nothing_is_watched_for_the_window_then_named_in_a_warning(monkeypatch):
+    host = Daemonizing(monkeypatch, 0)
+    result = run_module(monkeypatch, host, RUN)
+    assert result["verified"] is True, result["msg"]
+    assert result["elapsed_s"] >= RESPAWN_WINDOW_S, "watched for the window from its first sight"
+    assert host.psutil.signalled(301) == [] and 301 in host.psutil.table and host.used()[0] == 0
+    (warning,) = result["warnings"]
+    assert warning.startswith("pid 301 (python3) holds no selected GPU after the respawn watch, but still runs: started "), warning
+    assert [c["pid"] for c in result["respawn_watch"]["candidates"]] == [301]
+
+
+def test_a_new_process_of_another_cgroup_below_pid_1_costs_no_wait(monkeypatch):
+    """A service PID 1 starts at that moment, in a cgroup of its own, is not the tree's: the first free reading verifies."""
+    host = Daemonizing(monkeypatch, 0, cgroup="/system.slice/cron.service")
+    result = run_module(monkeypatch, host, RUN)
+    assert result["verified"] is True and result["warnings"] == [], result
+    assert result["elapsed_s"] < RESPAWN_WINDOW_S and result["respawn_watch"]["candidates"] == []
+
+
+def test_a_target_whose_cgroup_was_not_read_matches_any(monkeypatch):
+    """Beyond CGROUP_READS targets the cgroup is not read before the signals: what they leave is watched, never missed."""
+    monkeypatch.setattr(_reclaim, "CGROUP_READS", 0)
+    host = Daemonizing(monkeypatch, 40000, cgroup="/system.slice/cron.service")
+    result = run_module(monkeypatch, host, RUN)
+    for timer in host.timers:
+        timer.join()
+    assert result["failed"] is True and "GPU 0: pid 301" in result["msg"] and host.psutil.signalled(301) == []
