@@ -20,6 +20,8 @@ import os
 import re
 import typing as t
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
+
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
 
 
@@ -198,7 +200,9 @@ def _program(proc: Proc) -> str:
 
 
 def _shown(proc: Proc) -> str:
-    return "PID %d (%s)" % (proc.pid, (" ".join(proc.cmdline) or proc.name)[:60])
+    """``PID N (its command line)``, secrets masked (a shell's ``-c`` string may hold the server's whole command line)."""
+    text = " ".join(masked_argv(proc.cmdline)) or proc.name
+    return "PID %d (%s)" % (proc.pid, text if len(text) <= 60 else text[:57] + "...")
 
 
 def classify(cgroup: t.Optional[str], parents: t.Sequence[Proc], own_unit: t.Optional[str] = None,
