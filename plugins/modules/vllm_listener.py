@@ -134,12 +134,11 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import ListenerError
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import DEFAULT_SUBREAPERS, matches_any, regexes
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.takeover import describe
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import DEFAULT_MATCH, read_listener
 
 ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "port": {"type": "int", "required": True},
-    "match": {"type": "list", "elements": "str", "default": ["^VLLM::", r"vllm\.entrypoints\.", r"(^|/)vllm\s+serve(\s|$)"]},
+    "match": {"type": "list", "elements": "str", "default": DEFAULT_MATCH},
     "unit": {"type": "str"},
     "stop_units": {"type": "bool", "default": False},
 }
@@ -148,16 +147,12 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
-    try:
-        between("port", params["port"], 1, 65535, "")
-        match = regexes("match", params["match"])
-        adopters = regexes("subreapers", DEFAULT_SUBREAPERS)
-    except SpecError as exc:
-        module.fail_json(msg=str(exc))
     _deps.require(module, _deps.PSUTIL)
     try:
-        info = describe(_deps.PSUTIL.module, params["port"], lambda name, cmdline: matches_any(match, name, cmdline),
-                        lambda name, cmdline: matches_any(adopters, name, cmdline), params["unit"], params["stop_units"])
+        between("port", params["port"], 1, 65535, "")
+        info = read_listener(_deps.PSUTIL.module, params["port"], params["match"], params["unit"], params["stop_units"])
+    except SpecError as exc:
+        module.fail_json(msg=str(exc))
     except ListenerError as exc:
         module.fail_json(msg=str(exc), listener=None)
     if info is None:

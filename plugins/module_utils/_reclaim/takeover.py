@@ -11,7 +11,8 @@ tmux, screen or a shell, nohup'd, or by any other live parent. It refuses, befor
 not vLLM (nginx, say), one of another tool's systemd unit (killing it makes the unit start it again) and one in a
 container.
 
-Package rule (_server): it imports the flat files of module_utils, _host and _gpu, and its own files.
+Package rule (_reclaim): whose a process is, like owner.py for a GPU holder. It imports the flat files of module_utils,
+_host and its own files.
 
 Private to this collection: the API may change without notice.
 """
@@ -22,8 +23,22 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import listener as _listener
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import DEFAULT_SUBREAPERS, matches_any, regexes
+
+# the role's vllm_server_reclaim_match: what a vLLM server looks like (its API server, `vllm serve`, its workers)
+DEFAULT_MATCH = ["^VLLM::", r"vllm\.entrypoints\.", r"(^|/)vllm\s+serve(\s|$)"]
 
 Looks = t.Callable[[str, t.Sequence[str]], bool]
+
+
+def read_listener(psutil: t.Any, port: int, match: t.Sequence[str] = tuple(DEFAULT_MATCH), unit: t.Optional[str] = None,
+                  stop_units: bool = False) -> t.Optional[t.Dict[str, t.Any]]:
+    """describe() with ``match`` as regular expressions (the option of vllm_listener and of vllm_lock's status); raises
+    SpecError naming ``match`` for a pattern that does not compile, ListenerError as describe() does."""
+    patterns = regexes("match", match)
+    adopters = regexes("subreapers", DEFAULT_SUBREAPERS)
+    return describe(psutil, port, lambda name, cmdline: matches_any(patterns, name, cmdline),
+                    lambda name, cmdline: matches_any(adopters, name, cmdline), unit, stop_units)
 
 
 def describe(psutil: t.Any, port: int, is_vllm: Looks, adopts: Looks, own_unit: t.Optional[str] = None,
