@@ -11,7 +11,7 @@ import typing as t
 import pytest
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import listener as L
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.takeover import refusal
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import refusal
 
 SERVE = ["/opt/vllm/bin/python", "/opt/vllm/bin/vllm", "serve", "org/model", "--port", "8000", "--api-key", "sk-secret"]
 BASH = L.Proc(4100, "bash", ["-bash"])
