@@ -15,6 +15,8 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
+import threading
+import time
 import typing as t
 
 import psutil
@@ -22,12 +24,14 @@ import pytest
 
 from conftest import pid_alive, starttime
 from gpusim.api import FakeVllm, wait_for
+from test_vllm_server_role import _running, _stream  # one streamed request, and the server's running count
 from simfleet import (RESTART, assert_server_owns_gpus, flat, health, holders, hosts_with_ports, listening_pid, role_host_vars,
                       run_playbook, write_role_inventory)
 
 WORKER_MIB = 20000
 JOB_MIB = 12000
 SECRET = "hf_takeoverSecretValue42"
+TOKENS = 1000  # a streamed request that outlasts the playbook's way to the stop (about 20 s at the fake's pace)
 
 
 def inventory_for(tmp_path, host):
@@ -40,7 +44,7 @@ def inventory_for(tmp_path, host):
 def hand_server(host, tmp_path) -> FakeVllm:
     """`vllm serve` as an operator types it, on the inventory's port and GPUs, a secret on its command line (not started)."""
     return FakeVllm(host, tmp_path / "hand.log", gpus="0,1", port=host.port, worker_mib=WORKER_MIB, engine_core=True,
-                    args=["--hf-token", SECRET])
+                    model="zai-org/GLM-5-GGUF", args=["--hf-token", SECRET])
 
 
 def start_in_bash(argv: t.Sequence[str], env: t.Mapping[str, str], log) -> "subprocess.Popen[bytes]":
@@ -188,7 +192,17 @@ def test_check_mode_previews_then_a_server_in_a_tmux_pane_is_taken_over(make_hos
     assert SECRET not in text
     assert alive(old_tree) == list(old_tree) and node.snapshot() == before and listening_pid(node.port) == old
 
+    # a request in flight on the hand-started server: the takeover drains it before the stop (the client's own reading)
+    out: t.Dict[str, t.Any] = {}
+    client = threading.Thread(target=_stream, args=(node.port, TOKENS, out))
+    client.start()
+    deadline = time.monotonic() + 20
+    while _running(node.port) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _running(node.port) == 1
     run = run_playbook(RESTART, inventory)
+    client.join(timeout=120)
+    assert not client.is_alive() and out["done"] and out["chunks"] == TOKENS and "error" not in out, out
     assert_taken_over(run, old_tree, (pane, parents[pane]), node, "started by hand in tmux (PID %d" % server)
     assert alive(parents) == list(parents), "the tmux server or its pane's shell was ended"
     assert canaries.alive(), canaries.dead()
