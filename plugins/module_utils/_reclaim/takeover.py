@@ -55,7 +55,8 @@ def describe(psutil: t.Any, port: int, is_vllm: Looks, adopts: Looks, own_unit: 
         with proc.oneshot():
             name, cmdline, create_time = proc.name(), proc.cmdline(), proc.create_time()
         tree = [child.pid for child in proc.children(recursive=True)]
-    except psutil.NoSuchProcess:
+    except psutil.Error:
+        # gone since the socket table was read (or unreadable): nothing to take over; a launch on the port then names it
         return None
     started = _listener.how_started(pid, own_unit, lambda p: adopts(p.name, p.cmdline), proc_root)
     vllm = is_vllm(name, cmdline)
