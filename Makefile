@@ -153,6 +153,8 @@ browser:
 	@$(call ensure_command,chromium,chromium)
 
 integration: venv tools browser sim collection-path
+	@# test_role_takeover.py starts a vLLM server by hand in a real tmux pane
+	@$(call ensure_command,tmux,tmux)
 	$(PYTEST) $(INTEGRATION_XDIST) --durations=20 tests/integration --junitxml=$(JUNIT)/integration.xml
 
 # the role's molecule scenario (extensions/molecule/default): one simulated host, converge, idempotence, verify

@@ -121,6 +121,28 @@ options:
       health_url:
         description: The server's C(/health), asked when the recorded server runs.
         type: str
+      listener:
+        description:
+          - Also read the process that listens on the server's port, as M(gpuops.fleet.vllm_listener) does, and return it as
+            C(status.listener) (the lock, the reading and this one in one module start-up).
+        type: dict
+        suboptions:
+          port:
+            description: The server's port.
+            type: int
+            required: true
+          match:
+            description: What a vLLM server looks like, as M(gpuops.fleet.vllm_listener)'s O(gpuops.fleet.vllm_listener#module:match).
+            type: list
+            elements: str
+            default: ['^VLLM::', 'vllm\.entrypoints\.', '(^|/)vllm\s+serve(\s|$)']
+          unit:
+            description: This collection's own systemd unit of the server.
+            type: str
+          stop_units:
+            description: Another tool's unit is no reason to refuse the listener (see M(gpuops.fleet.vllm_listener)).
+            type: bool
+            default: false
 requirements:
   - psutil on the managed host, with O(status).
 """
@@ -160,7 +182,8 @@ took_over:
 status:
   description:
     - With O(status), what runs now, read under the lock, with the keys of M(gpuops.fleet.vllm_process)'s status
-      (C(running), C(pid), C(create_time), C(config_hash), C(config_matches), C(healthy), C(health), C(record)).
+      (C(running), C(pid), C(create_time), C(config_hash), C(config_matches), C(healthy), C(health), C(record)), and with
+      O(status.listener), C(listener) as M(gpuops.fleet.vllm_listener) returns it.
   returned: when O(status) is given and the lock was taken
   type: dict
 """
@@ -171,6 +194,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import ListenerError
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import DEFAULT_MATCH, read_listener
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import LockHeld, acquire, release, who
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.process import read_status
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError
@@ -198,6 +223,12 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
         "state_file": {"type": "path", "required": True},
         "config_hash": {"type": "str"},
         "health_url": {"type": "str"},
+        "listener": {"type": "dict", "options": {
+            "port": {"type": "int", "required": True},
+            "match": {"type": "list", "elements": "str", "default": DEFAULT_MATCH},
+            "unit": {"type": "str"},
+            "stop_units": {"type": "bool", "default": False},
+        }},
     }},
 }
 
@@ -244,7 +275,11 @@ def main() -> None:
         wanted = params["status"]
         try:
             extra["status"] = read_status(_deps.PSUTIL.module, wanted["state_file"], wanted["config_hash"], wanted["health_url"])
-        except RecordError as exc:
+            listens = wanted["listener"]
+            if listens:
+                extra["status"]["listener"] = read_listener(_deps.PSUTIL.module, listens["port"], listens["match"], listens["unit"],
+                                                            listens["stop_units"])
+        except (RecordError, ListenerError, SpecError) as exc:
             # a failed task takes no lock: the one just taken is released again before failing
             released = release(params["path"], params["token"]).released if outcome.acquired else False
             module.fail_json(msg=str(exc), changed=False, acquired=False, released=released, holder=outcome.holder, **extra)

@@ -99,6 +99,23 @@ options:
     description: Seconds the drain before the stop waits at most (see O(drain_url)); the requests still in flight then are cut.
     type: float
     default: 60
+  takeover:
+    description:
+      - With O(state=stopped), stop this process instead of the recorded server - a server taken over, found listening on
+        the server's port (M(gpuops.fleet.vllm_listener)) but never launched by this module. It is drained first with
+        O(drain_url), then its whole tree is stopped as the recorded server's is (SIGTERM, then SIGKILL after
+        O(stop_timeout)); its parent (a shell, tmux, screen) is not signalled. The record, if any, is left as it is.
+      - A process that no longer runs with this start time is not stopped (RV(stopped) is empty).
+    type: dict
+    suboptions:
+      pid:
+        description: Its PID.
+        type: int
+        required: true
+      create_time:
+        description: Its start time (seconds since the epoch, as psutil reads it); another process with the PID is never signalled.
+        type: float
+        required: true
 requirements:
   - psutil on the managed host.
 seealso:
@@ -224,7 +241,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import (
     hide_only_secrets, masked_argv, secret_argv_values, secret_env_names,
 )
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import (
-    RecordError, carry_last_good, recorded_process, remove_record, string_env, write_record,
+    RecordError, carry_last_good, recorded_process, remove_record, same_process, string_env, write_record,
 )
 
 
@@ -242,6 +259,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "health_url": {"type": "str"},
     "drain_url": {"type": "str"},
     "drain_timeout": {"type": "float", "default": 60},
+    "takeover": {"type": "dict", "options": {"pid": {"type": "int", "required": True}, "create_time": {"type": "float", "required": True}}},
 }
 
 
@@ -253,6 +271,8 @@ def check_params(params: t.Mapping[str, t.Any], argv: t.Sequence[str]) -> None:
     between("drain_timeout", params["drain_timeout"], 0, 86400, "seconds")
     if params["drain_url"] is not None:
         http_url("drain_url", params["drain_url"])
+    if params["takeover"] is not None:
+        between("takeover.pid", params["takeover"]["pid"], 2, 2 ** 22, "")
 
 
 def _environment(extra):
@@ -286,7 +306,13 @@ def main() -> None:
     except RecordError as exc:
         module.fail_json(msg=str(exc))
     record = status["record"]
-    proc = recorded_process(psutil, record)
+    taken = params["takeover"]
+    if taken is not None and params["state"] == "stopped":
+        # a server taken over: this process, not the record's; the record is not touched
+        record = None
+        proc = same_process(psutil, taken["pid"], taken["create_time"])
+    else:
+        proc = recorded_process(psutil, record)
     recorded_hash = status["config_hash"]
     result = dict(status, changed=False, launched=False, stopped=[],
                   log_file=(record or {}).get("log_file") or params["log_file"],
@@ -311,10 +337,11 @@ def main() -> None:
             module.exit_json(msg="would stop PID %d" % proc.pid, **result)
         stopped = stop_tree(psutil, proc, params["stop_timeout"])
         result["stopped"] = [s._asdict() for s in stopped]
-        still = recorded_process(psutil, record)
+        still = same_process(psutil, taken["pid"], taken["create_time"]) if taken is not None else recorded_process(psutil, record)
         if still is not None:
             module.fail_json(msg="PID %d survived SIGTERM and SIGKILL (state %s)" % (still.pid, still.status()), **result)
-        remove_record(params["state_file"])
+        if taken is None:
+            remove_record(params["state_file"])
         result.update(running=False, pid=None, create_time=None)
         module.exit_json(msg="stopped PID %d and %d process(es) of its tree" % (proc.pid, max(0, len(stopped) - 1)), **result)
 

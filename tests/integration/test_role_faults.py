@@ -8,6 +8,7 @@ independent readings: the server's PID and start time, /health, the simulator's 
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import typing as t
@@ -219,7 +220,9 @@ def test_a_launch_that_hangs_is_kept_when_asked(fleet, tmp_path):
     assert pid is not None and pid_alive(pid) and holders(node)[0]
 
 
-def test_a_port_already_taken_is_named_with_the_log_tail(fleet, tmp_path):
+def test_a_port_already_taken_is_refused_naming_its_holder(fleet, tmp_path):
+    """Something that is not vLLM listens on the server's port (here: this test's own process): the run refuses before
+    anything is stopped or launched, naming the process; it is not signalled (it is this test)."""
     (node,) = fleet("gpu-node-01")
     squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
@@ -230,8 +233,9 @@ def test_a_port_already_taken_is_named_with_the_log_tail(fleet, tmp_path):
         run = run_playbook(RESTART, inventory)
         assert run.returncode != 0
         text = flat(run.stdout)
-        assert re.search(r"port %d is (already )?in use" % node.port, text), text[-3000:]
-        assert "log|" in run.stdout
+        assert "nothing was stopped: port %d is held by PID %d (" % (node.port, os.getpid()) in text, text[-3000:]
+        assert "which is not a vLLM server" in text, text[-3000:]
         assert all(g["used_mib"] == 0 and not g["holders"] for g in node.status()["gpus"])
+        assert not (node.state / "role" / ("vllm-%d.json" % node.port)).exists()
     finally:
         squatter.close()

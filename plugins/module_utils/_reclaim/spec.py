@@ -125,7 +125,8 @@ class ReclaimSpec(t.NamedTuple):
     subreapers: t.Sequence[t.Pattern[str]] = ()
 
 
-def _regexes(option: str, values: t.Optional[t.Sequence[t.Any]]) -> t.List[t.Pattern[str]]:
+def regexes(option: str, values: t.Optional[t.Sequence[t.Any]]) -> t.List[t.Pattern[str]]:
+    """The patterns compiled; raises SpecError naming ``option`` and a pattern that is empty or does not compile."""
     compiled = []
     for value in values or []:
         if not str(value).strip():
@@ -231,20 +232,20 @@ def build_spec(params: t.Mapping[str, t.Any]) -> ReclaimSpec:
         raise SpecError("memory_threshold_mib: %r must be a whole number of MiB from 0 to %d" % (threshold, MAX_THRESHOLD_MIB))
     return ReclaimSpec(
         gpus=gpus,
-        match=_regexes("match", get("match")),
-        exclude=_regexes("exclude", list(get("exclude") or [])),
+        match=regexes("match", get("match")),
+        exclude=regexes("exclude", list(get("exclude") or [])),
         kill_tree=bool(get("kill_tree")),
-        launcher_patterns=_regexes("launcher_patterns", get("launcher_patterns")),
+        launcher_patterns=regexes("launcher_patterns", get("launcher_patterns")),
         signals=signals,
         grace=_duration("grace", get("grace"), MAX_GRACE_S),
         timeout=_duration("timeout", get("timeout"), MAX_TIMEOUT_S),
         memory_threshold_mib=threshold,
         ignore_foreign=bool(get("ignore_foreign")),
-        cluster_daemons=_regexes("cluster_daemons", get("cluster_daemons")),
+        cluster_daemons=regexes("cluster_daemons", get("cluster_daemons")),
         settle=parse_settle(get("settle")),
         owner=_owner(get("owner")),
         orphans_only=bool(get("orphans_only")),
-        subreapers=_regexes("subreapers", get("subreapers")),
+        subreapers=regexes("subreapers", get("subreapers")),
     )
 
 
