@@ -10,7 +10,11 @@ The server readings (`server_pid`, `holders`, `health`) are the machine's and th
 from __future__ import annotations
 
 import json
+import re
 import sys
+import threading
+import time
+import urllib.request
 import typing as t
 from pathlib import Path
 
@@ -136,3 +140,44 @@ def assert_server_owns_gpus(host: SimHost, gpus: t.Iterable[int], tp: int) -> t.
         workers.append(held[index][0])
     assert len(set(workers)) == tp
     return server, workers
+
+
+def running_requests(port: int) -> float:
+    """The server's own count of requests running (/metrics' vllm:num_requests_running); -1 when it does not answer."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as reply:
+            text = reply.read().decode()
+    except OSError:
+        return -1
+    return sum(float(v) for v in re.findall(r"^vllm:num_requests_running\{[^}]*\} (\S+)$", text, re.M))
+
+
+def _stream(port: int, max_tokens: int, out: t.Dict[str, t.Any]) -> None:
+    """One streamed completion; records whether it ended with [DONE] and how many chunks came."""
+    body = json.dumps({"model": "zai-org/GLM-5-GGUF", "prompt": "hello", "max_tokens": max_tokens, "stream": True,
+                       "ignore_eos": True}).encode()
+    request = urllib.request.Request("http://127.0.0.1:%d/v1/completions" % port, data=body,
+                                     headers={"Content-Type": "application/json"})
+    out["chunks"], out["done"] = 0, False
+    try:
+        with urllib.request.urlopen(request, timeout=120) as reply:
+            for line in reply:
+                if line.startswith(b"data: [DONE]"):
+                    out["done"] = True
+                elif line.startswith(b"data: "):
+                    out["chunks"] += 1
+    except Exception as exc:  # pylint: disable=broad-exception-caught  # a cut stream is what some tests expect
+        out["error"] = repr(exc)
+
+
+def stream_in_flight(port: int, max_tokens: int) -> t.Tuple[threading.Thread, t.Dict[str, t.Any]]:
+    """A streamed completion on its own thread, returned once the server counts it running: (thread, what it saw:
+    chunks, done, error)."""
+    out: t.Dict[str, t.Any] = {}
+    client = threading.Thread(target=_stream, args=(port, max_tokens, out), daemon=True)
+    client.start()
+    deadline = time.monotonic() + 30
+    while running_requests(port) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert running_requests(port) == 1, "the streamed request never ran"
+    return client, out

@@ -17,22 +17,20 @@ import http.client
 import json
 import os
 import pwd
-import re
 import signal
 import socket
 import subprocess
 import threading
 import time
 import typing as t
-import urllib.request
 from pathlib import Path
 
 import psutil
 import pytest
 
 from conftest import pid_alive, starttime
-from simfleet import (BIN, RESTART, ansible_env, assert_server_owns_gpus, flat, health, holders, hosts_with_ports, inventory_for,
-                      run_playbook, server_pid)
+from simfleet import (BIN, RESTART, ansible_env, assert_server_owns_gpus, flat, health, holders, hosts_with_ports,
+                      inventory_for, run_playbook, running_requests, server_pid)
 
 PLAY = "Restart vLLM servers, rolling"
 
@@ -48,15 +46,6 @@ def lock_file(host) -> Path:
 
 def server_log(host) -> Path:
     return host.state / "role" / ("vllm-%d.log" % host.port)
-
-
-def running_requests(port: int) -> float:
-    try:
-        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as reply:
-            text = reply.read().decode()
-    except OSError:
-        return -1
-    return sum(float(v) for v in re.findall(r"^vllm:num_requests_running\{[^}]*\} (\S+)$", text, re.M))
 
 
 class Stream(threading.Thread):

@@ -15,8 +15,6 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
-import threading
-import time
 import typing as t
 
 import psutil
@@ -24,9 +22,8 @@ import pytest
 
 from conftest import pid_alive, starttime
 from gpusim.api import FakeVllm, wait_for
-from test_vllm_server_role import _running, _stream  # one streamed request, and the server's running count
-from simfleet import (RESTART, assert_server_owns_gpus, flat, health, holders, hosts_with_ports, listening_pid, role_host_vars,
-                      run_playbook, write_role_inventory)
+from simfleet import (RESTART, assert_server_owns_gpus, flat, health, holders, hosts_with_ports, listening_pid,
+                      role_host_vars, run_playbook, stream_in_flight, write_role_inventory)
 
 WORKER_MIB = 20000
 JOB_MIB = 12000
@@ -193,13 +190,7 @@ def test_check_mode_previews_then_a_server_in_a_tmux_pane_is_taken_over(make_hos
     assert alive(old_tree) == list(old_tree) and node.snapshot() == before and listening_pid(node.port) == old
 
     # a request in flight on the hand-started server: the takeover drains it before the stop (the client's own reading)
-    out: t.Dict[str, t.Any] = {}
-    client = threading.Thread(target=_stream, args=(node.port, TOKENS, out))
-    client.start()
-    deadline = time.monotonic() + 20
-    while _running(node.port) < 1 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _running(node.port) == 1
+    client, out = stream_in_flight(node.port, TOKENS)
     run = run_playbook(RESTART, inventory)
     client.join(timeout=120)
     assert not client.is_alive() and out["done"] and out["chunks"] == TOKENS and "error" not in out, out

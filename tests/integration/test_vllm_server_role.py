@@ -14,10 +14,7 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
-import typing as t
-import urllib.request
 from pathlib import Path
 
 import psutil
@@ -26,7 +23,7 @@ import pytest
 from conftest import pid_alive
 from gpusim.api import starttime
 from simfleet import (BIN, RESTART, ansible_env, assert_server_owns_gpus, environ, flat, holders, inventory_for, recap,
-                      run_playbook, server_pid)
+                      run_playbook, server_pid, stream_in_flight)
 
 MIB = 93029
 HOLDER = Path(__file__).resolve().parent / "holder.py"
@@ -204,42 +201,12 @@ def test_concurrent_runs_on_one_server_the_second_fails_at_once(fleet, tmp_path)
     assert not lock.exists()
 
 
-def _stream(port: int, max_tokens: int, out: t.Dict[str, t.Any]) -> None:
-    """One streamed completion; records whether it ended with [DONE] and how many chunks came."""
-    body = json.dumps({"model": "zai-org/GLM-5-GGUF", "prompt": "hello", "max_tokens": max_tokens, "stream": True,
-                       "ignore_eos": True}).encode()
-    request = urllib.request.Request("http://127.0.0.1:%d/v1/completions" % port, data=body,
-                                     headers={"Content-Type": "application/json"})
-    out["chunks"], out["done"] = 0, False
-    try:
-        with urllib.request.urlopen(request, timeout=120) as reply:
-            for line in reply:
-                if line.startswith(b"data: [DONE]"):
-                    out["done"] = True
-                elif line.startswith(b"data: "):
-                    out["chunks"] += 1
-    except Exception as exc:  # a cut stream is what one of the tests expects
-        out["error"] = repr(exc)
-
-
-def _running(port: int) -> float:
-    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as reply:
-        text = reply.read().decode()
-    return sum(float(v) for v in re.findall(r"^vllm:num_requests_running\{[^}]*\} (\S+)$", text, re.M))
-
-
 @pytest.mark.parametrize("max_tokens, drain_timeout, cut", [(150, 60, 0), (2000, 1, 1)])
 def test_drain_waits_for_requests_in_flight(fleet, tmp_path, max_tokens, drain_timeout, cut):
     (node,) = fleet("gpu-node-01")
     inventory = inventory_for(tmp_path, [node], vllm_server_drain_timeout=drain_timeout)
     assert run_playbook(RESTART, inventory).returncode == 0
-    out: t.Dict[str, t.Any] = {}
-    client = threading.Thread(target=_stream, args=(node.port, max_tokens, out))
-    client.start()
-    deadline = time.monotonic() + 20
-    while _running(node.port) < 1 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _running(node.port) == 1
+    client, out = stream_in_flight(node.port, max_tokens)
     run = run_playbook(RESTART, inventory)
     client.join(timeout=120)
     assert not client.is_alive()
