@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import (
     ANSWER_SHOWN_CHARS, GENERATE_MAX_TOKENS, check_generation, judge, request_body, shown_answer)
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import Reply
+from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.loopback_http import LoopbackServer
 
 DEAD = json.dumps({"error": {"message": "EngineCore encountered an issue. See stack trace (above) for the root cause.",
                              "type": "EngineDeadError", "param": None, "code": 500}})
@@ -81,42 +80,12 @@ def test_the_request_asks_for_a_few_tokens_of_the_model():
     assert "model" not in request_body(None)
 
 
-class _Server:
-    """A loopback server whose POST /v1/completions answers ``answer(handler, body) -> (status, body)``; it keeps what
-    it was sent."""
-
-    def __init__(self, answer):
-        seen = self.seen = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
-                raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                seen.append((self.path, dict(self.headers), json.loads(raw)))
-                status, body = answer(self, raw)
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture
 def serve():
     started = []
 
     def start(answer):
-        started.append(_Server(answer))
+        started.append(LoopbackServer(answer))
         return started[-1]
     yield start
     for server in started:
@@ -127,11 +96,12 @@ def test_check_generation_sends_the_completion_with_the_key(serve):
     server = serve(lambda handler, raw: (200, GOOD.encode()))
     result = check_generation(server.url, "org/m", 10, api_key="k1")
     assert result.ok and result.tokens == 4
-    (path, headers, body), = server.seen
+    (_, path, headers, raw), = server.seen
+    body = json.loads(raw)
     assert path == "/v1/completions" and headers["Authorization"] == "Bearer k1"
     assert headers["Content-Type"] == "application/json" and body == request_body("org/m")
     check_generation(server.url, None, 10)
-    assert "Authorization" not in server.seen[1][1]
+    assert "Authorization" not in server.seen[1][2]
 
 
 def test_check_generation_of_a_dead_engine(serve):

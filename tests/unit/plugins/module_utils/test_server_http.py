@@ -5,12 +5,11 @@
 from __future__ import annotations
 
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import http_get, listed_models, metric_sum
+from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.loopback_http import LoopbackServer
 
 METRICS = """# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
@@ -36,25 +35,12 @@ def test_listed_models(body, expected):
 
 
 def _serve(answer):
-    """A loopback HTTP server whose GET replies ``answer(handler) -> (status, body)``; yields its base URL."""
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            status, body = answer(self)
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    """A loopback server whose replies are ``answer(handler) -> (status, body)``; yields its base URL."""
+    server = LoopbackServer(lambda handler, raw: answer(handler))
     try:
-        yield "http://127.0.0.1:%d" % httpd.server_address[1]
+        yield server.url
     finally:
-        httpd.shutdown()
-        httpd.server_close()
+        server.close()
 
 
 @pytest.fixture

@@ -5,11 +5,9 @@ runs it, invocation included), its record and its log; the other values stay rea
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import sys
-import threading
 import time
 
 import pytest
@@ -18,6 +16,7 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._server import check as _server_check
 from ansible_collections.gpuops.fleet.plugins.modules import vllm_process, vllm_ready, vllm_server_check
+from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.loopback_http import LoopbackServer
 
 TOKEN = "hf_secret123"
 KEY = "sk-secret456"
@@ -116,66 +115,36 @@ def test_check_module_hides_secret_values_only(capsys):
     assert TOKEN not in text and result["invocation"]["module_args"]["env"]["NCCL_PROTO"] == "LL"
 
 
-class KeyedServer(http.server.ThreadingHTTPServer):
-    """/health open, /v1/models only with the key (as vLLM with --api-key); remembers each Authorization header."""
-
-    daemon_threads = True
-
-    def __init__(self, key):
-        self.key = key
-        self.seen = []
-        super().__init__(("127.0.0.1", 0), KeyedHandler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    @property
-    def url(self):
-        return "http://127.0.0.1:%d" % self.server_address[1]
+def keyed_answer(handler, raw):
+    """As vLLM with --api-key: /health open, /v1/models and the ready step's completion only with the key."""
+    if handler.command == "GET" and handler.path == "/health":
+        return 200, b""
+    if handler.headers.get("Authorization") != "Bearer " + KEY:
+        return 401, b'{"error": "Unauthorized"}'
+    if handler.command == "POST":
+        return 200, b'{"choices": [{"text": " a b"}], "usage": {"completion_tokens": 2}}'
+    return 200, b'{"data": [{"id": "org/m"}]}'
 
 
-class KeyedHandler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802
-        self.server.seen.append((self.path, self.headers.get("Authorization")))
-        if self.path == "/health":
-            status, body = 200, b""
-        elif self.headers.get("Authorization") == "Bearer " + self.server.key:
-            status, body = 200, b'{"data": [{"id": "org/m"}]}'
-        else:
-            status, body = 401, b'{"error": "Unauthorized"}'
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_POST(self):  # noqa: N802  # the ready step's generation check: a completion, with the key too
-        self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        self.server.seen.append(("POST " + self.path, self.headers.get("Authorization")))
-        if self.headers.get("Authorization") == "Bearer " + self.server.key:
-            status, body = 200, b'{"choices": [{"text": " a b"}], "usage": {"completion_tokens": 2}}'
-        else:
-            status, body = 401, b'{"error": "Unauthorized"}'
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format, *args):  # pylint: disable=redefined-builtin
-        pass
+def asked(server):
+    """What the keyed server was asked: (path, Authorization header), a POST's path prefixed with "POST "."""
+    return [(path if method == "GET" else "%s %s" % (method, path), headers.get("Authorization"))
+            for method, path, headers, _ in server.seen]
 
 
 @pytest.fixture
 def keyed():
-    server = KeyedServer(KEY)
+    server = LoopbackServer(keyed_answer)
     yield server
-    server.shutdown()
-    server.server_close()
+    server.close()
 
 
 def test_ready_sends_the_key_and_never_shows_it(keyed, capsys):
     result, text = run_printed(vllm_ready, {"url": keyed.url, "model": "org/m", "api_key": KEY, "timeout": 10}, capsys)
     assert result["ready"] and KEY not in text
-    assert ("/v1/models", "Bearer " + KEY) in keyed.seen
-    assert ("POST /v1/completions", "Bearer " + KEY) in keyed.seen and result["generation"]["tokens"] == 2
-    assert ("/health", None) in keyed.seen  # /health needs no key: none is sent there
+    assert ("/v1/models", "Bearer " + KEY) in asked(keyed)
+    assert ("POST /v1/completions", "Bearer " + KEY) in asked(keyed) and result["generation"]["tokens"] == 2
+    assert ("/health", None) in asked(keyed)  # /health needs no key: none is sent there
 
 
 @pytest.mark.parametrize("key, needle", [(None, "none was given"), ("wrong-key", "does not accept")])
