@@ -342,7 +342,7 @@ changed:
 verified:
   description:
     - V(true) when a fresh NVML reading, through an NVML session opened for it (see RV(reading_after)), showed every
-      selected GPU free (with O(live_jobs=keep): or busy only with the holders of RV(left_alone)); V(null) in check mode.
+      selected GPU free (with O(live_jobs=keep), or busy only with the holders of RV(left_alone)); V(null) in check mode.
   returned: always
   type: bool
   sample: true
@@ -468,8 +468,8 @@ foreign:
 left_alone:
   description:
     - The holders of the selected GPUs that this run left alone on purpose (see O(live_jobs)) and that still hold one at
-      the end (in check mode: that a real run would leave), whatever O(live_jobs) says. A holder left alone for another
-      reason (a PID that cannot be verified, a respawn) is never here: it fails the task.
+      the end (in check mode, those a real run would leave), whatever O(live_jobs) says. A holder left alone for another
+      reason (a PID that cannot be verified, a respawn) is never here, it fails the task.
   returned: always
   type: list
   elements: dict
