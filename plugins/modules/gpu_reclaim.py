@@ -227,8 +227,8 @@ options:
         RV(gpus[].left_alone) of each GPU it keeps busy, whatever this option says."
       - V(fail) (the default) fails the task naming each of them (excluded holders only above O(memory_threshold_mib)).
       - "V(keep) accepts them: such a GPU does not fail the task, and check mode does not count them in RV(would_fail). What
-        they hold is theirs; the GPU still fails when its memory beyond theirs (held by no process) is above
-        O(memory_threshold_mib). Anything else still fails the task as with V(fail): a survivor, a zombie (left alone or not),
+        they hold is theirs; the GPU still fails when its memory beyond theirs (held by no process, or by an excluded process
+        that came during the run) is above O(memory_threshold_mib). Anything else still fails the task as with V(fail): a survivor, a zombie (left alone or not),
         memory held by no process, a respawn or a process the ended tree left, a PID of another PID namespace or one that
         cannot be verified (see the notes), a holder whose owner cannot be told, a holder that appeared during the run,
         a lost GPU, a target that did not free its GPU. A holder is accepted only while it is the process the run read
@@ -467,8 +467,8 @@ foreign:
       sample: "PID 1234 VLLM::Worker_TP0 on GPU 3 belongs to live PID 1200 (python3 batch_infer.py), not to this server: not ended"
 left_alone:
   description:
-    - The holders of the selected GPUs that this run left alone on purpose (see O(live_jobs)) and that still hold one at
-      the end (in check mode, those a real run would leave), whatever O(live_jobs) says. A holder left alone for another
+    - The holders of the selected GPUs that this run left alone on purpose (see O(live_jobs)), as its first reading found
+      them, that still hold one at the end (in check mode, those a real run would leave), whatever O(live_jobs) says. A holder left alone for another
       reason (a PID that cannot be verified, a respawn) is never here, it fails the task.
   returned: always
   type: list

@@ -23,7 +23,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import evide
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import NvmlSession, renew
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.process_table import ProcessTable, protected_pids
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import EXCLUDE, Plan, Target, plan_targets
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import Plan, Target, plan_targets
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.scan import ScannedTable
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import describe_process, trim_cmdline
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.owner import GetSid, Verdict, getsid, label
@@ -31,6 +31,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import 
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.verify import (
     Problem,
     Reading,
+    add_mib,
     drop_exited,
     judge,
     left_alone_on,
@@ -574,11 +575,9 @@ class Reclaim:
                 info = self.describe(holder.pid)
                 entry = entries.setdefault(holder.pid, {
                     "pid": holder.pid, "name": info["name"], "cmdline": info["cmdline"], "username": info["username"], "gpus": [],
-                    "used_memory_mib": 0, "rule": plan.on_purpose.get(holder.pid, EXCLUDE),
-                    "why": plan.left_alone.get(holder.pid, "matches `exclude` or is a driver helper")})
+                    "used_memory_mib": 0, "rule": plan.on_purpose[holder.pid], "why": plan.left_alone[holder.pid]})
                 entry["gpus"].append(index)
-                entry["used_memory_mib"] = None if entry["used_memory_mib"] is None or holder.used_memory_mib is None else (
-                    entry["used_memory_mib"] + holder.used_memory_mib)
+                entry["used_memory_mib"] = add_mib(entry["used_memory_mib"], holder.used_memory_mib)
                 busy.setdefault(index, []).append(holder.pid)
         return [entries[pid] for pid in sorted(entries)], busy
 

@@ -128,8 +128,9 @@ def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tupl
     ``settling``: this run signalled a holder of this GPU, so memory held by no process may still come back.
     An excluded holder is never a reason by itself, but its GPU counts as free only at most ``threshold_mib``.
     ``on_purpose``: the holders the plan left alone by a rule of this run (is_on_purpose); each is a reason, unless
-    ``keep`` (live_jobs: keep): then a GPU that only they and excluded holders hold fails only for memory held by no
-    process (its used memory beyond theirs) above ``threshold_mib``.
+    ``keep`` (live_jobs: keep): then what they hold is theirs (an excluded one's too), and a GPU that only they hold fails
+    only when its memory beyond theirs is above ``threshold_mib`` (held by no process, or by an excluded holder that
+    appeared during the run).
     """
     if reading.error is not None or reading.memory is None:
         return [Problem(reading.index, reading.error or "GPU %d: no memory reading" % reading.index, False)]
@@ -138,26 +139,26 @@ def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tupl
     counted_holders = 0
     counted_mib: t.Optional[int] = 0
     kept: t.List[str] = []
-    excluded_mib: t.Optional[int] = 0
     live: t.List[str] = []  # with keep: the holders left alone on purpose, accepted
+    live_mib: t.Optional[int] = 0
     for holder in reading.holders:
         info = describe(holder.pid)
         where = "GPU %d: pid %d" % (reading.index, holder.pid)
         mib = _mib(holder.used_memory_mib)
         if not (excluded(info) and info["visible"]) and not (ignore_foreign and not info["visible"] and holder.pid not in signalled):
-            counted_mib = _add(counted_mib, holder.used_memory_mib)
-        kind = classify(info, holder.pid in signalled, info["state"], left_alone.get(holder.pid), excluded, ignore_foreign,
-                        is_on_purpose(on_purpose, holder.pid, info))
+            counted_mib = add_mib(counted_mib, holder.used_memory_mib)
+        accepted = is_on_purpose(on_purpose, holder.pid, info)
+        kind = classify(info, holder.pid in signalled, info["state"], left_alone.get(holder.pid), excluded, ignore_foreign, accepted)
         if kind == FOREIGN_IGNORED:
             discounted += holder.used_memory_mib or 0
+            continue
+        if keep and accepted and kind in (KEPT, EXCLUDED):
+            live.append("pid %d (%s, %s)" % (holder.pid, info["name"], mib))
+            live_mib = add_mib(live_mib, holder.used_memory_mib)
             continue
         if kind == EXCLUDED:
             # left alone on purpose; it keeps the GPU busy only if the memory says so (judged below)
             kept.append("pid %d (%s, excluded, %s)" % (holder.pid, info["name"], mib))
-            excluded_mib = _add(excluded_mib, holder.used_memory_mib)
-            continue
-        if kind == KEPT and keep:
-            live.append("pid %d (%s, %s)" % (holder.pid, info["name"], mib))
             continue
         counted_holders += 1
         label = "%s (%s, state %s) holds %s" % (where, info["name"], info["state"], mib)
@@ -181,16 +182,16 @@ def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tupl
         else:
             problems.append(Problem(reading.index, label + ": appeared during the reclaim (respawned by a launcher left alive?)", False))
     used = reading.memory.used_mib - discounted
-    if keep and counted_holders == 0 and (live or kept):
-        # busy only with holders left alone on purpose: what they hold is theirs, the rest is held by no process
-        held = None if counted_mib is None or excluded_mib is None else counted_mib + excluded_mib
-        if held is not None and used - held > threshold_mib:
-            problems.append(Problem(reading.index, "GPU %d: %d MiB used, %d MiB of it held by no process (above memory_threshold_mib %d) "
-                                    "beside the holders left alone: %s" % (reading.index, used, used - held, threshold_mib,
-                                                                           ", ".join(live + kept)), settling))
+    if live and counted_holders == 0:
+        # busy only with holders left alone on purpose (keep): what they hold is theirs; the rest is judged as without them
+        rest = None if live_mib is None else used - live_mib
+        if rest is not None and rest > threshold_mib:
+            problems.append(Problem(reading.index, "GPU %d: %d MiB used, %d MiB of it beyond what the holders left alone hold (%s), above "
+                                    "memory_threshold_mib %d: %s" % (reading.index, used, rest, ", ".join(live), threshold_mib,
+                                                                     _beyond(kept)), settling))
         return problems
     rest = used if counted_holders == 0 else (None if counted_mib is None else used - counted_mib)
-    if kept and not keep and rest is not None and rest > threshold_mib:
+    if kept and not live and rest is not None and rest > threshold_mib:
         problems.append(Problem(reading.index, "GPU %d: %d MiB used (above memory_threshold_mib %d) while excluded holders keep it: %s" % (
             reading.index, used, threshold_mib, ", ".join(kept)), counted_holders > 0))
     elif counted_holders == 0 and used > threshold_mib:
@@ -200,7 +201,14 @@ def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tupl
     return problems
 
 
-def _add(total: t.Optional[int], mib: t.Optional[int]) -> t.Optional[int]:
+def _beyond(excluded_holders: t.Sequence[str]) -> str:
+    """What holds the memory beyond that of the holders left alone on purpose."""
+    if excluded_holders:
+        return "excluded holders keep it (%s) or no process holds it" % ", ".join(excluded_holders)
+    return "memory held by no process, e.g. a driver teardown that did not finish"
+
+
+def add_mib(total: t.Optional[int], mib: t.Optional[int]) -> t.Optional[int]:
     """A sum of MiB that is None once one of its terms is not available."""
     return None if total is None or mib is None else total + mib
 
@@ -208,14 +216,14 @@ def _add(total: t.Optional[int], mib: t.Optional[int]) -> t.Optional[int]:
 def left_alone_on(reading: Reading, ours: t.Container[int], left_alone: t.Mapping[int, str],
                   describe: t.Callable[[int], t.Dict[str, t.Any]], excluded: t.Callable[[t.Dict[str, t.Any]], bool],
                   ignore_foreign: bool, on_purpose: t.Optional[OnPurpose]) -> t.List[Holder]:
-    """The holders of a reading that no rule of this run ends and that it left alone on purpose (KEPT, EXCLUDED): what
-    keeps the GPU busy by the run's own choice. ``ours``: what the run signals (check mode: would)."""
+    """The holders of a reading that the plan left alone on purpose (KEPT, and EXCLUDED ones it saw): what keeps the GPU
+    busy by the run's own choice. ``ours``: what the run signals (check mode: would)."""
     found = []
     for holder in reading.holders:
         info = describe(holder.pid)
-        kind = classify(info, holder.pid in ours, info["state"], left_alone.get(holder.pid), excluded, ignore_foreign,
-                        is_on_purpose(on_purpose, holder.pid, info))
-        if kind in (KEPT, EXCLUDED):
+        accepted = is_on_purpose(on_purpose, holder.pid, info)
+        kind = classify(info, holder.pid in ours, info["state"], left_alone.get(holder.pid), excluded, ignore_foreign, accepted)
+        if kind == KEPT or (kind == EXCLUDED and accepted):
             found.append(holder)
     return found
 
@@ -244,17 +252,21 @@ def predict(reading: Reading, threshold_mib: int, going: t.Mapping[int, t.Option
     used: t.Optional[int] = reading.memory.used_mib
     kept: t.List[str] = []
     live: t.List[str] = []  # with keep: the holders left alone on purpose, accepted
+    live_mib: t.Optional[int] = 0
     for holder in reading.holders:
         info = describe(holder.pid)
         where = "GPU %d: pid %d" % (reading.index, holder.pid)
-        kind = classify(info, holder.pid in going, going.get(holder.pid), left_alone.get(holder.pid), excluded, ignore_foreign,
-                        is_on_purpose(on_purpose, holder.pid, info))
+        accepted = is_on_purpose(on_purpose, holder.pid, info)
+        kind = classify(info, holder.pid in going, going.get(holder.pid), left_alone.get(holder.pid), excluded, ignore_foreign, accepted)
         if kind in (ENDED, FOREIGN_IGNORED):
             used = None if used is None or holder.used_memory_mib is None else used - holder.used_memory_mib
             continue
         remaining.append(holder)
         mib = _mib(holder.used_memory_mib)
-        if kind == FOREIGN:
+        if keep and accepted and kind in (KEPT, EXCLUDED):
+            live.append("pid %d (%s, %s)" % (holder.pid, info["name"], mib))
+            live_mib = add_mib(live_mib, holder.used_memory_mib)
+        elif kind == FOREIGN:
             failures.append("%s holds %s but is not visible in this PID namespace (a container's process?)" % (where, mib))
         elif kind == UNVERIFIABLE_HOLDER:
             failures.append("%s holds %s: %s" % (where, mib, left_alone[holder.pid]))
@@ -262,22 +274,18 @@ def predict(reading: Reading, threshold_mib: int, going: t.Mapping[int, t.Option
             failures.append(_zombie(where, info, mib))
         elif kind == EXCLUDED:
             kept.append("pid %d (%s, excluded, %s)" % (holder.pid, info["name"], mib))
-        elif kind == KEPT and keep:
-            live.append("pid %d (%s, %s)" % (holder.pid, info["name"], mib))
         elif kind in (PROTECTED, KEPT):
             failures.append("%s (%s) holds %s: not signalled: %s" % (where, info["name"], mib, left_alone[holder.pid]))
         else:
             failures.append("%s (%s) holds %s: no rule of this run ends it" % (where, info["name"], mib))
-    if keep and (live or kept) and len(live) + len(kept) == len(remaining):
-        # busy only with holders left alone on purpose: what they hold is theirs, the rest is held by no process
-        held: t.Optional[int] = 0
-        for holder in remaining:
-            held = _add(held, holder.used_memory_mib)
-        if used is not None and held is not None and used - held > threshold_mib:
-            failures.append("GPU %d: %d MiB would stay used, %d MiB of it held by no process (above memory_threshold_mib %d) "
-                            "beside the holders left alone: %s" % (reading.index, used, used - held, threshold_mib, ", ".join(live + kept)))
+    if live and len(live) + len(kept) == len(remaining):
+        # busy only with holders left alone on purpose (keep): what they hold is theirs; the rest is judged as without them
+        rest = None if used is None or live_mib is None else used - live_mib
+        if rest is not None and rest > threshold_mib:
+            failures.append("GPU %d: %d MiB would stay used, %d MiB of it beyond what the holders left alone hold (%s), above "
+                            "memory_threshold_mib %d: %s" % (reading.index, used, rest, ", ".join(live), threshold_mib, _beyond(kept)))
     elif used is not None and used > threshold_mib:
-        if kept and not keep:
+        if kept and not live:
             failures.append("GPU %d: %d MiB would stay used (above memory_threshold_mib %d) while excluded holders keep it: %s" % (
                 reading.index, used, threshold_mib, ", ".join(kept)))
         elif not remaining:

@@ -127,11 +127,14 @@ LIVE = {5151: {"visible": True, "name": "VLLM::Worker_TP0", "cmdline": ["VLLM::W
 LIVE_WHY = {5151: "belongs to live PID 3000 (python3 batch_infer.py), not to this server nor an orphan: someone else's job"}
 
 
-def kept(value, keep=True, signalled=(), settling=True, started=1000.0):
-    """judge() with the job of LIVE left alone on purpose; ``started``: the start time of the process with its PID now."""
-    processes = {**PROCESSES, 5151: dict(LIVE[5151], create_time=started)}
-    return judge(value, THRESHOLD, {pid: ("still there after every signal", True) for pid in signalled}, LIVE_WHY,
-                 processes.__getitem__, lambda info: info["name"] == "nvidia-persistenced", False, settling, keep, {5151: 1000.0})
+def kept(value, keep=True, signalled=(), settling=True, started=1000.0, helper_seen=True):
+    """judge() with the job of LIVE left alone on purpose; ``started``: the start time of the process with its PID now;
+    ``helper_seen``: the excluded nvidia-persistenced (902) was a holder when the plan was made (else it came since)."""
+    processes = {**PROCESSES, 5151: dict(LIVE[5151], create_time=started), 902: dict(PROCESSES[902], create_time=900.0)}
+    on_purpose = {5151: 1000.0, **({902: 900.0} if helper_seen else {})}
+    why = {**LIVE_WHY, **({902: "a driver helper or GPU monitor (always excluded)"} if helper_seen else {})}
+    return judge(value, THRESHOLD, {pid: ("still there after every signal", True) for pid in signalled}, why,
+                 processes.__getitem__, lambda info: info["name"] == "nvidia-persistenced", False, settling, keep, on_purpose)
 
 
 def test_keep_accepts_a_gpu_busy_only_with_a_job_left_alone_on_purpose():
@@ -139,6 +142,13 @@ def test_keep_accepts_a_gpu_busy_only_with_a_job_left_alone_on_purpose():
     assert kept(reading(12000, (5151, None))) == [], "a share NVML does not give is the holder's"
     assert kept(reading(15000, (5151, 12000), (902, 3000))) == [], "an excluded holder's memory is its own too"
     assert kept(reading(3000, (902, 3000))) == [], "the excluded holder alone above the threshold"
+    # an excluded holder that came during the run was not left alone by the plan: above the threshold, as before
+    late = kept(reading(15000, (5151, 12000), (902, 3000)), helper_seen=False)
+    assert [p.text for p in late] == ["GPU 2: 15000 MiB used, 3000 MiB of it beyond what the holders left alone hold (pid 5151 "
+                                      "(VLLM::Worker_TP0, 12000 MiB)), above memory_threshold_mib 1024: excluded holders keep it "
+                                      "(pid 902 (nvidia-persistenced, excluded, 3000 MiB)) or no process holds it"]
+    assert [p.text for p in kept(reading(3000, (902, 3000)), helper_seen=False)] == [
+        "GPU 2: 3000 MiB used (above memory_threshold_mib 1024) while excluded holders keep it: pid 902 (nvidia-persistenced, excluded, 3000 MiB)"]
     # the default names the same job as the reason the GPU is not free
     assert [p.text for p in kept(reading(12000, (5151, 12000)), keep=False)] == [
         "GPU 2: pid 5151 (VLLM::Worker_TP0, state sleeping) holds 12000 MiB: not signalled: " + LIVE_WHY[5151]]
@@ -146,8 +156,9 @@ def test_keep_accepts_a_gpu_busy_only_with_a_job_left_alone_on_purpose():
 
 def test_keep_still_fails_for_memory_held_by_no_process_beside_the_job():
     got = kept(reading(16096, (5151, 12000)))
-    assert got == [Problem(2, "GPU 2: 16096 MiB used, 4096 MiB of it held by no process (above memory_threshold_mib 1024) beside the "
-                              "holders left alone: pid 5151 (VLLM::Worker_TP0, 12000 MiB)", True)]
+    assert got == [Problem(2, "GPU 2: 16096 MiB used, 4096 MiB of it beyond what the holders left alone hold (pid 5151 (VLLM::Worker_TP0, "
+                              "12000 MiB)), above memory_threshold_mib 1024: memory held by no process, e.g. a driver teardown that "
+                              "did not finish", True)]
     assert [p.waitable for p in kept(reading(16096, (5151, 12000)), settling=False)] == [False]
 
 

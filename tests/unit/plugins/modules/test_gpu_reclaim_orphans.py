@@ -147,8 +147,8 @@ def foreign_pid(host):
 @pytest.mark.parametrize("fault, named", [
     (survivor, "GPU 3: pid 1013 (VLLM::Worker_TP3, state sleeping) holds %d MiB: still there after every signal" % INCIDENT_MIB),
     (zombie_left_alone, "GPU 0: pid 4000 (python3) holds 4096 MiB but is a zombie"),
-    (memory_of_no_process, "GPU 3: 16096 MiB used, 4096 MiB of it held by no process (above memory_threshold_mib 1024) beside the "
-                           "holders left alone: pid 3001 (VLLM::Worker_TP0, 12000 MiB)"),
+    (memory_of_no_process, "GPU 3: 16096 MiB used, 4096 MiB of it beyond what the holders left alone hold (pid 3001 (VLLM::Worker_TP0, "
+                           "12000 MiB)), above memory_threshold_mib 1024: memory held by no process"),
     (lost_gpu, "GPU 5: GPU is lost"),
     (foreign_pid, "GPU 0: pid %d holds 20000 MiB but is not visible in this PID namespace" % MISSING_PID),
 ], ids=["survivor", "zombie", "memory-of-no-process", "lost-gpu", "foreign-pid"])
@@ -160,5 +160,5 @@ def test_keep_still_fails_for_everything_else_beside_the_colleague(monkeypatch, 
     result = run_module(monkeypatch, host, KEEP)
     assert result["failed"] is True and result["verified"] is False
     assert named in result["msg"], result["msg"]
-    assert "pid 3001 (" not in result["msg"].replace("beside the holders left alone: pid 3001 (", ""), "the colleague is no reason"
+    assert "pid 3001 (" not in result["msg"].replace("the holders left alone hold (pid 3001 (", ""), "the colleague is no reason"
     assert result["left_alone"] == [COLLEAGUE] and 3001 in host.psutil.table and host.psutil.signalled(3001) == []
