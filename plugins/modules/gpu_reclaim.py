@@ -227,12 +227,12 @@ options:
         RV(gpus[].left_alone) of each GPU it keeps busy, whatever this option says."
       - V(fail) (the default) fails the task naming each of them (excluded holders only above O(memory_threshold_mib)).
       - "V(keep) accepts them: such a GPU does not fail the task, and check mode does not count them in RV(would_fail). What
-        they hold is theirs; the GPU still fails when its memory beyond theirs (held by no process, or by an excluded process
-        that came during the run) is above O(memory_threshold_mib). Anything else still fails the task as with V(fail): a survivor, a zombie (left alone or not),
-        memory held by no process, a respawn or a process the ended tree left, a PID of another PID namespace or one that
-        cannot be verified (see the notes), a holder whose owner cannot be told, a holder that appeared during the run,
-        a lost GPU, a target that did not free its GPU. A holder is accepted only while it is the process the run read
-        first (the same start time)."
+        they hold is theirs; the GPU still fails when its memory beyond theirs (held by no process, or by an excluded
+        process that came during the run) is above O(memory_threshold_mib). Anything else still fails the task as with
+        V(fail): a survivor, a zombie (left alone or not), memory held by no process, a respawn or a process the ended tree
+        left, a PID of another PID namespace or one that cannot be verified (see the notes), a holder whose owner cannot be
+        told, a holder that appeared during the run, a lost GPU, a target that did not free its GPU. A holder is accepted
+        only while it is the process the run read first (the same start time)."
     type: str
     choices: [fail, keep]
     default: fail
