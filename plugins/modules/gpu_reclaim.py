@@ -191,7 +191,8 @@ options:
   orphans_only:
     description:
       - "Take a holder (one that passes O(match) and O(exclude)) only when it is the O(owner)'s or an orphan; any other is someone
-        else's job: it is never signalled, its GPU is not free (check mode puts it in RV(would_fail)), and RV(foreign) names it."
+        else's job: it is never signalled, its GPU is not free (check mode puts it in RV(would_fail); see O(live_jobs) to accept
+        it), and RV(foreign) names it."
       - "The rule. Climbing from the holder's parent through launcher-shaped processes (as for the launcher rule of O(kill_tree)),
         the top of that chain (the holder itself when its parent is not launcher-shaped) hangs from a parent process. The holder
         is an orphan when that parent is PID 1 or gone (its launcher died and the kernel gave it to init), when the parent
@@ -217,6 +218,24 @@ options:
       - '^(\S*/)?(systemd|init)(\s|$)'
       - '^(\S*/)?(tini|tini-static|dumb-init|docker-init|catatonit)(\s|$)'
       - '^(\S*/)?python[0-9.]*(\s+-\S+)*\s+-m\s+gpusim\.reaper(\s|$)'
+  live_jobs:
+    description:
+      - "What a selected GPU that stays busy only because of holders this run left alone on purpose does to the task. Such a
+        holder is one that a rule of this run leaves alone: someone else's job under O(orphans_only), one that O(match) does
+        not take or O(exclude) takes (a driver helper included), a protected process (PID 1, this module, its ancestors), one
+        that also holds a GPU outside O(gpus). Each is listed in RV(left_alone) with the rule and why, and in
+        RV(gpus[].left_alone) of each GPU it keeps busy, whatever this option says."
+      - V(fail) (the default) fails the task naming each of them (excluded holders only above O(memory_threshold_mib)).
+      - "V(keep) accepts them: such a GPU does not fail the task, and check mode does not count them in RV(would_fail). What
+        they hold is theirs; the GPU still fails when its memory beyond theirs (held by no process, or by an excluded
+        process that came during the run) is above O(memory_threshold_mib). Anything else still fails the task as with
+        V(fail): a survivor, a zombie (left alone or not), memory held by no process, a respawn or a process the ended tree
+        left, a PID of another PID namespace or one that cannot be verified (see the notes), a holder whose owner cannot be
+        told, a holder that appeared during the run, a lost GPU, a target that did not free its GPU. A holder is accepted
+        only while it is the process the run read first (the same start time)."
+    type: str
+    choices: [fail, keep]
+    default: fail
   secured:
     description:
       - A reading beside the reclaim, for the role C(gpuops.fleet.vllm_server)'s preflight. The process that listens on
@@ -294,6 +313,18 @@ EXAMPLES = r"""
   check_mode: true
   register: preflight
 
+- name: End the orphans of vLLM servers on every GPU, leave every live job alone, and fail only for what could not be freed
+  gpuops.fleet.gpu_reclaim:
+    match: ['^VLLM::']
+    launcher_patterns: ['^VLLM::']
+    orphans_only: true
+    live_jobs: keep
+  register: cleanup
+
+- name: Name the holders left alone and the GPUs they keep busy
+  ansible.builtin.debug:
+    msg: "{{ cleanup.left_alone | map(attribute='pid') | list }} keep GPU {{ cleanup.gpus | selectattr('left_alone') | map(attribute='index') | list }}"
+
 - name: Name the jobs of others that hold these GPUs
   ansible.builtin.debug:
     msg: "{{ preflight.foreign | map(attribute='reason') | list }}"
@@ -311,7 +342,7 @@ changed:
 verified:
   description:
     - V(true) when a fresh NVML reading, through an NVML session opened for it (see RV(reading_after)), showed every
-      selected GPU free; V(null) in check mode.
+      selected GPU free (with O(live_jobs=keep), or busy only with the holders of RV(left_alone)); V(null) in check mode.
   returned: always
   type: bool
   sample: true
@@ -383,7 +414,7 @@ would_fail:
   description:
     - Check mode only; what a real run could not fix and would fail on (a holder left alone by O(match), O(exclude) or protection,
       a zombie holder, a PID of another PID namespace, memory held by no process, also next to a holder, a lost GPU).
-      Each is also given as a warning.
+      Each is also given as a warning. With O(live_jobs=keep) the holders of RV(left_alone) are not in it.
   returned: check mode
   type: list
   elements: str
@@ -434,6 +465,58 @@ foreign:
       type: str
       returned: always
       sample: "PID 1234 VLLM::Worker_TP0 on GPU 3 belongs to live PID 1200 (python3 batch_infer.py), not to this server: not ended"
+left_alone:
+  description:
+    - The holders of the selected GPUs that this run left alone on purpose (see O(live_jobs)), as its first reading found
+      them, that still hold one at the end (in check mode, those a real run would leave), whatever O(live_jobs) says. A holder left alone for another
+      reason (a PID that cannot be verified, a respawn) is never here, it fails the task.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    pid:
+      description: PID.
+      type: int
+      returned: always
+      sample: 1234
+    name:
+      description: Its name (the process title where one is set).
+      type: str
+      returned: always
+      sample: VLLM::Worker_TP0
+    cmdline:
+      description: Its command line words (secret arguments masked).
+      type: list
+      elements: str
+      returned: always
+    username:
+      description: Its owner.
+      type: str
+      returned: always
+    gpus:
+      description: The selected GPUs it holds (it keeps each busy).
+      type: list
+      elements: int
+      returned: always
+      sample: [3]
+    used_memory_mib:
+      description: The MiB it holds on those GPUs together; V(null) when NVML does not give a share.
+      type: int
+      returned: always
+      sample: 12000
+    rule:
+      description:
+        - The option whose rule left it alone. V(orphans_only) (someone else's job, see RV(foreign)), V(match) (O(match) does
+          not take it), V(exclude) (O(exclude) or the driver's helpers), V(protected) (PID 1, this module or its ancestors) or
+          V(gpus) (it also holds a GPU outside O(gpus)).
+      type: str
+      returned: always
+      sample: orphans_only
+    why:
+      description: Why, in words.
+      type: str
+      returned: always
+      sample: "belongs to live PID 1200 (python3 batch_infer.py), not to this server nor an orphan: someone else's job"
 survivors:
   description:
     - Signalled processes still running after the last step of the ladder, and zombies that NVML still lists
@@ -517,9 +600,14 @@ gpus:
       elements: str
       returned: when not in check mode
     verified:
-      description: This GPU was read free.
+      description: This GPU was read free (with O(live_jobs=keep), or busy only with holders of RV(gpus[].left_alone)).
       type: bool
       returned: when not in check mode
+    left_alone:
+      description: The PIDs of the holders of RV(left_alone) that hold this GPU at the end (check mode, would); they keep it busy.
+      type: list
+      elements: int
+      returned: always
     error:
       description: V(null), or why the GPU could not be read (for example a lost GPU).
       type: str

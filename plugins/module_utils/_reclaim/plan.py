@@ -37,11 +37,23 @@ class Target(t.NamedTuple):
     gpus: t.List[int]
 
 
+# The rules by which a holder is left alone on purpose (Plan.on_purpose), named after the option that decides each:
+# another job's under orphans_only, not taken by match, taken by exclude (or a driver helper), protected (PID 1, this
+# module, its ancestors), holding a GPU outside `gpus` too. live_jobs: keep accepts a GPU that only such holders keep
+# busy. A holder left alone for lack of evidence (an unverifiable PID, one whose owner cannot be told) is none of them.
+ORPHANS_ONLY = "orphans_only"
+MATCH = "match"
+EXCLUDE = "exclude"
+PROTECTED = "protected"
+OUTSIDE_GPUS = "gpus"
+
+
 class Plan(t.NamedTuple):
     targets: t.List[Target]
     left_alone: t.Dict[int, str]  # holder pid -> why it is not signalled
     warnings: t.List[str]
     foreign: t.Dict[int, Verdict] = {}  # under orphans_only: holder pid -> the verdict that makes it someone else's
+    on_purpose: t.Dict[int, str] = {}  # the holders of left_alone left alone by a rule of this run -> that rule
 
 
 def is_cluster_daemon(spec: ReclaimSpec, info: t.Mapping[str, t.Any]) -> bool:
@@ -109,25 +121,27 @@ def plan_targets(psutil: t.Any, spec: ReclaimSpec, holders: t.Mapping[int, t.Dic
         if table is None:
             table = ProcessTable(psutil)
         ownership = Ownership(table, spec, sid_of)
+    on_purpose: t.Dict[int, str] = {}
     for pid, info in holders.items():
         if unverifiable and pid in unverifiable:
             left_alone[pid] = unverifiable[pid]
         elif pid in protected:
-            left_alone[pid] = "protected: PID 1, this module or its ancestors (the Ansible connection)"
+            left_alone[pid], on_purpose[pid] = "protected: PID 1, this module or its ancestors (the Ansible connection)", PROTECTED
         elif pid in other_holders:
             left_alone[pid] = "also holds GPU %s, outside `gpus`" % ", ".join(str(g) for g in other_holders[pid])
+            on_purpose[pid] = OUTSIDE_GPUS
         elif always_excluded(info["name"], info["cmdline"]):
-            left_alone[pid] = "a driver helper or GPU monitor (always excluded)"
+            left_alone[pid], on_purpose[pid] = "a driver helper or GPU monitor (always excluded)", EXCLUDE
         elif matches_any(spec.exclude, info["name"], info["cmdline"]):
-            left_alone[pid] = "matches `exclude`"
+            left_alone[pid], on_purpose[pid] = "matches `exclude`", EXCLUDE
         elif spec.match and not matches_any(spec.match, info["name"], info["cmdline"]):
-            left_alone[pid] = "does not match `match`"
+            left_alone[pid], on_purpose[pid] = "does not match `match`", MATCH
         elif ownership is not None and pid not in ownership.table.info:
             left_alone[pid] = "not in the process table, so whose it is cannot be told (orphans_only)"
         else:
             verdict = None if ownership is None else ownership.judge(pid, *climb(ownership.table, pid, spec, protected))
             if verdict is not None and verdict.kind == FOREIGN:
-                left_alone[pid] = verdict.why
+                left_alone[pid], on_purpose[pid] = verdict.why, ORPHANS_ONLY
                 foreign[pid] = verdict
             else:
                 chosen[pid] = info
@@ -165,4 +179,4 @@ def plan_targets(psutil: t.Any, spec: ReclaimSpec, holders: t.Mapping[int, t.Dic
             targets[tpid] = Target(tpid, tinfo["create_time"], tinfo["name"], tinfo["cmdline"], tinfo["username"],
                                    role, depth, sorted(chosen.get(tpid, {}).get("gpus", [])))
     ordered = sorted(targets.values(), key=lambda tg: (tg.role != "launcher", tg.depth, tg.pid))
-    return Plan(ordered, left_alone, warnings, foreign)
+    return Plan(ordered, left_alone, warnings, foreign, on_purpose)

@@ -28,7 +28,16 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.scan import 
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import describe_process, trim_cmdline
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.owner import GetSid, Verdict, getsid, label
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import AUTO, ReclaimSpec, is_excluded, matches_any
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.verify import Problem, Reading, drop_exited, judge, predict, read_gpu
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.verify import (
+    Problem,
+    Reading,
+    add_mib,
+    drop_exited,
+    judge,
+    left_alone_on,
+    predict,
+    read_gpu,
+)
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.selection import resolve_gpus
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.ladder import Outcome, run_ladder
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.lineage import DETACHED, END, UNRELATED, Known, adopters, nearest_exit, sort_new
@@ -86,6 +95,7 @@ class Reclaim:
         self._planning = True
         self._foreign: t.List[t.Dict[str, t.Any]] = []
         self._holder_gpus: t.Dict[int, t.List[int]] = {}
+        self._on_purpose: t.Dict[int, t.Optional[float]] = {}  # the holders the plan left alone on purpose -> start time
         # the lineage of what is ended: live parents of targets that could respawn one (pid -> plan-time row), new
         # processes forked by them that this run does not end (pid -> what the result says), and processes started
         # since the plan that are none of these (never looked at again)
@@ -136,6 +146,7 @@ class Reclaim:
         self._foreign = [self._foreign_entry(pid, verdict) for pid, verdict in sorted(plan.foreign.items())]
         self._planning = False
         self._before_described = dict(self._described)
+        self._on_purpose = {pid: self._before_described[pid]["create_time"] for pid in plan.on_purpose if pid in self._before_described}
         if self.check_mode:
             return self._check_result(before, plan)
         self._watch_tree(plan.targets)
@@ -416,8 +427,8 @@ class Reclaim:
                                         "the GPUs were renumbered during the run" % (index, after[index].uuid, before[index].uuid), False))
             if after[index].uuid is not None:
                 self._uuids.setdefault(index, after[index].uuid)
-            problems += judge(after[index], self.spec.memory_threshold_mib, signalled, left_alone,
-                              self.describe, self.excluded, self.spec.ignore_foreign, index in settling)
+            problems += judge(after[index], self.spec.memory_threshold_mib, signalled, left_alone, self.describe, self.excluded,
+                              self.spec.ignore_foreign, index in settling, self.spec.keep_live_jobs, self._on_purpose)
         problems += self._running_respawns(after, indices, self.clock())
         return after, problems
 
@@ -530,24 +541,45 @@ class Reclaim:
         """Check mode: what a real run would signal, what it would leave and why it would fail."""
         states = {tg.pid: self._state(tg.pid) for tg in plan.targets}
         would = [tg for tg in plan.targets if states[tg.pid] != "zombie"]
-        predictions = {index: predict(before[index], self.spec.memory_threshold_mib, states, plan.left_alone,
-                                      self.describe, self.excluded, self.spec.ignore_foreign) for index in sorted(before)}
+        predictions = {index: predict(before[index], self.spec.memory_threshold_mib, states, plan.left_alone, self.describe, self.excluded,
+                                      self.spec.ignore_foreign, self.spec.keep_live_jobs, self._on_purpose) for index in sorted(before)}
+        left, busy = self._left_alone(before, set(states), plan)
         gpus = []
         for index in sorted(before):
             entry = _gpu_entry(before[index], None, [], self._before_described, self.describe)
             entry["predicted_memory_used_mib_after"] = predictions[index].used_mib
             entry["processes_would_remain"] = [{"pid": h.pid, "name": self._before_described.get(h.pid, self.describe(h.pid))["name"],
                                                 "used_memory_mib": h.used_memory_mib} for h in predictions[index].remaining]
+            entry["left_alone"] = busy.get(index, [])
             gpus.append(entry)
         would_fail = [text for index in sorted(before) for text in predictions[index].failures]
         warnings = plan.warnings + ["a real run would fail: " + text for text in would_fail]
         return {
             "gpus": gpus, "killed": [], "warnings_list": warnings, "elapsed_s": round(self.clock() - self.start, 3),
             "changed": bool(would), "verified": None, "would_kill": [_target_entry(tg) for tg in would], "would_fail": would_fail,
-            "foreign": self._foreign,
-            "msg": "check mode: would end %d process(es) on GPU %s%s" % (
-                len(would), _indices(before), "; a real run would fail: " + "; ".join(would_fail) if would_fail else ""),
+            "foreign": self._foreign, "left_alone": left,
+            "msg": "check mode: would end %d process(es) on GPU %s%s%s" % (
+                len(would), _indices(before), _busy_text(busy, left, "would keep"),
+                "; a real run would fail: " + "; ".join(would_fail) if would_fail else ""),
         }
+
+    def _left_alone(self, readings: t.Mapping[int, Reading], ours: t.Container[int],
+                    plan: Plan) -> t.Tuple[t.List[t.Dict[str, t.Any]], t.Dict[int, t.List[int]]]:
+        """The result's ``left_alone`` (each holder of ``readings`` that this run left alone on purpose, with the rule
+        that did and why) and, per GPU index, the PIDs of those that hold it."""
+        entries: t.Dict[int, t.Dict[str, t.Any]] = {}
+        busy: t.Dict[int, t.List[int]] = {}
+        for index in sorted(readings):
+            for holder in left_alone_on(readings[index], ours, plan.left_alone, self.describe, self.excluded, self.spec.ignore_foreign,
+                                        self._on_purpose):
+                info = self.describe(holder.pid)
+                entry = entries.setdefault(holder.pid, {
+                    "pid": holder.pid, "name": info["name"], "cmdline": info["cmdline"], "username": info["username"], "gpus": [],
+                    "used_memory_mib": 0, "rule": plan.on_purpose[holder.pid], "why": plan.left_alone[holder.pid]})
+                entry["gpus"].append(index)
+                entry["used_memory_mib"] = add_mib(entry["used_memory_mib"], holder.used_memory_mib)
+                busy.setdefault(index, []).append(holder.pid)
+        return [entries[pid] for pid in sorted(entries)], busy
 
     def _state(self, pid: int) -> t.Optional[str]:
         if self._table is not None and pid in self._table.info:
@@ -557,6 +589,9 @@ class Reclaim:
     def _result(self, before: t.Mapping[int, Reading], after: t.Mapping[int, Reading], plan: Plan,
                 outcomes: t.Sequence[Outcome], problems: t.Sequence[Problem]) -> t.Dict[str, t.Any]:
         gpus = [_gpu_entry(before[index], after[index], problems, self._before_described, self.describe) for index in sorted(before)]
+        left, busy = self._left_alone(after, {o.target.pid for o in outcomes}, plan)
+        for entry in gpus:
+            entry["left_alone"] = busy.get(entry["index"], [])
         listed = {holder.pid for reading in after.values() for holder in reading.holders}
         # a zombie that NVML still lists has not let go of its memory: a survivor, not a kill
         stuck = {o.target.pid for o in outcomes if o.ended == "zombie" and o.target.pid in listed}
@@ -567,6 +602,7 @@ class Reclaim:
             "warnings_list": plan.warnings,
             "elapsed_s": round(self.clock() - self.start, 3),
             "foreign": self._foreign,
+            "left_alone": left,
             "respawn_watch": self._lineage(),
             "reading_after": {"fresh_session": self._fresh_at is not None, "session_opened_s": self._fresh_at},
         }
@@ -586,7 +622,10 @@ class Reclaim:
         count = "ended %d process(es)%s" % (len(ended), " (%d exited once their launcher or tree was signalled)" % unsignalled if unsignalled else "")
         if result["verified"]:
             freed = sum(g["freed_mib"] or 0 for g in gpus)
-            result["msg"] = "GPU %s verified free by fresh NVML readings: %s, %d MiB came back" % (_indices(before), count, freed)
+            free = [index for index in sorted(before) if index not in busy]
+            result["msg"] = "%s%s: %s, %d MiB came back" % (
+                "GPU %s verified free by fresh NVML readings" % ", ".join(str(index) for index in free) if free else "no GPU read free",
+                _busy_text(busy, left, "kept"), count, freed)
             return result
         texts = [p.text for p in problems] + ["pid %d (%s, %s, state %s): %s" % (
             o.target.pid, o.target.name, o.target.role, self.describe(o.target.pid)["state"], o.error or "survived every signal")
@@ -613,6 +652,13 @@ def _why_left(outcome: Outcome) -> t.Tuple[str, bool]:
 
 def _indices(readings: t.Mapping[int, Reading]) -> str:
     return ", ".join(str(index) for index in sorted(readings))
+
+
+def _busy_text(busy: t.Mapping[int, t.List[int]], left: t.Sequence[t.Mapping[str, t.Any]], verb: str) -> str:
+    """"; GPU 0, 3 kept busy by 2 holder(s) left alone on purpose (left_alone)", or nothing when none is."""
+    if not busy:
+        return ""
+    return "; GPU %s %s busy by %d holder(s) left alone on purpose (left_alone)" % (", ".join(str(index) for index in sorted(busy)), verb, len(left))
 
 
 def _problem_pids(after: t.Mapping[int, Reading], problems: t.Sequence[Problem]) -> t.Set[int]:

@@ -70,6 +70,10 @@ MAX_SETTLE_S = 60.0
 # settle: auto (the default): after the GPUs read free, wait only while a process that could respawn a holder is alive
 AUTO = "auto"
 MAX_THRESHOLD_MIB = 1024 * 1024
+# live_jobs: what a GPU kept busy only by holders this run left alone on purpose does to the verdict
+LIVE_JOBS_FAIL = "fail"  # the default: such a GPU is not free, the run fails naming each holder
+LIVE_JOBS_KEEP = "keep"  # the caller accepts them: listed in left_alone, not a failure
+LIVE_JOBS = (LIVE_JOBS_FAIL, LIVE_JOBS_KEEP)
 
 # Every option of gpu_reclaim with its type and default, written once: the module's argument_spec is this
 # table, build_spec() falls back to it, and a unit test compares it with the module's DOCUMENTATION.
@@ -89,6 +93,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "owner": {"type": "dict", "options": {"pid": {"type": "int", "required": True}, "create_time": {"type": "float"}}},
     "orphans_only": {"type": "bool", "default": False},
     "subreapers": {"type": "list", "elements": "str", "default": DEFAULT_SUBREAPERS},
+    "live_jobs": {"type": "str", "default": LIVE_JOBS_FAIL, "choices": list(LIVE_JOBS)},
     # a reading beside the reclaim (the role's preflight): does a new configuration open the server on a port
     "secured": SECURED_OPTION_SPEC,
 }
@@ -123,6 +128,7 @@ class ReclaimSpec(t.NamedTuple):
     owner: t.Optional[Owner] = None
     orphans_only: bool = False
     subreapers: t.Sequence[t.Pattern[str]] = ()
+    keep_live_jobs: bool = False  # live_jobs: keep
 
 
 def regexes(option: str, values: t.Optional[t.Sequence[t.Any]]) -> t.List[t.Pattern[str]]:
@@ -227,6 +233,9 @@ def build_spec(params: t.Mapping[str, t.Any]) -> ReclaimSpec:
         raise SpecError("signals: the escalation ladder is empty; give at least one signal, e.g. [TERM, KILL]")
     if get("kill_tree") and not get("launcher_patterns"):
         raise SpecError("launcher_patterns: empty while kill_tree is true; set kill_tree: false to end holders only")
+    live_jobs = get("live_jobs")
+    if live_jobs not in LIVE_JOBS:
+        raise SpecError("live_jobs: %r is neither %s" % (live_jobs, " nor ".join(LIVE_JOBS)))
     threshold = get("memory_threshold_mib")
     if not isinstance(threshold, int) or isinstance(threshold, bool) or not 0 <= threshold <= MAX_THRESHOLD_MIB:
         raise SpecError("memory_threshold_mib: %r must be a whole number of MiB from 0 to %d" % (threshold, MAX_THRESHOLD_MIB))
@@ -246,6 +255,7 @@ def build_spec(params: t.Mapping[str, t.Any]) -> ReclaimSpec:
         owner=_owner(get("owner")),
         orphans_only=bool(get("orphans_only")),
         subreapers=regexes("subreapers", get("subreapers")),
+        keep_live_jobs=live_jobs == LIVE_JOBS_KEEP,
     )
 
 

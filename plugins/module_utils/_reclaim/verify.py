@@ -17,6 +17,7 @@ import typing as t
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import Holder, Memory, NvmlSession
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.pid_trust import UNVERIFIABLE
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import START_TIME_TOLERANCE_S
 
 
 class Reading(t.NamedTuple):
@@ -76,17 +77,29 @@ FOREIGN = "foreign"  # not visible in this PID namespace (a container's process?
 FOREIGN_IGNORED = "foreign, ignored"  # the same, with ignore_foreign: its memory is not counted
 UNVERIFIABLE_HOLDER = UNVERIFIABLE  # the local process with NVML's PID may be another one (see _host/pid_trust.py)
 EXCLUDED = "excluded"  # matches exclude (or is a driver helper): never a reason by itself, only its memory is
-PROTECTED = "protected"  # left alone by a rule of this run (protected, outside `gpus`, not matched, another job's)
+PROTECTED = "protected"  # left alone, but by no rule of this run (a respawn or a detached process it watched, ...)
+KEPT = "kept"  # left alone on purpose by a rule of this run (plan.py's on_purpose); live_jobs: keep accepts it on its GPU
 UNACCOUNTED = "unaccounted"  # neither this run's nor left alone: appeared during the run, or no rule ends it
 NO_PROCESS = "memory without a process"  # the GPU's memory above memory_threshold_mib with no holder to blame
-HOLDER_CLASSES = (ENDED, STUCK, FOREIGN, FOREIGN_IGNORED, UNVERIFIABLE_HOLDER, EXCLUDED, PROTECTED, UNACCOUNTED)
+HOLDER_CLASSES = (ENDED, STUCK, FOREIGN, FOREIGN_IGNORED, UNVERIFIABLE_HOLDER, EXCLUDED, KEPT, PROTECTED, UNACCOUNTED)
+
+# pid -> start time (psutil's create_time) of each holder the plan left alone on purpose
+OnPurpose = t.Mapping[int, t.Optional[float]]
+
+
+def is_on_purpose(on_purpose: t.Optional[OnPurpose], pid: int, info: t.Mapping[str, t.Any]) -> bool:
+    """``pid`` is a holder the plan left alone on purpose, and the same process (its start time known and unchanged)."""
+    if not on_purpose or pid not in on_purpose:
+        return False
+    created, now = on_purpose[pid], info.get("create_time")
+    return created is not None and now is not None and abs(now - created) <= START_TIME_TOLERANCE_S
 
 
 def classify(info: t.Dict[str, t.Any], ours: bool, state: t.Optional[str], left_alone: t.Optional[str],
-             excluded: t.Callable[[t.Dict[str, t.Any]], bool], ignore_foreign: bool) -> str:
+             excluded: t.Callable[[t.Dict[str, t.Any]], bool], ignore_foreign: bool, on_purpose: bool = False) -> str:
     """The class of one GPU holder (one of HOLDER_CLASSES). ``info``: its description (describe()); ``ours``: this run
     signals it (check mode: would); ``state``: its process state when it is ours; ``left_alone``: why the plan leaves it
-    alone, if it does."""
+    alone, if it does; ``on_purpose``: by a rule of this run (is_on_purpose). A zombie is never KEPT: no job runs there."""
     if ours:
         if not info["visible"] or state == "zombie":
             return STUCK
@@ -97,6 +110,8 @@ def classify(info: t.Dict[str, t.Any], ours: bool, state: t.Optional[str], left_
         return UNVERIFIABLE_HOLDER
     if excluded(info):
         return EXCLUDED
+    if on_purpose and left_alone is not None:
+        return STUCK if info["state"] == "zombie" else KEPT
     if left_alone is not None:
         return PROTECTED
     if info["state"] == "zombie":
@@ -106,11 +121,16 @@ def classify(info: t.Dict[str, t.Any], ours: bool, state: t.Optional[str], left_
 
 def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tuple[str, bool]], left_alone: t.Mapping[int, str],
           describe: t.Callable[[int], t.Dict[str, t.Any]], excluded: t.Callable[[t.Dict[str, t.Any]], bool],
-          ignore_foreign: bool, settling: bool = True) -> t.List[Problem]:
-    """Every reason this GPU is not free; an empty list means verified free.
+          ignore_foreign: bool, settling: bool = True, keep: bool = False, on_purpose: t.Optional[OnPurpose] = None) -> t.List[Problem]:
+    """Every reason this GPU is not free; an empty list means verified free (with ``keep``: or busy only with holders
+    left alone on purpose).
 
     ``settling``: this run signalled a holder of this GPU, so memory held by no process may still come back.
     An excluded holder is never a reason by itself, but its GPU counts as free only at most ``threshold_mib``.
+    ``on_purpose``: the holders the plan left alone by a rule of this run (is_on_purpose); each is a reason, unless
+    ``keep`` (live_jobs: keep): then what they hold is theirs (an excluded one's too), and a GPU that only they hold fails
+    only when its memory beyond theirs is above ``threshold_mib`` (held by no process, or by an excluded holder that
+    appeared during the run).
     """
     if reading.error is not None or reading.memory is None:
         return [Problem(reading.index, reading.error or "GPU %d: no memory reading" % reading.index, False)]
@@ -119,15 +139,22 @@ def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tupl
     counted_holders = 0
     counted_mib: t.Optional[int] = 0
     kept: t.List[str] = []
+    live: t.List[str] = []  # with keep: the holders left alone on purpose, accepted
+    live_mib: t.Optional[int] = 0
     for holder in reading.holders:
         info = describe(holder.pid)
         where = "GPU %d: pid %d" % (reading.index, holder.pid)
         mib = _mib(holder.used_memory_mib)
         if not (excluded(info) and info["visible"]) and not (ignore_foreign and not info["visible"] and holder.pid not in signalled):
-            counted_mib = None if counted_mib is None or holder.used_memory_mib is None else counted_mib + holder.used_memory_mib
-        kind = classify(info, holder.pid in signalled, info["state"], left_alone.get(holder.pid), excluded, ignore_foreign)
+            counted_mib = add_mib(counted_mib, holder.used_memory_mib)
+        accepted = is_on_purpose(on_purpose, holder.pid, info)
+        kind = classify(info, holder.pid in signalled, info["state"], left_alone.get(holder.pid), excluded, ignore_foreign, accepted)
         if kind == FOREIGN_IGNORED:
             discounted += holder.used_memory_mib or 0
+            continue
+        if keep and accepted and kind in (KEPT, EXCLUDED):
+            live.append("pid %d (%s, %s)" % (holder.pid, info["name"], mib))
+            live_mib = add_mib(live_mib, holder.used_memory_mib)
             continue
         if kind == EXCLUDED:
             # left alone on purpose; it keeps the GPU busy only if the memory says so (judged below)
@@ -148,15 +175,23 @@ def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tupl
         elif kind == UNVERIFIABLE_HOLDER:
             # NVML's number may be another namespace's process: the local one is not named as the holder
             problems.append(Problem(reading.index, "%s holds %s: %s" % (where, mib, left_alone[holder.pid]), False))
-        elif kind == PROTECTED:
+        elif kind in (PROTECTED, KEPT):
             problems.append(Problem(reading.index, label + ": not signalled: " + left_alone[holder.pid], False))
         elif kind == STUCK:
             problems.append(Problem(reading.index, _zombie(where, info, mib), False))
         else:
             problems.append(Problem(reading.index, label + ": appeared during the reclaim (respawned by a launcher left alive?)", False))
     used = reading.memory.used_mib - discounted
+    if live and counted_holders == 0:
+        # busy only with holders left alone on purpose (keep): what they hold is theirs; the rest is judged as without them
+        rest = None if live_mib is None else used - live_mib
+        if rest is not None and rest > threshold_mib:
+            problems.append(Problem(reading.index, "GPU %d: %d MiB used, %d MiB of it beyond what the holders left alone hold (%s), above "
+                                    "memory_threshold_mib %d: %s" % (reading.index, used, rest, ", ".join(live), threshold_mib,
+                                                                     _beyond(kept)), settling))
+        return problems
     rest = used if counted_holders == 0 else (None if counted_mib is None else used - counted_mib)
-    if kept and rest is not None and rest > threshold_mib:
+    if kept and not live and rest is not None and rest > threshold_mib:
         problems.append(Problem(reading.index, "GPU %d: %d MiB used (above memory_threshold_mib %d) while excluded holders keep it: %s" % (
             reading.index, used, threshold_mib, ", ".join(kept)), counted_holders > 0))
     elif counted_holders == 0 and used > threshold_mib:
@@ -164,6 +199,33 @@ def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tupl
                                 "memory held by no process, e.g. a driver teardown that did not finish" % (reading.index, used, threshold_mib),
                                 settling))
     return problems
+
+
+def _beyond(excluded_holders: t.Sequence[str]) -> str:
+    """What holds the memory beyond that of the holders left alone on purpose."""
+    if excluded_holders:
+        return "excluded holders keep it (%s) or no process holds it" % ", ".join(excluded_holders)
+    return "memory held by no process, e.g. a driver teardown that did not finish"
+
+
+def add_mib(total: t.Optional[int], mib: t.Optional[int]) -> t.Optional[int]:
+    """A sum of MiB that is None once one of its terms is not available."""
+    return None if total is None or mib is None else total + mib
+
+
+def left_alone_on(reading: Reading, ours: t.Container[int], left_alone: t.Mapping[int, str],
+                  describe: t.Callable[[int], t.Dict[str, t.Any]], excluded: t.Callable[[t.Dict[str, t.Any]], bool],
+                  ignore_foreign: bool, on_purpose: t.Optional[OnPurpose]) -> t.List[Holder]:
+    """The holders of a reading that the plan left alone on purpose (KEPT, and EXCLUDED ones it saw): what keeps the GPU
+    busy by the run's own choice. ``ours``: what the run signals (check mode: would)."""
+    found = []
+    for holder in reading.holders:
+        info = describe(holder.pid)
+        accepted = is_on_purpose(on_purpose, holder.pid, info)
+        kind = classify(info, holder.pid in ours, info["state"], left_alone.get(holder.pid), excluded, ignore_foreign, accepted)
+        if kind == KEPT or (kind == EXCLUDED and accepted):
+            found.append(holder)
+    return found
 
 
 def _zombie(where: str, info: t.Mapping[str, t.Any], mib: str) -> str:
@@ -180,24 +242,31 @@ class Prediction(t.NamedTuple):
 
 def predict(reading: Reading, threshold_mib: int, going: t.Mapping[int, t.Optional[str]], left_alone: t.Mapping[int, str],
             describe: t.Callable[[int], t.Dict[str, t.Any]], excluded: t.Callable[[t.Dict[str, t.Any]], bool],
-            ignore_foreign: bool) -> Prediction:
-    """``going``: pid -> its state, for the holders a real run would signal. What would stay, and why a real run would fail."""
+            ignore_foreign: bool, keep: bool = False, on_purpose: t.Optional[OnPurpose] = None) -> Prediction:
+    """``going``: pid -> its state, for the holders a real run would signal. What would stay, and why a real run would fail
+    (``keep`` and ``on_purpose`` as for judge())."""
     if reading.error is not None or reading.memory is None:
         return Prediction(None, [], [reading.error or "GPU %d: no memory reading" % reading.index])
     failures: t.List[str] = []
     remaining: t.List[Holder] = []
     used: t.Optional[int] = reading.memory.used_mib
     kept: t.List[str] = []
+    live: t.List[str] = []  # with keep: the holders left alone on purpose, accepted
+    live_mib: t.Optional[int] = 0
     for holder in reading.holders:
         info = describe(holder.pid)
         where = "GPU %d: pid %d" % (reading.index, holder.pid)
-        kind = classify(info, holder.pid in going, going.get(holder.pid), left_alone.get(holder.pid), excluded, ignore_foreign)
+        accepted = is_on_purpose(on_purpose, holder.pid, info)
+        kind = classify(info, holder.pid in going, going.get(holder.pid), left_alone.get(holder.pid), excluded, ignore_foreign, accepted)
         if kind in (ENDED, FOREIGN_IGNORED):
             used = None if used is None or holder.used_memory_mib is None else used - holder.used_memory_mib
             continue
         remaining.append(holder)
         mib = _mib(holder.used_memory_mib)
-        if kind == FOREIGN:
+        if keep and accepted and kind in (KEPT, EXCLUDED):
+            live.append("pid %d (%s, %s)" % (holder.pid, info["name"], mib))
+            live_mib = add_mib(live_mib, holder.used_memory_mib)
+        elif kind == FOREIGN:
             failures.append("%s holds %s but is not visible in this PID namespace (a container's process?)" % (where, mib))
         elif kind == UNVERIFIABLE_HOLDER:
             failures.append("%s holds %s: %s" % (where, mib, left_alone[holder.pid]))
@@ -205,12 +274,18 @@ def predict(reading: Reading, threshold_mib: int, going: t.Mapping[int, t.Option
             failures.append(_zombie(where, info, mib))
         elif kind == EXCLUDED:
             kept.append("pid %d (%s, excluded, %s)" % (holder.pid, info["name"], mib))
-        elif kind == PROTECTED:
+        elif kind in (PROTECTED, KEPT):
             failures.append("%s (%s) holds %s: not signalled: %s" % (where, info["name"], mib, left_alone[holder.pid]))
         else:
             failures.append("%s (%s) holds %s: no rule of this run ends it" % (where, info["name"], mib))
-    if used is not None and used > threshold_mib:
-        if kept:
+    if live and len(live) + len(kept) == len(remaining):
+        # busy only with holders left alone on purpose (keep): what they hold is theirs; the rest is judged as without them
+        rest = None if used is None or live_mib is None else used - live_mib
+        if rest is not None and rest > threshold_mib:
+            failures.append("GPU %d: %d MiB would stay used, %d MiB of it beyond what the holders left alone hold (%s), above "
+                            "memory_threshold_mib %d: %s" % (reading.index, used, rest, ", ".join(live), threshold_mib, _beyond(kept)))
+    elif used is not None and used > threshold_mib:
+        if kept and not live:
             failures.append("GPU %d: %d MiB would stay used (above memory_threshold_mib %d) while excluded holders keep it: %s" % (
                 reading.index, used, threshold_mib, ", ".join(kept)))
         elif not remaining:

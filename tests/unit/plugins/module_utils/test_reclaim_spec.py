@@ -154,3 +154,15 @@ def test_budget_warning_when_the_ladder_may_outlast_the_timeout():
 def test_empty_match_is_refused_not_read_as_every_holder():
     with pytest.raises(SpecError, match="^match: the list is empty"):
         spec(match=[])
+
+
+@pytest.mark.parametrize("value, keep", [("fail", False), ("keep", True)])
+def test_live_jobs(value, keep):
+    assert build_spec({"live_jobs": value}).keep_live_jobs is keep
+    assert build_spec({}).keep_live_jobs is False
+
+
+@pytest.mark.parametrize("value", ["Keep", "yes", True, None, ""])
+def test_live_jobs_refuses_anything_but_fail_or_keep(value):
+    with pytest.raises(SpecError, match=r"^live_jobs: %s is neither fail nor keep$" % re.escape(repr(value))):
+        build_spec({"live_jobs": value})

@@ -120,3 +120,54 @@ def test_memory_held_by_no_process_is_waited_for_only_where_a_holder_was_signall
     settled = judge(gpu, THRESHOLD, {}, {}, PROCESSES.__getitem__, lambda info: False, False, False)
     assert [p.waitable for p in settling] == [True] and [p.waitable for p in settled] == [False]
     assert settling[0].text == settled[0].text
+
+
+# live_jobs: keep. 5151 is a colleague's job that the plan left alone on purpose (on_purpose: its start time)
+LIVE = {5151: {"visible": True, "name": "VLLM::Worker_TP0", "cmdline": ["VLLM::Worker_TP0"], "state": "sleeping", "create_time": 1000.0}}
+LIVE_WHY = {5151: "belongs to live PID 3000 (python3 batch_infer.py), not to this server nor an orphan: someone else's job"}
+
+
+def kept(value, keep=True, signalled=(), settling=True, started=1000.0, helper_seen=True):
+    """judge() with the job of LIVE left alone on purpose; ``started``: the start time of the process with its PID now;
+    ``helper_seen``: the excluded nvidia-persistenced (902) was a holder when the plan was made (else it came since)."""
+    processes = {**PROCESSES, 5151: dict(LIVE[5151], create_time=started), 902: dict(PROCESSES[902], create_time=900.0)}
+    on_purpose = {5151: 1000.0, **({902: 900.0} if helper_seen else {})}
+    why = {**LIVE_WHY, **({902: "a driver helper or GPU monitor (always excluded)"} if helper_seen else {})}
+    return judge(value, THRESHOLD, {pid: ("still there after every signal", True) for pid in signalled}, why,
+                 processes.__getitem__, lambda info: info["name"] == "nvidia-persistenced", False, settling, keep, on_purpose)
+
+
+def test_keep_accepts_a_gpu_busy_only_with_a_job_left_alone_on_purpose():
+    assert kept(reading(12000 + THRESHOLD, (5151, 12000))) == []
+    assert kept(reading(12000, (5151, None))) == [], "a share NVML does not give is the holder's"
+    assert kept(reading(15000, (5151, 12000), (902, 3000))) == [], "an excluded holder's memory is its own too"
+    assert kept(reading(3000, (902, 3000))) == [], "the excluded holder alone above the threshold"
+    # an excluded holder that came during the run was not left alone by the plan: above the threshold, as before
+    late = kept(reading(15000, (5151, 12000), (902, 3000)), helper_seen=False)
+    assert [p.text for p in late] == ["GPU 2: 15000 MiB used, 3000 MiB of it beyond what the holders left alone hold (pid 5151 "
+                                      "(VLLM::Worker_TP0, 12000 MiB)), above memory_threshold_mib 1024: excluded holders keep it "
+                                      "(pid 902 (nvidia-persistenced, excluded, 3000 MiB)) or no process holds it"]
+    assert [p.text for p in kept(reading(3000, (902, 3000)), helper_seen=False)] == [
+        "GPU 2: 3000 MiB used (above memory_threshold_mib 1024) while excluded holders keep it: pid 902 (nvidia-persistenced, excluded, 3000 MiB)"]
+    # the default names the same job as the reason the GPU is not free
+    assert [p.text for p in kept(reading(12000, (5151, 12000)), keep=False)] == [
+        "GPU 2: pid 5151 (VLLM::Worker_TP0, state sleeping) holds 12000 MiB: not signalled: " + LIVE_WHY[5151]]
+
+
+def test_keep_still_fails_for_memory_held_by_no_process_beside_the_job():
+    got = kept(reading(16096, (5151, 12000)))
+    assert got == [Problem(2, "GPU 2: 16096 MiB used, 4096 MiB of it beyond what the holders left alone hold (pid 5151 (VLLM::Worker_TP0, "
+                              "12000 MiB)), above memory_threshold_mib 1024: memory held by no process, e.g. a driver teardown that "
+                              "did not finish", True)]
+    assert [p.waitable for p in kept(reading(16096, (5151, 12000)), settling=False)] == [False]
+
+
+def test_keep_still_fails_for_a_survivor_a_zombie_a_stranger_and_a_reused_pid_beside_the_job():
+    survivor = kept(reading(17000, (5151, 12000), (4343, 5000)), signalled=[4343])
+    assert [p.text for p in survivor] == ["GPU 2: pid 4343 (python3, state running) holds 5000 MiB: still there after every signal"]
+    zombie = kept(reading(17000, (5151, 12000), (4242, 5000)))
+    assert len(zombie) == 1 and "pid 4242" in zombie[0].text and "zombie" in zombie[0].text
+    foreign = kept(reading(32000, (5151, 12000), (777777, 20000)))
+    assert len(foreign) == 1 and "pid 777777" in foreign[0].text and "PID namespace" in foreign[0].text
+    reused = kept(reading(12000, (5151, 12000)), started=1005.0)  # the job exited and its PID went to a new process
+    assert [p.text for p in reused] == ["GPU 2: pid 5151 (VLLM::Worker_TP0, state sleeping) holds 12000 MiB: not signalled: " + LIVE_WHY[5151]]

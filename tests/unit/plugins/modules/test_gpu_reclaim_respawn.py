@@ -61,12 +61,15 @@ def test_a_holder_respawned_by_its_live_parent_is_ended_and_the_window_waited(mo
     assert_bystanders_untouched(host)
 
 
+@pytest.mark.parametrize("live_jobs", ["fail", "keep"])
 @pytest.mark.parametrize("respawn_mib", [10000, 0])
-def test_a_respawn_the_run_may_not_end_fails_it_while_it_runs(monkeypatch, respawn_mib):
-    """``match`` takes the holder, not its replacement: the run must not call the GPU free, with or without memory yet."""
+def test_a_respawn_the_run_may_not_end_fails_it_while_it_runs(monkeypatch, respawn_mib, live_jobs):
+    """``match`` takes the holder, not its replacement: the run must not call the GPU free, with or without memory yet.
+    A respawn is not a holder the run left alone on purpose: live_jobs: keep does not accept it."""
     host = Supervised(OTHER, respawn_mib)
-    result = run_module(monkeypatch, host, dict(RUN, match=["serve_model"]))
+    result = run_module(monkeypatch, host, dict(RUN, match=["serve_model"], live_jobs=live_jobs))
     assert result["failed"] is True and result["verified"] is False
+    assert result["left_alone"] == [] and result["gpus"][0]["left_alone"] == []
     assert "pid 301" in result["msg"] and "forked by PID 200 (python3 /opt/jobs/supervise.py)" in result["msg"], result["msg"]
     assert "does not match `match`" in result["msg"]
     assert ("holds 10000 MiB" in result["msg"]) == bool(respawn_mib) and ("no GPU memory yet" in result["msg"]) != bool(respawn_mib)
