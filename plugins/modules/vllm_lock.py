@@ -121,6 +121,26 @@ options:
       health_url:
         description: The server's C(/health), asked when the recorded server runs.
         type: str
+      generate:
+        description:
+          - The generation check asked for when the recorded server runs with O(status.config_hash) and answers
+            O(status.health_url), as with M(gpuops.fleet.vllm_process)'s O(gpuops.fleet.vllm_process#module:generate).
+        type: dict
+        suboptions:
+          url:
+            description: Base URL of the server, for example V(http://127.0.0.1:8000).
+            type: str
+            required: true
+          model:
+            description: The model to ask (the server's served model name).
+            type: str
+          api_key:
+            description: Sent as C(Authorization Bearer) with the completion; never shown or returned.
+            type: str
+          timeout:
+            description: Seconds the completion may take; V(0) skips the check.
+            type: float
+            default: 60
 requirements:
   - psutil on the managed host, with O(status).
 """
@@ -160,7 +180,8 @@ took_over:
 status:
   description:
     - With O(status), what runs now, read under the lock, with the keys of M(gpuops.fleet.vllm_process)'s status
-      (C(running), C(pid), C(create_time), C(config_hash), C(config_matches), C(healthy), C(health), C(record)).
+      (C(running), C(pid), C(create_time), C(config_hash), C(config_matches), C(healthy), C(health), C(generates),
+      C(generation), C(record)).
   returned: when O(status) is given and the lock was taken
   type: dict
 """
@@ -169,8 +190,9 @@ import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, http_url
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import GENERATE_OPTIONS, GENERATE_TIMEOUT_MAX_S
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import LockHeld, acquire, release, who
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.process import read_status
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError
@@ -198,6 +220,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
         "state_file": {"type": "path", "required": True},
         "config_hash": {"type": "str"},
         "health_url": {"type": "str"},
+        "generate": {"type": "dict", "options": GENERATE_OPTIONS},
     }},
 }
 
@@ -208,6 +231,10 @@ def check_params(params: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
         raise SpecError("token: must not be empty")
     if params["stale_after"] <= 0:
         raise SpecError("stale_after: expected a positive number of seconds, got %r" % params["stale_after"])
+    generate = (params["status"] or {}).get("generate")
+    if generate:
+        http_url("status.generate.url", generate["url"])
+        between("status.generate.timeout", generate["timeout"], 0, GENERATE_TIMEOUT_MAX_S, "seconds")
     controller = {key: value for key, value in (params["controller"] or {}).items() if value is not None}
     if controller.get("pid") is not None and controller["pid"] <= 0:
         raise SpecError("controller.pid: expected a positive PID, got %r" % controller["pid"])
@@ -243,7 +270,8 @@ def main() -> None:
         _deps.require(module, _deps.PSUTIL)
         wanted = params["status"]
         try:
-            extra["status"] = read_status(_deps.PSUTIL.module, wanted["state_file"], wanted["config_hash"], wanted["health_url"])
+            extra["status"] = read_status(_deps.PSUTIL.module, wanted["state_file"], wanted["config_hash"], wanted["health_url"],
+                                          wanted["generate"])
         except RecordError as exc:
             # a failed task takes no lock: the one just taken is released again before failing
             released = release(params["path"], params["token"]).released if outcome.acquired else False
