@@ -187,8 +187,9 @@ health:
   type: str
 generates:
   description:
-    - With O(generate), whether the running server answered the short completion with tokens in time (null when not asked:
-      no O(generate), its timeout V(0), or a server that does not run, has another configuration or fails O(health_url)).
+    - With O(generate), whether the running server answered the short completion with tokens in time (null when not asked,
+      that is without O(generate), with its timeout V(0), or for a server that does not run, has another configuration or fails
+      O(health_url)).
   returned: always
   type: bool
 generation:

@@ -273,7 +273,8 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
 def check_params(params: t.Mapping[str, t.Any]) -> str:
     """The server's base URL (no trailing slash), once every option is in range; raises SpecError naming option and value."""
     url = http_url("url", params["url"])
-    for option, low, high in (("timeout", 0, 86400), ("poll_for", 0, 86400), ("generate_timeout", 0, GENERATE_TIMEOUT_MAX_S), ("interval", 0.01, 60), ("log_lines", 0, 10000)):
+    for option, low, high in (("timeout", 0, 86400), ("poll_for", 0, 86400), ("generate_timeout", 0, GENERATE_TIMEOUT_MAX_S),
+                              ("interval", 0.01, 60), ("log_lines", 0, 10000)):
         between(option, params[option], low, high)
     return url
 

@@ -212,13 +212,12 @@ def test_the_lock_reads_generation_under_it(api_server, recorded_server, tmp_pat
 @pytest.mark.parametrize("module, args, needle", [
     (vllm_process, {"state_file": "/tmp/x.json", "generate": {"url": "127.0.0.1:8000"}}, "generate.url"),
     (vllm_process, {"state_file": "/tmp/x.json", "generate": {"url": "http://h:1", "timeout": -1}}, "generate.timeout"),
-    (vllm_lock, {"path": "/tmp/never.lock", "token": "t", "status": {"state_file": "/tmp/x.json", "generate": {"url": "h:1"}}},
-     "status.generate.url"),
-    (vllm_lock, {"path": "/tmp/never.lock", "token": "t", "status": {"state_file": "/tmp/x.json",
-                                                                       "generate": {"url": "http://h:1", "timeout": 1e9}}},
+    (vllm_lock, {"token": "t", "status": {"state_file": "/tmp/x.json", "generate": {"url": "h:1"}}}, "status.generate.url"),
+    (vllm_lock, {"token": "t", "status": {"state_file": "/tmp/x.json", "generate": {"url": "http://h:1", "timeout": 1e9}}},
      "status.generate.timeout"),
 ])
-def test_a_bad_generate_option_is_named(module, args, needle):
-    result = run(module, args)
+def test_a_bad_generate_option_is_named(module, args, needle, tmp_path):
+    lock = tmp_path / "never.lock"
+    result = run(module, dict(args, path=str(lock)) if module is vllm_lock else args)
     assert result["failed"] and needle in result["msg"], result
-    assert not os.path.exists("/tmp/never.lock")  # refused before the lock
+    assert not lock.exists()  # refused before the lock
