@@ -221,3 +221,15 @@ def test_a_bad_generate_option_is_named(module, args, needle, tmp_path):
     result = run(module, dict(args, path=str(lock)) if module is vllm_lock else args)
     assert result["failed"] and needle in result["msg"], result
     assert not lock.exists()  # refused before the lock
+
+
+def test_ready_without_a_wait_is_one_generation_check(api_server):
+    """The systemd reading's use of vllm_ready (timeout 0, after /health answered): one poll and one completion, the
+    dead engine's answer in the failed result's generation, nothing waited for."""
+    api_server["answers"] = [(500, DEAD_BODY), (200, GOOD_BODY)]
+    args = {"url": api_server["url"], "model": "m", "timeout": 0, "generate_timeout": 10}
+    dead = run(vllm_ready, args)
+    assert dead["failed"] and dead["generation"]["ok"] is False and dead["generation"]["problem"] == "HTTP 500", dead
+    assert "EngineDeadError" in dead["generation"]["answer"] and dead["elapsed_s"] < 5
+    good = run(vllm_ready, args)
+    assert good["ready"] and good["generation"]["ok"] and api_server["asked"] == 2, good
