@@ -225,7 +225,8 @@ def test_a_rerun_replaces_a_server_whose_engine_died_behind_a_live_health(fleet,
     it is part of the configuration). A rerun with vllm_restart_force=false must not take a server that answers /health
     but no completion for unchanged: --check says it would restart it and why, and touches nothing (same listener, PID
     and start time); the real rerun replaces it with a server that generates, naming EngineDeadError. A rerun on that
-    working server leaves it alone (changed=0, same PID) after one completion of its own: the fake's counter shows it."""
+    working server leaves it alone (changed=0, same PID) after one completion of its own: the fake's counter shows it; with
+    vllm_server_ready_generate_timeout=0 the dead one is left alone too (the check is skipped)."""
     (node,) = fleet("gpu-node-01")
     plain = role_host_vars(node, node.port)
     model = "zai-org/GLM-5-GGUF"  # the simulated fleet's vllm_server_model (gpusim.inventory)
@@ -271,6 +272,12 @@ def test_a_rerun_replaces_a_server_whose_engine_died_behind_a_live_health(fleet,
     assert server_pid(node) == new and pid_alive(new, new_start)
     status, body = complete(node.port, model)
     assert status == 500 and "EngineDeadError" in body, (status, body)
+
+    # vllm_server_ready_generate_timeout=0 skips the check (a server that cannot generate): /health alone decides again
+    skipped = run_playbook(RESTART, inventory, "-e", "vllm_restart_force=false", "-e", "vllm_server_ready_generate_timeout=0")
+    assert skipped.returncode == 0, skipped.stdout[-4000:]
+    assert recap(skipped.stdout)[node.name]["changed"] == 0 and "UNCHANGED" in flat(skipped.stdout)
+    assert server_pid(node) == new and pid_alive(new, new_start)
 
 
 def test_a_launch_that_hangs_is_kept_when_asked(fleet, tmp_path):
