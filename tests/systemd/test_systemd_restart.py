@@ -172,7 +172,7 @@ except urllib.error.HTTPError as error:
 
 def complete(box: Box) -> t.Tuple[int, str]:
     model = json.loads(box.inventory.read_text())["all"]["vars"]["vllm_server_model"]
-    status, _, body = box.box.run([INSIDE_PYTHON, "-c", COMPLETE, str(PORT), model]).stdout.partition("\n")
+    status, body = box.box.run([INSIDE_PYTHON, "-c", COMPLETE, str(PORT), model]).stdout.split("\n", 1)
     return int(status), body
 
 
