@@ -143,6 +143,26 @@ options:
             description: Another tool's unit is no reason to refuse the listener (see M(gpuops.fleet.vllm_listener)).
             type: bool
             default: false
+      generate:
+        description:
+          - The generation check asked for when the recorded server runs with O(status.config_hash) and answers
+            O(status.health_url), as with M(gpuops.fleet.vllm_process)'s O(gpuops.fleet.vllm_process#module:generate).
+        type: dict
+        suboptions:
+          url:
+            description: Base URL of the server, for example V(http://127.0.0.1:8000).
+            type: str
+            required: true
+          model:
+            description: The model to ask (the server's served model name).
+            type: str
+          api_key:
+            description: Sent as C(Authorization Bearer) with the completion; never shown or returned.
+            type: str
+          timeout:
+            description: Seconds the completion may take; V(0) skips the check.
+            type: float
+            default: 60
 requirements:
   - psutil on the managed host, with O(status).
 """
@@ -182,8 +202,8 @@ took_over:
 status:
   description:
     - With O(status), what runs now, read under the lock, with the keys of M(gpuops.fleet.vllm_process)'s status
-      (C(running), C(pid), C(create_time), C(config_hash), C(config_matches), C(healthy), C(health), C(record)), and with
-      O(status.listener), C(listener) as M(gpuops.fleet.vllm_listener) returns it.
+      (C(running), C(pid), C(create_time), C(config_hash), C(config_matches), C(healthy), C(health), C(generates),
+      C(generation), C(record)), and with O(status.listener), C(listener) as M(gpuops.fleet.vllm_listener) returns it.
   returned: when O(status) is given and the lock was taken
   type: dict
 """
@@ -192,10 +212,11 @@ import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, http_url
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import ListenerError
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import DEFAULT_MATCH, read_listener
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import GENERATE_OPTIONS, GENERATE_TIMEOUT_MAX_S
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import LockHeld, acquire, release, who
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.process import read_status
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError
@@ -229,6 +250,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
             "unit": {"type": "str"},
             "stop_units": {"type": "bool", "default": False},
         }},
+        "generate": {"type": "dict", "options": GENERATE_OPTIONS},
     }},
 }
 
@@ -239,6 +261,10 @@ def check_params(params: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
         raise SpecError("token: must not be empty")
     if params["stale_after"] <= 0:
         raise SpecError("stale_after: expected a positive number of seconds, got %r" % params["stale_after"])
+    generate = (params["status"] or {}).get("generate")
+    if generate:
+        http_url("status.generate.url", generate["url"])
+        between("status.generate.timeout", generate["timeout"], 0, GENERATE_TIMEOUT_MAX_S, "seconds")
     controller = {key: value for key, value in (params["controller"] or {}).items() if value is not None}
     if controller.get("pid") is not None and controller["pid"] <= 0:
         raise SpecError("controller.pid: expected a positive PID, got %r" % controller["pid"])
@@ -274,7 +300,8 @@ def main() -> None:
         _deps.require(module, _deps.PSUTIL)
         wanted = params["status"]
         try:
-            extra["status"] = read_status(_deps.PSUTIL.module, wanted["state_file"], wanted["config_hash"], wanted["health_url"])
+            extra["status"] = read_status(_deps.PSUTIL.module, wanted["state_file"], wanted["config_hash"], wanted["health_url"],
+                                          wanted["generate"])
             listens = wanted["listener"]
             if listens:
                 extra["status"]["listener"] = read_listener(_deps.PSUTIL.module, listens["port"], listens["match"], listens["unit"],

@@ -88,6 +88,29 @@ options:
       - With O(state=status), also ask this URL (the server's C(/health)) when the recorded server runs, and return RV(healthy),
         so one task tells whether the server runs, with which configuration, and whether it answers.
     type: str
+  generate:
+    description:
+      - With O(state=status), when the recorded server runs, has O(config_hash) and answers O(health_url) (when given) with
+        HTTP 200, also send it the generation check of M(gpuops.fleet.vllm_ready) (one short completion, C(POST /v1/completions))
+        and return RV(generates) and RV(generation). vLLM's API server answers C(/health) while its engine core is dead, so a
+        reading that decides whether a running server is left alone needs a completion too.
+      - The reading and the check in one task save the host a module start-up.
+    type: dict
+    suboptions:
+      url:
+        description: Base URL of the server, for example V(http://127.0.0.1:8000).
+        type: str
+        required: true
+      model:
+        description: The model to ask (the server's served model name).
+        type: str
+      api_key:
+        description: Sent as C(Authorization Bearer) with the completion; never shown or returned.
+        type: str
+      timeout:
+        description: Seconds the completion may take; V(0) skips the check.
+        type: float
+        default: 60
   drain_url:
     description:
       - With O(state=stopped), the server's base URL (for example V(http://127.0.0.1:8000)); before the stop, wait up to
@@ -179,6 +202,19 @@ health:
   description: With O(health_url), its answer, such as V(HTTP 200), V(HTTP 503) or V(connection refused) (null when not asked).
   returned: always
   type: str
+generates:
+  description:
+    - With O(generate), whether the running server answered the short completion with tokens in time (null when not asked,
+      that is without O(generate), with its timeout V(0), or for a server that does not run, has another configuration or fails
+      O(health_url)).
+  returned: always
+  type: bool
+generation:
+  description:
+    - With O(generate), the completion as M(gpuops.fleet.vllm_ready) returns it (C(ok), C(tokens), C(elapsed_s), C(status), and
+      on failure C(problem) and C(answer), trimmed, the API key masked); null when not asked.
+  returned: always
+  type: dict
 record:
   description:
     - The record as found at the start of the task (null when there was none). Its C(argv) has secret arguments masked and
@@ -235,6 +271,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, http_url
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import GENERATE_OPTIONS, GENERATE_TIMEOUT_MAX_S
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import drain
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.process import LaunchError, launch_detached, read_status, stop_tree
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import (
@@ -260,6 +297,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "drain_url": {"type": "str"},
     "drain_timeout": {"type": "float", "default": 60},
     "takeover": {"type": "dict", "options": {"pid": {"type": "int", "required": True}, "create_time": {"type": "float", "required": True}}},
+    "generate": {"type": "dict", "options": GENERATE_OPTIONS},
 }
 
 
@@ -273,6 +311,9 @@ def check_params(params: t.Mapping[str, t.Any], argv: t.Sequence[str]) -> None:
         http_url("drain_url", params["drain_url"])
     if params["takeover"] is not None:
         between("takeover.pid", params["takeover"]["pid"], 2, 2 ** 22, "")
+    if params["generate"]:
+        http_url("generate.url", params["generate"]["url"])
+        between("generate.timeout", params["generate"]["timeout"], 0, GENERATE_TIMEOUT_MAX_S, "seconds")
 
 
 def _environment(extra):
@@ -301,8 +342,10 @@ def main() -> None:
     psutil = _deps.PSUTIL.module
     wanted = params["config_hash"]
     try:
-        # /health only for state=status: the other states act on the record, whatever the server answers
-        status = read_status(psutil, params["state_file"], wanted, params["health_url"] if params["state"] == "status" else None)
+        # /health (and a completion) only for state=status: the other states act on the record, whatever the server answers
+        reading = params["state"] == "status"
+        status = read_status(psutil, params["state_file"], wanted, params["health_url"] if reading else None,
+                             params["generate"] if reading else None)
     except RecordError as exc:
         module.fail_json(msg=str(exc))
     record = status["record"]

@@ -233,7 +233,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._server.log_tail impo
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import http_get, listed_models
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import hide_only_secrets, secret_argv_values, secret_env_names
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.check import run_launch_check
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import check_generation
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import GENERATE_TIMEOUT_MAX_S, check_generation
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import release
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError, good_config, mark_good, same_process
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.unit import parse_show, show_argv, watch_unit
@@ -273,7 +273,8 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
 def check_params(params: t.Mapping[str, t.Any]) -> str:
     """The server's base URL (no trailing slash), once every option is in range; raises SpecError naming option and value."""
     url = http_url("url", params["url"])
-    for option, low, high in (("timeout", 0, 86400), ("poll_for", 0, 86400), ("generate_timeout", 0, 3600), ("interval", 0.01, 60), ("log_lines", 0, 10000)):
+    for option, low, high in (("timeout", 0, 86400), ("poll_for", 0, 86400), ("generate_timeout", 0, GENERATE_TIMEOUT_MAX_S),
+                              ("interval", 0.01, 60), ("log_lines", 0, 10000)):
         between(option, params[option], low, high)
     return url
 
@@ -381,10 +382,8 @@ def _hide_only_secrets(module, params):
 def _generates(module, params, url, result, log_tail):
     """The generation check (one short completion); fails the task with the server's answer when no token came."""
     generation = check_generation(url, params["model"], params["generate_timeout"], params["api_key"])
-    result["generation"] = {"ok": generation.ok, "tokens": generation.tokens, "elapsed_s": generation.elapsed_s,
-                            "status": generation.status}
+    result["generation"] = generation.as_result()
     if not generation.ok:
-        result["generation"].update(problem=generation.problem, answer=generation.answer)
         result["elapsed_s"] = round(time.time() - result["since"], 2)
         module.fail_json(ready=False, alive=None, log_tail=log_tail(), msg=generation.describe(url, params["generate_timeout"]),
                          **result)

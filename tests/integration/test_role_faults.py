@@ -12,6 +12,8 @@ import os
 import re
 import socket
 import typing as t
+import urllib.error
+import urllib.request
 
 from conftest import pid_alive, starttime
 from simfleet import (RESTART, assert_server_owns_gpus, flat, health, holders, recap, record, role_host_vars, run_playbook,
@@ -205,6 +207,78 @@ def test_a_server_whose_engine_died_fails_ready_is_undone_and_not_kept_as_good(f
     assert server_pid(node) is None
     assert all(g["used_mib"] == 0 and not g["holders"] for g in node.status()["gpus"]), node.status()
     assert last_good.read_bytes() == good  # the rollback target is still the healthy configuration
+
+
+def complete(port: int, model: str) -> t.Tuple[int, t.Any]:
+    """One short completion sent straight to the server on ``port``: (HTTP status, its JSON body, else its text)."""
+    request = urllib.request.Request(
+        "http://127.0.0.1:%d/v1/completions" % port, headers={"Content-Type": "application/json"},
+        data=json.dumps({"model": model, "prompt": "hello", "max_tokens": 3, "ignore_eos": True}).encode())
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode("utf-8", "replace")
+
+
+def test_a_rerun_replaces_a_server_whose_engine_died_behind_a_live_health(fleet, tmp_path):
+    """The fake's engine core dies after 3 completions (GPUOPS_SIM_ENGINE_DEAD_AFTER_REQUESTS=3, the same in every run:
+    it is part of the configuration). A rerun with vllm_restart_force=false must not take a server that answers /health
+    but no completion for unchanged: --check says it would restart it and why, and touches nothing (same listener, PID
+    and start time); the real rerun replaces it with a server that generates, naming EngineDeadError. A rerun on that
+    working server leaves it alone (changed=0, same PID) after one completion of its own: the fake's counter shows it; with
+    vllm_server_ready_generate_timeout=0 the dead one is left alone too (the check is skipped)."""
+    (node,) = fleet("gpu-node-01")
+    plain = role_host_vars(node, node.port)
+    model = "zai-org/GLM-5-GGUF"  # the simulated fleet's vllm_server_model (gpusim.inventory)
+    inventory = write_role_inventory(tmp_path / "dying.json", {node.name: dict(
+        plain, vllm_server_tensor_parallel_size=2, vllm_server_gpus=[0, 1], vllm_server_ready_generate_timeout=20,
+        vllm_server_host_env=dict(plain["vllm_server_host_env"], GPUOPS_SIM_ENGINE_DEAD_AFTER_REQUESTS="3"))})
+    first = run_playbook(RESTART, inventory)
+    assert first.returncode == 0, first.stdout[-3000:]
+    old, old_workers = assert_server_owns_gpus(node, [0, 1], 2)
+    old_start = starttime(old)
+    # the ready step's completion was the 1st; the 2nd and 3rd generate, the 4th meets a dead engine behind a live /health
+    assert complete(node.port, model)[0] == 200 and complete(node.port, model)[0] == 200
+    status, body = complete(node.port, model)
+    assert status == 500 and "EngineDeadError" in body, (status, body)
+    assert health(node.port) == 200
+    held = holders(node)
+
+    check = run_playbook(RESTART, inventory, "--check", "-e", "vllm_restart_force=false")
+    assert check.returncode == 0, check.stdout[-4000:]
+    text = flat(check.stdout)
+    assert re.search(r"CHECK MODE: would be restarted \(the running server does not generate: HTTP 500.{0,800}?EngineDeadError", text), \
+        text[-4000:]
+    assert server_pid(node) == old and pid_alive(old, old_start) and all(pid_alive(w) for w in old_workers)
+    assert holders(node) == held
+
+    rerun = run_playbook(RESTART, inventory, "-e", "vllm_restart_force=false")
+    assert rerun.returncode == 0, rerun.stdout[-4000:]
+    text = flat(rerun.stdout)
+    assert re.search(r"RESTARTED \(the running server does not generate: HTTP 500.{0,800}?EngineDeadError", text), text[-4000:]
+    assert not pid_alive(old, old_start) and not any(pid_alive(w) for w in old_workers)
+    new, _workers = assert_server_owns_gpus(node, [0, 1], 2)
+    assert new != old
+    new_start = starttime(new)
+    # the new server generates: its ready step took the 1st completion, this is the 2nd
+    status, body = complete(node.port, model)
+    assert status == 200 and body["usage"]["completion_tokens"] >= 1 and body["choices"][0]["text"], body
+
+    # a server that generates is left alone: the rerun's reading takes the 3rd completion, so the 4th meets a dead engine
+    again = run_playbook(RESTART, inventory, "-e", "vllm_restart_force=false")
+    assert again.returncode == 0, again.stdout[-4000:]
+    assert recap(again.stdout)[node.name]["changed"] == 0
+    assert "UNCHANGED" in flat(again.stdout)
+    assert server_pid(node) == new and pid_alive(new, new_start)
+    status, body = complete(node.port, model)
+    assert status == 500 and "EngineDeadError" in body, (status, body)
+
+    # vllm_server_ready_generate_timeout=0 skips the check (a server that cannot generate): /health alone decides again
+    skipped = run_playbook(RESTART, inventory, "-e", "vllm_restart_force=false", "-e", "vllm_server_ready_generate_timeout=0")
+    assert skipped.returncode == 0, skipped.stdout[-4000:]
+    assert recap(skipped.stdout)[node.name]["changed"] == 0 and "UNCHANGED" in flat(skipped.stdout)
+    assert server_pid(node) == new and pid_alive(new, new_start)
 
 
 def test_a_launch_that_hangs_is_kept_when_asked(fleet, tmp_path):

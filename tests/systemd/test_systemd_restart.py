@@ -157,6 +157,47 @@ def test_a_rerun_enables_the_unit_without_restarting_it(box: Box) -> None:
     assert serving(snap)
 
 
+# one short completion sent inside the container to the server on PORT: prints its HTTP status, then its body
+COMPLETE = """
+import json, sys, urllib.error, urllib.request
+request = urllib.request.Request("http://127.0.0.1:%s/v1/completions" % sys.argv[1], headers={"Content-Type": "application/json"},
+                                 data=json.dumps({"model": sys.argv[2], "prompt": "hello", "max_tokens": 3, "ignore_eos": True}).encode())
+try:
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        print(reply.status); print(reply.read().decode())
+except urllib.error.HTTPError as error:
+    print(error.code); print(error.read().decode())
+"""
+
+
+def complete(box: Box) -> t.Tuple[int, str]:
+    model = json.loads(box.inventory.read_text())["all"]["vars"]["vllm_server_model"]
+    status, body = box.box.run([INSIDE_PYTHON, "-c", COMPLETE, str(PORT), model]).stdout.split("\n", 1)
+    return int(status), body
+
+
+def test_a_rerun_replaces_a_unit_whose_engine_died(box: Box) -> None:
+    """The rule of process mode (tests/integration/test_role_faults.py) with a unit: the fake's engine core dies after 2
+    completions (the ready step's, then the test's own); a rerun with vllm_restart_force=false finds /health answering
+    but the completion refused (EngineDeadError) and restarts the unit, and the new main process generates."""
+    dying = json.dumps({"vllm_server_env": {"GPUOPS_SIM_ENGINE_DEAD_AFTER_REQUESTS": "2"}})
+    run = box.playbook("-e", dying)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+    before = box.snapshot()
+    assert serving(before), before
+    status, body = complete(box)
+    assert status == 200 and json.loads(body)["usage"]["completion_tokens"] >= 1, body
+    rerun = box.playbook("-e", "vllm_restart_force=false", "-e", dying)
+    assert rerun.returncode == 0, rerun.stdout[-6000:] + rerun.stderr[-3000:]
+    said = flat(rerun.stdout)
+    assert re.search(r"%s: RESTARTED \(the running server does not generate: HTTP 500.{0,800}?EngineDeadError" % HOST, said), said[-4000:]
+    snap = box.snapshot([int(pid) for pid in before["members"]])
+    assert serving(snap) and snap["main_pid"] != before["main_pid"], snap
+    assert gone(snap, before["members"]), "processes of the replaced server still run"
+    status, body = complete(box)
+    assert status == 200 and json.loads(body)["usage"]["completion_tokens"] >= 1, body
+
+
 def test_the_role_stop_leaves_the_unit_stopped_and_disabled(box: Box) -> None:
     before = box.snapshot()
     assert serving(before)

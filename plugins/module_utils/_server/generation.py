@@ -29,6 +29,16 @@ GENERATE_PATH = "/v1/completions"
 GENERATE_PROMPT = "The GPU server is"
 GENERATE_MAX_TOKENS = 4
 ANSWER_SHOWN_CHARS = 300  # of the server's answer, in a failure message
+GENERATE_TIMEOUT_MAX_S = 3600
+
+# The options of a generation check asked for by a reading (vllm_process state=status, vllm_lock's status): the
+# server's base URL, the model, the key and the seconds allowed (0 skips the check). One spec for both modules.
+GENERATE_OPTIONS: t.Dict[str, t.Dict[str, t.Any]] = {
+    "url": {"type": "str", "required": True},
+    "model": {"type": "str"},
+    "api_key": {"type": "str", "no_log": True},
+    "timeout": {"type": "float", "default": 60},
+}
 
 
 class GenerationResult(t.NamedTuple):
@@ -38,6 +48,13 @@ class GenerationResult(t.NamedTuple):
     status: t.Optional[int]  # the HTTP status; None when no answer came
     problem: str  # why it failed, in a few words ('' when ok)
     answer: str  # the server's answer, trimmed, secrets masked ('' when ok)
+
+    def as_result(self) -> t.Dict[str, t.Any]:
+        """The check as a module returns it: ok, tokens, elapsed_s, status, and on failure problem and answer."""
+        result: t.Dict[str, t.Any] = {"ok": self.ok, "tokens": self.tokens, "elapsed_s": self.elapsed_s, "status": self.status}
+        if not self.ok:
+            result.update(problem=self.problem, answer=self.answer)
+        return result
 
     def describe(self, url: str, timeout: float) -> str:
         """One line for a failure message, naming the check."""
@@ -136,3 +153,13 @@ def check_generation(url: str, model: t.Optional[str], timeout: float, api_key: 
     start = time.monotonic()
     reply = http_post_json(url + GENERATE_PATH, request_body(model), timeout=timeout, headers=headers)
     return judge(reply, time.monotonic() - start, timeout, [api_key])
+
+
+def reading_generates(generate: t.Optional[t.Mapping[str, t.Any]]) -> t.Optional[GenerationResult]:
+    """The generation check a reading asks for (GENERATE_OPTIONS: url, model, api_key, timeout), or None when none is
+    asked for or its timeout is 0. A reading decides whether a running server is left alone: /health alone would keep a
+    server whose engine core is dead."""
+    if not generate or not generate.get("timeout"):
+        return None
+    return check_generation(str(generate["url"]).rstrip("/"), generate.get("model"), float(generate["timeout"]),
+                            generate.get("api_key"))

@@ -20,6 +20,7 @@ import time
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import START_TIME_TOLERANCE_S
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import reading_generates
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import http_get
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import read_record, recorded_process
 
@@ -143,10 +144,13 @@ def stop_tree(psutil: t.Any, proc: t.Any, stop_timeout: float, clock: Clock = ti
 
 
 def read_status(psutil: t.Any, state_file: str, config_hash: t.Optional[str] = None,
-                health_url: t.Optional[str] = None) -> t.Dict[str, t.Any]:
+                health_url: t.Optional[str] = None, generate: t.Optional[t.Mapping[str, t.Any]] = None) -> t.Dict[str, t.Any]:
     """What runs now by the record at ``state_file``: the recorded process (PID and start time), its configuration
-    hash against ``config_hash``, and its ``health_url`` answer when it runs. Raises RecordError for an unreadable
-    record. One reading shared by vllm_process (state=status) and vllm_lock (the status read under the lock)."""
+    hash against ``config_hash``, and its ``health_url`` answer when it runs. With ``generate`` (the options of
+    generation.GENERATE_OPTIONS), a server that runs with this configuration and answers /health is also asked for a
+    short completion: ``generates`` and ``generation`` say how it went (None when not asked). Raises RecordError for
+    an unreadable record. One reading shared by vllm_process (state=status) and vllm_lock (the status read under the
+    lock)."""
     record = read_record(state_file)
     proc = recorded_process(psutil, record)
     recorded_hash = record.get("config_hash") if record else None
@@ -156,9 +160,14 @@ def read_status(psutil: t.Any, state_file: str, config_hash: t.Optional[str] = N
         "create_time": record.get("create_time") if proc is not None and record else None,
         "config_hash": recorded_hash,
         "config_matches": None if config_hash is None or recorded_hash is None else config_hash == recorded_hash,
-        "healthy": None, "health": None,
+        "healthy": None, "health": None, "generates": None, "generation": None,
     }
     if health_url and proc is not None:
         reply = http_get(health_url, timeout=5.0)
         status.update(healthy=reply.status == 200, health=reply.describe())
+    # only a server that would otherwise be left alone: one that is not running, differs or fails /health is replaced anyway
+    if proc is not None and status["healthy"] is not False and status["config_matches"] is not False:
+        generation = reading_generates(generate)
+        if generation is not None:
+            status.update(generates=generation.ok, generation=generation.as_result())
     return status

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import (
-    ANSWER_SHOWN_CHARS, GENERATE_MAX_TOKENS, check_generation, judge, request_body, shown_answer)
+    ANSWER_SHOWN_CHARS, GENERATE_MAX_TOKENS, check_generation, judge, reading_generates, request_body, shown_answer)
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import Reply
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.loopback_http import LoopbackServer
 
@@ -119,3 +119,21 @@ def test_check_generation_of_a_server_that_never_answers_is_bounded():
         took = time.monotonic() - start
     assert not result.ok and result.status is None and result.problem.startswith("no answer (timed out")
     assert took < 3
+
+
+def test_as_result_carries_the_problem_and_answer_only_on_failure():
+    assert judge(Reply(200, GOOD, None), 0.2, 60).as_result() == {"ok": True, "tokens": 4, "elapsed_s": 0.2, "status": 200}
+    failed = judge(Reply(500, DEAD, None), 0.01, 60).as_result()
+    assert failed["ok"] is False and failed["status"] == 500 and failed["problem"] == "HTTP 500"
+    assert "EngineDeadError" in failed["answer"]
+
+
+def test_a_reading_asks_only_when_given_a_timeout(serve):
+    server = serve(lambda handler, raw: (500, DEAD.encode()))
+    assert reading_generates(None) is None and reading_generates({}) is None
+    assert reading_generates({"url": server.url, "model": "m", "timeout": 0}) is None  # 0 skips the check
+    assert not server.seen
+    result = reading_generates({"url": server.url + "/", "model": "m", "api_key": "k2", "timeout": 5})
+    assert result is not None and not result.ok and result.status == 500
+    (path, headers, body), = server.seen
+    assert path == "/v1/completions" and headers["Authorization"] == "Bearer k2" and body == request_body("m")

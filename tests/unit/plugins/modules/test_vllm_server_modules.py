@@ -158,3 +158,78 @@ def test_ready_fails_on_a_dead_engine_and_keeps_nothing_as_good(api_server, tmp_
     # generate_timeout=0: no completion is sent (a server that cannot generate)
     result = run(vllm_ready, dict(args, generate_timeout=0, mark_good=None, release_lock=None))
     assert result["ready"] and "generation" not in result and api_server["asked"] == 2
+
+
+@pytest.fixture
+def recorded_server(tmp_path):
+    """A process launched and recorded by vllm_process (config hash h1), stopped at the end: the server a reading reads."""
+    state = str(tmp_path / "s.json")
+    launched = run(vllm_process, {"state": "running", "state_file": state, "log_file": str(tmp_path / "s.log"), "config_hash": "h1",
+                                  "argv": [sys.executable, "-c", "import time; time.sleep(60)"]})
+    assert launched["launched"], launched
+    try:
+        yield state
+    finally:
+        run(vllm_process, {"state": "stopped", "state_file": state})
+
+
+def test_status_with_generate_tells_a_dead_engine_behind_a_live_health(api_server, recorded_server):
+    """The reading that decides whether a running server is left alone: it answers /health, and only a completion tells
+    that its engine is dead. Nothing is asked of a server that differs or fails /health, nor with timeout 0."""
+    url = api_server["url"]
+    args = {"state": "status", "state_file": recorded_server, "config_hash": "h1", "health_url": url + "/health",
+            "generate": {"url": url, "model": "m", "api_key": "k-secret", "timeout": 10}}
+    api_server["answers"] = [(500, DEAD_BODY), (200, GOOD_BODY)]
+    dead = run(vllm_process, args)
+    assert dead["running"] and dead["healthy"] and dead["generates"] is False, dead
+    assert dead["generation"]["status"] == 500 and dead["generation"]["problem"] == "HTTP 500"
+    assert "EngineDeadError" in dead["generation"]["answer"] and "k-secret" not in json.dumps(dead)
+    assert api_server["keys"] == ["Bearer k-secret"]
+    good = run(vllm_process, args)
+    assert good["generates"] is True and good["generation"]["tokens"] == 4 and api_server["asked"] == 2
+
+    for other in ({"config_hash": "h2"}, {"health_url": "http://127.0.0.1:9/health"},
+                  {"generate": dict(args["generate"], timeout=0)}, {"generate": None}):
+        result = run(vllm_process, dict(args, **other))
+        assert result["generates"] is None and result["generation"] is None, (other, result)
+    assert api_server["asked"] == 2  # none of them sent a completion
+    # the other states act on the record, whatever the server answers: no completion either
+    run(vllm_process, dict(args, state="running", argv=["true"], log_file=recorded_server + ".log"))
+    assert api_server["asked"] == 2
+
+
+def test_the_lock_reads_generation_under_it(api_server, recorded_server, tmp_path):
+    url = api_server["url"]
+    api_server["answers"] = [(500, DEAD_BODY)]
+    status = {"state_file": recorded_server, "config_hash": "h1", "health_url": url + "/health",
+              "generate": {"url": url, "model": "m", "timeout": 10}}
+    result = run(vllm_lock, {"path": str(tmp_path / "l"), "token": "t1", "status": status})
+    assert result["acquired"] and result["status"]["generates"] is False, result
+    assert "EngineDeadError" in result["status"]["generation"]["answer"] and api_server["asked"] == 1
+    run(vllm_lock, {"path": str(tmp_path / "l"), "token": "t1", "state": "unlocked"})
+
+
+@pytest.mark.parametrize("module, args, needle", [
+    (vllm_process, {"state_file": "/tmp/x.json", "generate": {"url": "127.0.0.1:8000"}}, "generate.url"),
+    (vllm_process, {"state_file": "/tmp/x.json", "generate": {"url": "http://h:1", "timeout": -1}}, "generate.timeout"),
+    (vllm_lock, {"token": "t", "status": {"state_file": "/tmp/x.json", "generate": {"url": "h:1"}}}, "status.generate.url"),
+    (vllm_lock, {"token": "t", "status": {"state_file": "/tmp/x.json", "generate": {"url": "http://h:1", "timeout": 1e9}}},
+     "status.generate.timeout"),
+])
+def test_a_bad_generate_option_is_named(module, args, needle, tmp_path):
+    lock = tmp_path / "never.lock"
+    result = run(module, dict(args, path=str(lock)) if module is vllm_lock else args)
+    assert result["failed"] and needle in result["msg"], result
+    assert not lock.exists()  # refused before the lock
+
+
+def test_ready_without_a_wait_is_one_generation_check(api_server):
+    """The systemd reading's use of vllm_ready (timeout 0, after /health answered): one poll and one completion, the
+    dead engine's answer in the failed result's generation, nothing waited for."""
+    api_server["answers"] = [(500, DEAD_BODY), (200, GOOD_BODY)]
+    args = {"url": api_server["url"], "model": "m", "timeout": 0, "generate_timeout": 10}
+    dead = run(vllm_ready, args)
+    assert dead["failed"] and dead["generation"]["ok"] is False and dead["generation"]["problem"] == "HTTP 500", dead
+    assert "EngineDeadError" in dead["generation"]["answer"] and dead["elapsed_s"] < 5
+    good = run(vllm_ready, args)
+    assert good["ready"] and good["generation"]["ok"] and api_server["asked"] == 2, good
