@@ -135,5 +135,5 @@ def test_a_reading_asks_only_when_given_a_timeout(serve):
     assert not server.seen
     result = reading_generates({"url": server.url + "/", "model": "m", "api_key": "k2", "timeout": 5})
     assert result is not None and not result.ok and result.status == 500
-    (path, headers, body), = server.seen
-    assert path == "/v1/completions" and headers["Authorization"] == "Bearer k2" and body == request_body("m")
+    (_, path, headers, raw), = server.seen
+    assert path == "/v1/completions" and headers["Authorization"] == "Bearer k2" and json.loads(raw) == request_body("m")
