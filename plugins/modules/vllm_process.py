@@ -344,15 +344,17 @@ def main() -> None:
     try:
         # /health (and a completion) only for state=status: the other states act on the record, whatever the server answers
         reading = params["state"] == "status"
-        status = read_status(psutil, params["state_file"], wanted, params["health_url"] if reading else None,
+        # a server taken over is stopped whatever the record holds (in systemd mode, the role's unit configuration record,
+        # not a process record): its record is neither read nor touched
+        taking_over = params["takeover"] is not None and params["state"] == "stopped"
+        status = read_status(psutil, None if taking_over else params["state_file"], wanted, params["health_url"] if reading else None,
                              params["generate"] if reading else None)
     except RecordError as exc:
         module.fail_json(msg=str(exc))
     record = status["record"]
     taken = params["takeover"]
-    if taken is not None and params["state"] == "stopped":
-        # a server taken over: this process, not the record's; the record is not touched
-        record = None
+    if taking_over:
+        # a server taken over: this process, not the record's (status read none)
         proc = same_process(psutil, taken["pid"], taken["create_time"])
     else:
         proc = recorded_process(psutil, record)

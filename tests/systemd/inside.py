@@ -79,6 +79,55 @@ def file_facts(path):
     return {"mode": "%04o" % stat.S_IMODE(info.st_mode), "sha256": digest, "mtime_ns": info.st_mtime_ns, "uid": info.st_uid}
 
 
+def listener(port):
+    """The PID that listens on the TCP port (the socket's holder whose parent does not hold it), None when none does."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text(encoding="utf-8").splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if int(fields[1].rpartition(":")[2], 16) == port and fields[3] == "0A":
+                inodes.add("socket:[%s]" % fields[9])
+    holders = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if any(os.readlink("/proc/%s/fd/%s" % (entry, fd)) in inodes for fd in os.listdir("/proc/%s/fd" % entry)):
+                holders.add(int(entry))
+        except OSError:
+            continue
+    tops = [pid for pid in holders if proc_facts(pid)["ppid"] not in holders]
+    return tops[0] if len(tops) == 1 else None
+
+
+def proc_facts(pid):
+    """Start time, parent, control group (raw) and command line of a process; start None when it is gone."""
+    try:
+        stat = Path("/proc", str(pid), "stat").read_text(encoding="utf-8", errors="replace")
+        cgroup = Path("/proc", str(pid), "cgroup").read_text(encoding="utf-8")
+    except OSError:
+        return {"start": None, "ppid": None, "cgroup": None, "argv": []}
+    return {"start": starttime(pid), "ppid": int(stat[stat.rfind(")") + 2:].split()[1]), "cgroup": cgroup.strip(), "argv": argv_of(pid)}
+
+
+def tree(pid):
+    """PID -> start time of the process and all its descendants."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            children.setdefault(proc_facts(int(entry))["ppid"], []).append(int(entry))
+    found, todo = {}, [pid]
+    while todo:
+        current = todo.pop()
+        found[str(current)] = starttime(current)
+        todo.extend(children.get(current, []))
+    return found
+
+
 def main():
     args = json.loads(sys.argv[1])
     unit = args["unit"]
@@ -102,6 +151,10 @@ def main():
         "gpus": Host(Path(args["state"])).status()["gpus"],
         "unit_file": Path("/etc/systemd/system", unit).read_text(encoding="utf-8") if Path("/etc/systemd/system", unit).exists() else None,
     }
+    listening = listener(args["port"])
+    snapshot["listener"] = listening
+    snapshot["listener_tree"] = tree(listening) if listening else {}
+    snapshot["procs"] = {str(pid): proc_facts(pid) for pid in args.get("facts", []) + ([listening] if listening else [])}
     print(json.dumps(snapshot))
 
 

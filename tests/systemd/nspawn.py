@@ -265,8 +265,9 @@ class Container:
         return proc
 
     def snapshot(self, unit: str, port: int, state: str, pids: t.Sequence[int] = (),
-                 files: t.Sequence[str] = ()) -> t.Dict[str, t.Any]:
+                 files: t.Sequence[str] = (), facts: t.Sequence[int] = ()) -> t.Dict[str, t.Any]:
         """The test's own readings inside the container (see inside.py)."""
-        args = json.dumps({"unit": unit, "port": port, "state": state, "pids": list(pids), "files": list(files)})
+        args = json.dumps({"unit": unit, "port": port, "state": state, "pids": list(pids), "files": list(files),
+                           "facts": list(facts)})
         proc = self.run([INSIDE_PYTHON, "-", args], stdin=INSIDE.read_text(encoding="utf-8"))
         return json.loads(proc.stdout)

@@ -143,15 +143,15 @@ def stop_tree(psutil: t.Any, proc: t.Any, stop_timeout: float, clock: Clock = ti
     return sorted(ended.values(), key=lambda stopped: stopped.pid)
 
 
-def read_status(psutil: t.Any, state_file: str, config_hash: t.Optional[str] = None,
+def read_status(psutil: t.Any, state_file: t.Optional[str], config_hash: t.Optional[str] = None,
                 health_url: t.Optional[str] = None, generate: t.Optional[t.Mapping[str, t.Any]] = None) -> t.Dict[str, t.Any]:
     """What runs now by the record at ``state_file``: the recorded process (PID and start time), its configuration
     hash against ``config_hash``, and its ``health_url`` answer when it runs. With ``generate`` (the options of
     generation.GENERATE_OPTIONS), a server that runs with this configuration and answers /health is also asked for a
     short completion: ``generates`` and ``generation`` say how it went (None when not asked). Raises RecordError for
     an unreadable record. One reading shared by vllm_process (state=status) and vllm_lock (the status read under the
-    lock)."""
-    record = read_record(state_file)
+    lock). With no ``state_file``, the status of no record (nothing is read)."""
+    record = read_record(state_file) if state_file else None
     proc = recorded_process(psutil, record)
     recorded_hash = record.get("config_hash") if record else None
     status = {

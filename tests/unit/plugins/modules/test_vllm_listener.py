@@ -97,6 +97,9 @@ def test_a_server_under_a_live_shell_is_taken_over_and_its_tree_stopped_but_not_
 
     # another start time: nothing is signalled
     record = tmp_path / "s.json"
+    # the role's record in systemd mode is its unit's configuration, no process record: a takeover neither reads nor touches it
+    unit_record = json.dumps({"unit": "gpuops-vllm-%d.service" % port, "config_hash": "c0ffee", "argv": ["vllm", "serve"]})
+    record.write_text(unit_record)
     wrong = call_main(vllm_process, {"state": "stopped", "state_file": str(record),
                                      "takeover": {"pid": server, "create_time": found["create_time"] - 100}})
     assert not wrong["changed"] and psutil.pid_exists(server)
@@ -107,4 +110,4 @@ def test_a_server_under_a_live_shell_is_taken_over_and_its_tree_stopped_but_not_
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert shell.poll() is None, "the shell that started the server was ended"
     assert call_main(vllm_listener, {"port": port})["listener"] is None
-    assert not os.path.exists(record)
+    assert record.read_text() == unit_record
