@@ -22,7 +22,6 @@ import typing as t
 from pathlib import Path
 
 import psutil
-import pytest
 
 from ansible_run import BIN, ansible_env, flat
 from gpusim.api import FAKE_VLLM, SIM_LIB_DIR, role_host_vars, role_inventory, wait_for
@@ -62,6 +61,12 @@ def alive(snap: t.Mapping[str, t.Any], started: t.Mapping[str, t.Any]) -> t.List
     return [pid for pid, start in snap["alive"].items() if start is not None and start == started[pid]]
 
 
+def ready(snap: t.Mapping[str, t.Any], unit: t.Optional[str] = None) -> bool:
+    """The server on the port answers /health and each GPU is held by one process (with ``unit``: its main process listens)."""
+    return (snap["health"] == 200 and all(len(pids) == 1 for pids in holders(snap).values())
+            and (unit is None or snap["listener"] == snap["main_pid"]))
+
+
 def serving_from_unit(snap: t.Mapping[str, t.Any]) -> None:
     """The role's unit is active and enabled, its main process is the listener on the port, and each GPU is held by one
     process of its control group."""
@@ -91,8 +96,7 @@ def test_servers_started_by_hand_and_by_another_unit_are_taken_over_by_the_unit(
                                                       shlex.join(SERVE) + "; echo server exited $?; sleep infinity"],
                                  stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        assert wait_for(lambda: (lambda s: s["health"] == 200 and all(len(p) == 1 for p in holders(s).values()))(snapshot()), 60, 0.5), \
-            (tmp_path / "hand.log").read_text()
+        assert wait_for(lambda: ready(snapshot()), 60, 0.5), (tmp_path / "hand.log").read_text()
         before = snapshot()
         old = before["listener"]
         assert old is not None, before
@@ -132,8 +136,7 @@ def test_servers_started_by_hand_and_by_another_unit_are_taken_over_by_the_unit(
             "".join("Environment=%s\n" % item for item in env), shlex.join(SERVE))
         container.run(["/bin/sh", "-c", 'cat > /etc/systemd/system/"$1" && systemctl daemon-reload && systemctl enable --now "$1"',
                        "sh", OTHER], stdin=other_unit)
-        assert wait_for(lambda: (lambda s: s["health"] == 200 and s["listener"] == s["main_pid"] and all(len(p) == 1 for p in holders(s).values()))(
-            snapshot(OTHER)), 60, 0.5), snapshot(OTHER)
+        assert wait_for(lambda: ready(snapshot(OTHER), OTHER), 60, 0.5), snapshot(OTHER)
         other = snapshot(OTHER)
         other_tree = other["listener_tree"]
         refused = playbook(inventory)

@@ -6,7 +6,6 @@ runs a listener named like `vllm serve` (ended by the test's Popen handle and by
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
