@@ -112,6 +112,7 @@ def test_a_server_started_by_hand_in_a_shell_is_taken_over_and_its_shell_lives_o
     try:
         assert wait_for(lambda: listening_pid(node.port) is not None, 20, 0.1)
         web_pid = listening_pid(node.port)
+        assert web_pid is not None
         web_start = starttime(web_pid)
         before = node.snapshot()
         run = run_playbook(RESTART, inventory)
@@ -178,6 +179,7 @@ def test_check_mode_previews_then_a_server_in_a_tmux_pane_is_taken_over(make_hos
     parents = {pane: starttime(pane), server: starttime(server)}
     assert "tmux" in psutil.Process(server).name()
     old = listener_under(pane, node.port)
+    assert old is not None
     assert wait_for(lambda: len(holders(node)[0]) == 1 and len(holders(node)[1]) == 1, 30, 0.1), holders(node)
     old_tree = tree_with_starts(old)
 

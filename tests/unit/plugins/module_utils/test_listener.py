@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import (ListenerError, listening_pid, read_cgroup,
-                                                                                   read_environ)
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import (
+    ListenerError, listening_pid, read_cgroup, read_environ)
 
 psutil = pytest.importorskip("psutil")
 
@@ -66,10 +66,8 @@ def test_two_unrelated_listeners_are_an_error(started):
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-        for _ in range(2):
-            proc = subprocess.Popen([sys.executable, "-c", code, str(port)], stdout=subprocess.PIPE)
-            started.append(proc)
-            assert proc.stdout.readline().strip() == b"ok"
+        started.extend(subprocess.Popen([sys.executable, "-c", code, str(port)], stdout=subprocess.PIPE) for side in "ab")
+        assert [proc.stdout.readline().strip() for proc in started] == [b"ok", b"ok"]
     with pytest.raises(ListenerError, match="port %d: 2 unrelated" % port):
         listening_pid(psutil, port)
 

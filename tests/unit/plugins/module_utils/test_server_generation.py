@@ -96,9 +96,9 @@ def test_check_generation_sends_the_completion_with_the_key(serve):
     server = serve(lambda handler, raw: (200, GOOD.encode()))
     result = check_generation(server.url, "org/m", 10, api_key="k1")
     assert result.ok and result.tokens == 4
-    (_, path, headers, raw), = server.seen
+    (method, path, headers, raw), = server.seen
     body = json.loads(raw)
-    assert path == "/v1/completions" and headers["Authorization"] == "Bearer k1"
+    assert method == "POST" and path == "/v1/completions" and headers["Authorization"] == "Bearer k1"
     assert headers["Content-Type"] == "application/json" and body == request_body("org/m")
     check_generation(server.url, None, 10)
     assert "Authorization" not in server.seen[1][2]
@@ -135,5 +135,5 @@ def test_a_reading_asks_only_when_given_a_timeout(serve):
     assert not server.seen
     result = reading_generates({"url": server.url + "/", "model": "m", "api_key": "k2", "timeout": 5})
     assert result is not None and not result.ok and result.status == 500
-    (_, path, headers, raw), = server.seen
-    assert path == "/v1/completions" and headers["Authorization"] == "Bearer k2" and json.loads(raw) == request_body("m")
+    (method, path, headers, raw), = server.seen
+    assert method == "POST" and path == "/v1/completions" and headers["Authorization"] == "Bearer k2" and json.loads(raw) == request_body("m")

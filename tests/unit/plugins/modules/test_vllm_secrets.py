@@ -128,8 +128,7 @@ def keyed_answer(handler, raw):
 
 def asked(server):
     """What the keyed server was asked: (path, Authorization header), a POST's path prefixed with "POST "."""
-    return [(path if method == "GET" else "%s %s" % (method, path), headers.get("Authorization"))
-            for method, path, headers, _ in server.seen]
+    return [(request[1] if request[0] == "GET" else "%s %s" % request[:2], request[2].get("Authorization")) for request in server.seen]
 
 
 @pytest.fixture
