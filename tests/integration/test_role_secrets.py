@@ -186,7 +186,7 @@ def listener_env(port: int) -> t.Tuple[int, int, t.Dict[str, str]]:
     """The process listening on the port (kernel's socket table): its PID, start time and /proc/PID/environ."""
     pid = server_pid_on(port)
     assert pid is not None, "nothing listens on port %d" % port
-    raw = Path("/proc/%d/environ" % pid).read_bytes()
+    raw = Path("/proc/%s/environ" % pid).read_bytes()
     env = dict(item.decode().partition("=")[::2] for item in raw.split(b"\0") if b"=" in item)
     return pid, starttime(pid), env
 

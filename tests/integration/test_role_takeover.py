@@ -117,7 +117,7 @@ def test_a_server_started_by_hand_in_a_shell_is_taken_over_and_its_shell_lives_o
         before = node.snapshot()
         run = run_playbook(RESTART, inventory)
         text = flat(run.stdout)
-        assert run.returncode != 0 and "nothing was stopped" in text and "PID %d (" % web_pid in text, text[-3000:]
+        assert run.returncode != 0 and "nothing was stopped" in text and "PID %s (" % web_pid in text, text[-3000:]
         assert "not a vLLM server" in text, text[-3000:]
         assert pid_alive(web_pid, web_start) and listening_pid(node.port) == web_pid and node.snapshot() == before
     finally:
@@ -187,7 +187,7 @@ def test_check_mode_previews_then_a_server_in_a_tmux_pane_is_taken_over(make_hos
     check = run_playbook(RESTART, inventory, "--check")
     text = flat(check.stdout)
     assert check.returncode == 0, text[-4000:]
-    assert "would take over PID %d started by hand in tmux" % old in text and "--hf-token ********" in text, text[-4000:]
+    assert "would take over PID %s started by hand in tmux" % old in text and "--hf-token ********" in text, text[-4000:]
     assert SECRET not in text
     assert alive(old_tree) == list(old_tree) and node.snapshot() == before and listening_pid(node.port) == old
 
