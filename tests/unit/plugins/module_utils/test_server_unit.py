@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from ansible.errors import AnsibleFilterError
-
-from ansible_collections.gpuops.fleet.plugins.filter.unit_crash_loop import FilterModule, unit_crash_loop
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.unit import (
     SHOW_PROPERTIES, crash_loop, last_exit, parse_show, show_argv, watch_unit)
 
@@ -92,13 +89,3 @@ def test_last_exit(code, status, said):
 def test_an_unreadable_unit_is_not_alive():
     alive, why = watch_unit(UNIT, {})
     assert not alive and why == "unit %s is unknown" % UNIT
-
-
-def test_the_filter_reads_systemctl_output():
-    text = show(ActiveState="activating", SubState="auto-restart", NRestarts="2", Result="exit-code", ExecMainCode="1",
-                ExecMainStatus="1")
-    assert unit_crash_loop(text).startswith("crash loop: 2 restarts, last exit status 1")
-    assert unit_crash_loop(show()) == ""
-    assert FilterModule().filters()["unit_crash_loop"] is unit_crash_loop
-    with pytest.raises(AnsibleFilterError, match="unit_crash_loop"):
-        unit_crash_loop({"NRestarts": "2"})
