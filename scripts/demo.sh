@@ -5,7 +5,8 @@
 #
 #   gpu-node-01  an 8-GPU host after the broken cleanup: API server and worker 0
 #                SIGKILLed, VLLM::Worker_TP1..7 alive, 93,029 MiB held on 7 GPUs
-#   gpu-node-02  an 8-GPU host running an older, unmanaged TP=4 server on GPUs 4-7
+#   gpu-node-02  an 8-GPU host running an older TP=4 server on GPUs 4-7, started by hand from a shell
+#                that stays: restart_vllm.yml takes it over (the shell lives on)
 #
 # Run by `make demo` (which builds the venv and the fake NVML first). Every
 # process it starts is recorded by gpusim and ended by recorded PID on exit;
@@ -44,8 +45,8 @@ echo "inventory: $demo/inventory.json (group vllm_servers)"
 banner "2. gpu-node-01: vLLM TP=8 at 93,029 MiB per GPU, then the incident's cleanup"
 gpusim vllm --state "$demo/gpu-node-01" --tp 8 --mib 93029 >/dev/null
 gpusim incident --state "$demo/gpu-node-01"
-echo "gpu-node-02: an older TP=4 server on GPUs 4-7, started by hand (not by the role)"
-gpusim vllm --state "$demo/gpu-node-02" --tp 4 --first-gpu 4 --mib 61000 >/dev/null
+echo "gpu-node-02: an older TP=4 server on GPUs 4-7 and port 18002, started by hand in a shell that stays (not by the role)"
+gpusim vllm --state "$demo/gpu-node-02" --tp 4 --first-gpu 4 --mib 61000 --port 18002 --wrapper "/bin/bash" >/dev/null
 echo
 echo "What the incident's own check saw (nvidia-smi ... | head -1):"
 LD_LIBRARY_PATH=$root/simulator/build/lib GPUOPS_SIM_STATE=$demo/gpu-node-01 \
