@@ -86,7 +86,7 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, http_url
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import drain
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.answers import drain
 
 
 ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {

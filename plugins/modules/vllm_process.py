@@ -272,7 +272,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, http_url
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import GENERATE_OPTIONS, GENERATE_TIMEOUT_MAX_S
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import drain
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.answers import drain
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.process import LaunchError, launch_detached, read_status, stop_tree
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import (
     hide_only_secrets, masked_argv, secret_argv_values, secret_env_names,

@@ -230,7 +230,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, http_url
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.log_tail import file_tail, journal_tail
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import http_get, listed_models
+from ansible_collections.gpuops.fleet.plugins.module_utils._http.request import http_get
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.answers import listed_models
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import hide_only_secrets, secret_argv_values, secret_env_names
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.check import run_launch_check
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import GENERATE_TIMEOUT_MAX_S, check_generation

@@ -9,8 +9,8 @@ one over), so connecting is never counted in the time to first token. Every rece
 moment the event loop hands it over, before any parsing, and the HTTP and SSE parsing in between is a few
 byte searches and one json.loads per event: one core reads tens of thousands of tokens a second.
 
-Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils and
-its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
+Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils, _http
+and its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
 
 Private to this collection: the API may change without notice.
 """

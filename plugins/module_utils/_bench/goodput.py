@@ -10,8 +10,8 @@ A failed request is never good. `request_goodput` is good requests per second of
 figure); `goodput_pct` is their share of the requests that ended (completed or failed; a request still in flight
 at the end of a time-bounded run has no verdict and is left out).
 
-Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils and
-its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
+Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils, _http
+and its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
 
 Private to this collection: the API may change without notice.
 """

@@ -8,8 +8,8 @@ It never blocks and never reads a socket itself: the client hands it whatever on
 piece of body can be timestamped by the receive that brought it. Bodies framed by chunked transfer coding,
 by Content-Length or by the end of the connection are all understood.
 
-Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils and
-its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
+Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils, _http
+and its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
 
 Private to this collection: the API may change without notice.
 """

@@ -8,8 +8,8 @@ A prompt is `input_len` words drawn at random from short, common English words (
 usual tokenizers, so the server's prompt_tokens is close to input_len). The draw depends on the seed, the repeat
 and the request, so no two requests of a run, and no two repeats, share a prefix the server could cache.
 
-Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils and
-its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
+Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils, _http
+and its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
 
 Private to this collection: the API may change without notice.
 """

@@ -6,8 +6,8 @@
 
 The client fills these in, the metrics read them, the server probe builds a Target: the one file they share.
 
-Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils and
-its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
+Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils, _http
+and its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
 
 Private to this collection: the API may change without notice.
 """

@@ -5,8 +5,8 @@
 """A whole benchmark: resolve the model, then for each level of a sweep (one level without) warm up, run each
 repeat, cross-check with the server's counter; the knee of a sweep.
 
-Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils and
-its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
+Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils, _http
+and its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
 
 Private to this collection: the API may change without notice.
 """

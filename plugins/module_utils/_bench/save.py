@@ -9,8 +9,8 @@ One repeat is one JSON object with the same keys (`date`, `backend`, `model_id`,
 under the one extra key `gpuops_fleet`. Several repeats are written one object per line, as its
 `--append-result` does.
 
-Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils and
-its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
+Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils, _http
+and its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
 
 Private to this collection: the API may change without notice.
 """

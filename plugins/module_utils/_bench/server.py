@@ -4,8 +4,8 @@
 
 """The server side of a benchmark, outside the timed runs: its URL, its models, its Prometheus counters.
 
-Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils and
-its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
+Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils, _http
+and its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
 
 Private to this collection: the API may change without notice.
 """
@@ -13,15 +13,13 @@ Private to this collection: the API may change without notice.
 from __future__ import annotations
 
 import json
-import re
-import ssl
 import typing as t
-import urllib.error
-import urllib.request
 from urllib.parse import urlsplit
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.request import Target
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.sse import CHAT
+from ansible_collections.gpuops.fleet.plugins.module_utils._http.prometheus import total
+from ansible_collections.gpuops.fleet.plugins.module_utils._http.request import http_get
 
 ENDPOINT_PATHS = {"completions": "/v1/completions", CHAT: "/v1/chat/completions"}
 GENERATION_TOKENS = "vllm:generation_tokens_total"
@@ -63,14 +61,6 @@ class Server:
         self.api_key = api_key
         self.validate_certs = validate_certs
         self.timeout = timeout
-        handlers: t.List[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
-        if parts.scheme == "https":
-            context = ssl.create_default_context()
-            if not validate_certs:
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
-            handlers.append(urllib.request.HTTPSHandler(context=context))
-        self._opener = urllib.request.build_opener(*handlers)
         self.warnings: t.List[str] = []
         # Where the Prometheus text is read: <base>/metrics by default, a path under the base, another URL, or
         # '' for none at all (metrics_text() is then None and every cross-check is skipped)
@@ -82,27 +72,23 @@ class Server:
         return Target(self.scheme, self.host, self.port, self.prefix + ENDPOINT_PATHS[endpoint], self.api_key,
                       self.validate_certs)
 
-    def get(self, path: str) -> t.Tuple[int, bytes]:
+    def get(self, path: str) -> t.Tuple[int, str]:
         """GET base+path, or the URL itself when `path` is a whole URL; (status, body). Raises ServerError when no
         HTTP answer comes at all."""
         url = path if "://" in path else self.base + path
-        request = urllib.request.Request(url, headers={"User-Agent": "gpuops.fleet-vllm_benchmark"})
+        headers = {"User-Agent": "gpuops.fleet-vllm_benchmark"}
         if self.api_key:
-            request.add_header("Authorization", "Bearer %s" % self.api_key)
-        try:
-            with self._opener.open(request, timeout=self.timeout) as response:
-                return response.status, response.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
-        except (urllib.error.URLError, OSError, ssl.SSLError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise Unreachable("url=%r: cannot reach %s: %s" % (self.url, url, reason)) from None
+            headers["Authorization"] = "Bearer %s" % self.api_key
+        reply = http_get(url, self.timeout, headers, validate_certs=self.validate_certs)
+        if reply.status is None:
+            raise Unreachable("url=%r: cannot reach %s: %s" % (self.url, url, reply.error))
+        return reply.status, reply.body
 
     def models(self) -> t.List[str]:
         """The model ids the server lists at /v1/models."""
         status, body = self.get("/v1/models")
         if status != 200:
-            raise ServerError("url=%r: GET /v1/models answered HTTP %d: %s" % (self.url, status, body[:300].decode("utf-8", "replace")))
+            raise ServerError("url=%r: GET /v1/models answered HTTP %d: %s" % (self.url, status, body[:300]))
         try:
             data = json.loads(body)
             return [str(entry["id"]) for entry in data["data"]]
@@ -138,34 +124,10 @@ class Server:
             return None
         if status != 200:
             return None
-        return body.decode("utf-8", "replace")
+        return body
 
     def generation_tokens(self, model: str) -> t.Optional[float]:
         """The server's vllm:generation_tokens_total for the model (None when the metrics do not offer it)."""
         text = self.metrics_text()
-        return None if text is None else counter_value(text, GENERATION_TOKENS, model)
+        return None if text is None else total(text, GENERATION_TOKENS, model)
 
-
-_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)')
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def counter_value(text: str, name: str, model: t.Optional[str] = None) -> t.Optional[float]:
-    """Sum of a counter's samples in Prometheus text format; only the model's samples when they carry a
-    model_name label. None when the counter is absent."""
-    total = None
-    for line in text.splitlines():
-        if not line.startswith(name):
-            continue
-        match = _SAMPLE.match(line)
-        if not match or match.group(1) != name:
-            continue
-        labels = dict(_LABEL.findall(match.group(3) or ""))
-        if model is not None and "model_name" in labels and labels["model_name"] != model:
-            continue
-        try:
-            value = float(match.group(4))
-        except ValueError:
-            continue
-        total = value if total is None else total + value
-    return total

@@ -4,7 +4,7 @@
 
 """The server's own view of a phase: vLLM's /metrics read before and after it, and its KV-cache gauge during it.
 
-- parse(): Prometheus text format (0.0.4): comments, labels with escaped values, +Inf/NaN, an optional timestamp.
+- The Prometheus text is parsed by _http/prometheus.py.
 - Snapshot: one model's TTFT and E2E histograms, its preemption counter and its KV-cache gauge (summed over engines).
 - delta(): what a phase added; a counter that went down means the server restarted (counted from zero, as
   Prometheus' increase() does) and the phase says so (`counter_reset`).
@@ -15,8 +15,8 @@ The server measures TTFT from the moment its frontend received the request to it
 sending the request to the first chunk it read. Their difference (client minus server, means) is time the server
 never saw: the network, queueing in the client or a proxy, and tokens held back to be sent several in one chunk.
 
-Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils and
-its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
+Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils, _http
+and its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
 
 Private to this collection: the API may change without notice.
 """
@@ -29,6 +29,7 @@ import time
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.stats import percentile_label
+from ansible_collections.gpuops.fleet.plugins.module_utils._http.prometheus import Families, family_total, for_model, parse
 
 TTFT = "vllm:time_to_first_token_seconds"
 E2EL = "vllm:e2e_request_latency_seconds"
@@ -40,96 +41,7 @@ SAMPLE_INTERVAL_S = 0.25
 SETTLE_READS = 5
 SETTLE_S = 0.2
 
-Labels = t.Dict[str, str]
-Families = t.Dict[str, t.List[t.Tuple[Labels, float]]]
 Fetch = t.Callable[[], t.Optional[str]]
-
-
-class ParseError(ValueError):
-    """A line of the exposition that is not a sample."""
-
-
-_ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
-
-
-def _labels(line: str, start: int) -> t.Tuple[Labels, int]:
-    """The label set that opens at line[start] == '{'; returns it and the index after the closing '}'."""
-    labels: Labels = {}
-    pos = start + 1
-    end = len(line)
-    while True:
-        while pos < end and line[pos] in " \t,":
-            pos += 1
-        if pos < end and line[pos] == "}":
-            return labels, pos + 1
-        equals = line.find("=", pos)
-        if equals < 0 or equals + 1 >= end or line[equals + 1] != '"':
-            raise ParseError("a label without a quoted value")
-        name = line[pos:equals].strip()
-        pos = equals + 2
-        value: t.List[str] = []
-        while True:
-            if pos >= end:
-                raise ParseError("a label value that never closes")
-            char = line[pos]
-            if char == '"':
-                pos += 1
-                break
-            if char == "\\" and pos + 1 < end:
-                value.append(_ESCAPES.get(line[pos + 1], "\\" + line[pos + 1]))
-                pos += 2
-                continue
-            value.append(char)
-            pos += 1
-        labels[name] = "".join(value)
-
-
-def parse_line(line: str) -> t.Optional[t.Tuple[str, Labels, float]]:
-    """(name, labels, value) of one sample line; None for a comment or a blank line. Raises ParseError."""
-    line = line.strip()
-    if not line or line.startswith("#"):
-        return None
-    pos = 0
-    while pos < len(line) and line[pos] not in "{ \t":
-        pos += 1
-    name = line[:pos]
-    if not name:
-        raise ParseError("no metric name")
-    labels: Labels = {}
-    if pos < len(line) and line[pos] == "{":
-        labels, pos = _labels(line, pos)
-    fields = line[pos:].split()
-    if not fields:
-        raise ParseError("no value")
-    try:
-        value = float(fields[0])  # float() reads +Inf, -Inf and NaN as Prometheus writes them
-    except ValueError:
-        raise ParseError("the value %r is not a number" % fields[0]) from None
-    return name, labels, value
-
-
-def parse(text: str, names: t.Optional[t.Collection[str]] = None) -> Families:
-    """Every sample by its name (a histogram's as NAME_bucket, NAME_sum, NAME_count). With `names`, only the
-    samples whose name starts with one of them are parsed (the rest of a large exposition is skipped cheaply).
-    Lines that are not samples are skipped: one odd line must not hide the rest."""
-    prefixes = tuple(names) if names is not None else None
-    families: Families = {}
-    for line in text.splitlines():
-        if prefixes is not None and not line.startswith(prefixes):
-            continue
-        try:
-            sample = parse_line(line)
-        except ParseError:
-            continue
-        if sample is not None:
-            families.setdefault(sample[0], []).append((sample[1], sample[2]))
-    return families
-
-
-def _for_model(samples: t.Iterable[t.Tuple[Labels, float]], model: t.Optional[str]) -> t.Iterator[t.Tuple[Labels, float]]:
-    for labels, value in samples:
-        if model is None or labels.get("model_name", model) == model:
-            yield labels, value
 
 
 class Histogram(t.NamedTuple):
@@ -144,25 +56,17 @@ def histogram(families: Families, name: str, model: t.Optional[str] = None) -> t
     if name + "_count" not in families:
         return None
     by_bound: t.Dict[float, float] = {}
-    for labels, value in _for_model(families.get(name + "_bucket", ()), model):
+    for labels, value in for_model(families.get(name + "_bucket", ()), model):
         try:
             bound = float(labels.get("le", ""))
         except ValueError:
             continue
         by_bound[bound] = by_bound.get(bound, 0.0) + value
-    total = sum(value for _labels, value in _for_model(families.get(name + "_sum", ()), model))
-    count = sum(value for _labels, value in _for_model(families[name + "_count"], model))
+    total = sum(value for _labels, value in for_model(families.get(name + "_sum", ()), model))
+    count = sum(value for _labels, value in for_model(families[name + "_count"], model))
     if math.inf not in by_bound:
         by_bound[math.inf] = count
     return Histogram(tuple(sorted(by_bound.items())), total, count)
-
-
-def scalar(families: Families, names: t.Union[str, t.Sequence[str]], model: t.Optional[str] = None) -> t.Optional[float]:
-    """The sum of the first of `names` the server offers (a counter or a gauge), over the model's samples."""
-    for name in (names,) if isinstance(names, str) else names:
-        if name in families:
-            return sum(value for _labels, value in _for_model(families[name], model))
-    return None
 
 
 class Snapshot(t.NamedTuple):
@@ -177,11 +81,11 @@ WANTED = tuple(HISTOGRAMS.values()) + (PREEMPTIONS,) + KV_CACHE
 def snapshot(text: str, model: t.Optional[str] = None) -> Snapshot:
     families = parse(text, WANTED)
     return Snapshot({key: histogram(families, name, model) for key, name in HISTOGRAMS.items()},
-                    scalar(families, PREEMPTIONS, model), scalar(families, KV_CACHE, model))
+                    family_total(families, PREEMPTIONS, model), family_total(families, KV_CACHE, model))
 
 
 def kv_cache_usage(text: str, model: t.Optional[str] = None) -> t.Optional[float]:
-    return scalar(parse(text, KV_CACHE), KV_CACHE, model)
+    return family_total(parse(text, KV_CACHE), KV_CACHE, model)
 
 
 def counter_delta(before: t.Optional[float], after: t.Optional[float]) -> t.Tuple[t.Optional[float], bool]:

@@ -4,8 +4,8 @@
 
 """vllm_benchmark's options, checked in full before any request is sent.
 
-Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils and
-its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
+Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils, _http
+and its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
 
 Private to this collection: the API may change without notice.
 """

@@ -7,8 +7,8 @@
 A line may be split across receives, and one receive may hold several events; both are handled. Line ends
 may be LF, CRLF or CR, as the SSE format allows.
 
-Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils and
-its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
+Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils, _http
+and its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
 
 Private to this collection: the API may change without notice.
 """

@@ -7,8 +7,8 @@
 mean, median, std (population, numpy's default ddof=0), percentile (numpy's default: linear between the two
 closest ranks), and a Student t confidence interval for the mean of a few repeats.
 
-Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils and
-its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
+Package rule (_bench): vllm_benchmark's load generator and numbers. It imports the flat files of module_utils, _http
+and its own files: never _gpu, _host, _reclaim, _server or _report, and never a module; nothing in _gpu or _host imports it.
 
 Private to this collection: the API may change without notice.
 """

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 # Package rule (_report): the fleet report's reading (on each host) and its files (on the controller). It may import
-# the flat files of module_utils (_deps, _secrets), _gpu and _host, and the read-only helpers of _reclaim (the
+# the flat files of module_utils (_deps, _secrets), _gpu, _host and _http, and the read-only helpers of _reclaim (the
 # owner rule) and _server (records, /health); never a module or a plugin.
 
 """What one host contributes to the fleet report: gpu_facts' reading, whose each holder is (the server the role
@@ -27,7 +27,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.owner import
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import climb
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import SpecError, build_spec
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv, masked_text
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import Reply, http_get
+from ansible_collections.gpuops.fleet.plugins.module_utils._http.request import Reply, http_get
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError, read_record, recorded_process
 
 DEFAULT_STATE_DIR = "/var/lib/gpuops-fleet/vllm"

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 # Package rule (_report): the fleet report's reading (on each host) and its files (on the controller). It may import
-# the flat files of module_utils (_deps, _secrets), _gpu and _host, and the read-only helpers of _reclaim (the
+# the flat files of module_utils (_deps, _secrets), _gpu, _host and _http, and the read-only helpers of _reclaim (the
 # owner rule) and _server (records, /health); never a module or a plugin.
 
 """The fleet report's files, from model.build_report(): index.html, gpus.csv, holders.csv, report.json, summary.md.

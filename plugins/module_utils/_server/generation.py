@@ -10,7 +10,7 @@ request that generates proves the engine works. The request is small (GENERATE_M
 a model which would stop at once still returns them) and not streamed: its whole answer is judged at once.
 
 Package rule (_server): one vLLM server's process, record, lock, HTTP answers and checks. It imports the flat files
-of module_utils, _host, _gpu and its own files: never _reclaim, _bench or _report, and never a module; nothing in
+of module_utils, _http, _host, _gpu and its own files: never _reclaim, _bench or _report, and never a module; nothing in
 _gpu or _host imports it.
 
 Private to this collection: the API may change without notice.
@@ -23,7 +23,7 @@ import time
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import MASK
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import Reply, http_post_json
+from ansible_collections.gpuops.fleet.plugins.module_utils._http.request import Reply, http_post_json
 
 GENERATE_PATH = "/v1/completions"
 GENERATE_PROMPT = "The GPU server is"

@@ -5,7 +5,7 @@
 """The last lines of a server's log: a log file, or a systemd unit's journal.
 
 Package rule (_server): one vLLM server's process, record, lock, HTTP answers and checks. It imports the flat files
-of module_utils, _host, _gpu and its own files: never _reclaim, _bench or _report, and never a module; nothing in
+of module_utils, _http, _host, _gpu and its own files: never _reclaim, _bench or _report, and never a module; nothing in
 _gpu or _host imports it.
 
 Private to this collection: the API may change without notice.

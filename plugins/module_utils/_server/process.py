@@ -21,7 +21,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import START_TIME_TOLERANCE_S
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import reading_generates
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import http_get
+from ansible_collections.gpuops.fleet.plugins.module_utils._http.request import http_get
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import read_record, recorded_process
 
 Clock = t.Callable[[], float]

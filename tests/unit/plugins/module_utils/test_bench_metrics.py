@@ -14,7 +14,6 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._bench.client import 
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.request import Outcome
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.metrics import HEADLINE, aggregate, run_metrics
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.save import vllm_result, write_results
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench.server import counter_value
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.stats import (
     mean, median, percentile, sample_std, spread, std, t_quantile_975,
 )
@@ -146,24 +145,6 @@ def test_arrivals():
     assert offsets != arrival_offsets(200, 10.0, random.Random(2))
     gaps = [b - a for a, b in zip([0.0] + offsets, offsets)]
     assert 0.07 < mean(gaps) < 0.13 and max(gaps) > 2 * min(gaps)     # exponential, not even spacing
-
-
-METRICS_TEXT = """# HELP vllm:generation_tokens_total Number of generation tokens processed.
-# TYPE vllm:generation_tokens_total counter
-vllm:generation_tokens_total{engine="0",model_name="m1"} 1200.0
-vllm:generation_tokens_total{engine="1",model_name="m1"} 34.0
-vllm:generation_tokens_total{engine="0",model_name="other \\"quoted\\""} 99.0
-vllm:generation_tokens_total_created{model_name="m1"} 1.7e9
-vllm:prompt_tokens_total{model_name="m1"} 5.0
-"""
-
-
-def test_counter_value_from_prometheus_text():
-    assert counter_value(METRICS_TEXT, "vllm:generation_tokens_total", "m1") == 1234.0
-    assert counter_value(METRICS_TEXT, "vllm:generation_tokens_total", 'other \\"quoted\\"') == 99.0
-    assert counter_value(METRICS_TEXT, "vllm:generation_tokens_total") == 1333.0
-    assert counter_value(METRICS_TEXT, "vllm:num_requests_running", "m1") is None
-    assert counter_value("vllm:generation_tokens_total 7\n", "vllm:generation_tokens_total", "m1") == 7.0
 
 
 def test_vllm_result_shape_and_file(tmp_path):

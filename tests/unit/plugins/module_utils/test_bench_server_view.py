@@ -1,6 +1,6 @@
 # Copyright (c) gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The server's view of a phase: Prometheus text parsing, histogram deltas and quantiles, counter resets, the phase."""
+"""The server's view of a phase: histogram deltas and quantiles, counter resets, the phase."""
 
 from __future__ import annotations
 
@@ -33,26 +33,6 @@ def exposition(ttft_buckets, ttft_sum, e2e_count, preemptions, kv, model="org/m"
         lines.append('vllm:num_preemptions_total{engine="0",model_name="%s"} %r' % (model_name, float(preemptions * factor)))
         lines.append('%s{engine="0",model_name="%s"} %r' % (kv_name, model_name, kv * factor))
     return "\n".join(lines) + "\n"
-
-
-def test_parse_line_labels_escapes_special_values_and_timestamps():
-    assert sv.parse_line("# TYPE x counter") is None and sv.parse_line("   ") is None
-    assert sv.parse_line("up 1") == ("up", {}, 1.0)
-    name, labels, value = sv.parse_line(r'm{a="x,y}",b="q\"uote",c="back\\slash",d="new\nline"} 2.5 1712345678000')
-    assert name == "m" and value == 2.5
-    assert labels == {"a": "x,y}", "b": 'q"uote', "c": "back\\slash", "d": "new\nline"}
-    assert sv.parse_line('m{le="+Inf",} +Inf')[2] == math.inf  # a trailing comma is allowed
-    assert math.isnan(sv.parse_line("m NaN")[2])
-    assert sv.parse_line("m -Inf")[2] == -math.inf
-    for bad in ('m{a=x} 1', 'm{a="x} 1', "m", "m{} one"):
-        with pytest.raises(sv.ParseError):
-            sv.parse_line(bad)
-
-
-def test_parse_skips_odd_lines_and_filters_by_name():
-    text = 'a_total 1\nthis is not a sample\nb{x="1"} 2\nb{x="2"} 3\n'
-    assert sv.parse(text) == {"a_total": [({}, 1.0)], "b": [({"x": "1"}, 2.0), ({"x": "2"}, 3.0)]}
-    assert sv.parse(text, ["b"]) == {"b": [({"x": "1"}, 2.0), ({"x": "2"}, 3.0)]}
 
 
 def test_histogram_of_one_model_summed_over_engines():

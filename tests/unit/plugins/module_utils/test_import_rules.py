@@ -2,8 +2,9 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The arrows between module_utils' packages point one way: read from every file's imports (ast, no code run).
 
-_host reads the local host and imports no other package; _gpu may use _host; _reclaim and _server may use both;
-_bench stands alone, and so does the benchmark matrix report (_matrix); the fleet report (_report) may read any of
+_host reads the local host and imports no other package, nor does _http (the one plain HTTP request and the one
+Prometheus text parser); _gpu may use _host; _reclaim may use both, _server those and _http;
+_bench uses only _http, and the benchmark matrix report (_matrix) stands alone; the fleet report (_report) may read any of
 them. The flat files (_deps, _argspec, _secrets) import no package. Nothing in module_utils imports a module, and every
 import of this collection is absolute.
 """
@@ -23,11 +24,12 @@ FLAT = "flat"
 ALLOWED = {
     FLAT: set(),
     "_host": {"_host"},
+    "_http": {"_http"},
     "_gpu": {"_host", "_gpu"},
     "_reclaim": {"_host", "_gpu", "_reclaim"},
-    "_server": {"_host", "_gpu", "_server"},
-    "_bench": {"_bench"},
-    "_report": {"_host", "_gpu", "_reclaim", "_server", "_bench", "_report"},
+    "_server": {"_http", "_host", "_gpu", "_server"},
+    "_bench": {"_http", "_bench"},
+    "_report": {"_http", "_host", "_gpu", "_reclaim", "_server", "_bench", "_report"},
     "_matrix": {"_matrix"},
     "_rollout": {"_matrix", "_rollout"},  # the rollout's gate reuses the matrix report's figures
 }

@@ -11,7 +11,7 @@ import pytest
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import process_table as _process_table
 from ansible_collections.gpuops.fleet.plugins.module_utils._report import reading
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import Reply
+from ansible_collections.gpuops.fleet.plugins.module_utils._http.request import Reply
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_psutil import ME, FakeClock, FakePsutil, Row, host_rows, vllm_server
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import (
     ANSWER_SHOWN_CHARS, GENERATE_MAX_TOKENS, check_generation, judge, reading_generates, request_body, shown_answer)
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import Reply
+from ansible_collections.gpuops.fleet.plugins.module_utils._http.request import Reply
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.loopback_http import LoopbackServer
 
 DEAD = json.dumps({"error": {"message": "EngineCore encountered an issue. See stack trace (above) for the root cause.",

@@ -1,38 +1,16 @@
 # Copyright (c) 2026, gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Reading a server's /health, /v1/models and /metrics."""
+"""The one plain HTTP request: statuses, refusals, time-outs, headers, URLs it cannot use, no proxy, no redirect."""
 
 from __future__ import annotations
 
 import socket
+import threading
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import http_get, listed_models, metric_sum
+from ansible_collections.gpuops.fleet.plugins.module_utils._http.request import http_get, http_post_json
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.loopback_http import LoopbackServer
-
-METRICS = """# HELP vllm:num_requests_running Number of requests in model execution batches.
-# TYPE vllm:num_requests_running gauge
-vllm:num_requests_running{engine="0",model_name="m"} 3.0
-vllm:num_requests_running{engine="1",model_name="m"} 2.0
-vllm:num_requests_running_total 99
-vllm:generation_tokens_total{model_name="m"} 1.5e3
-"""
-
-
-def test_metric_sum_adds_label_sets_and_ignores_other_names():
-    assert metric_sum(METRICS, "vllm:num_requests_running") == 5.0
-    assert metric_sum(METRICS, "vllm:generation_tokens_total") == 1500.0
-    assert metric_sum(METRICS, "vllm:num_requests_waiting") is None
-
-
-@pytest.mark.parametrize("body, expected", [
-    ('{"object": "list", "data": [{"id": "a"}, {"id": "b"}]}', ["a", "b"]),
-    ('{"data": "x"}', []), ("not json", []), ("[]", []),
-])
-def test_listed_models(body, expected):
-    assert listed_models(body) == expected
-
 
 def _serve(answer):
     """A loopback server whose replies are ``answer(handler) -> (status, body)``; yields its base URL."""
@@ -94,3 +72,36 @@ def test_http_get_goes_straight_to_the_server_whatever_proxy_is_set(echo_server,
     monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
     assert http_get(echo_server + "/health", 5, headers={"Authorization": "Bearer k"}).status == 200
+
+
+def test_http_get_follows_no_redirect():
+    """A 302 to /health is the answer: one request reaches the server, not two."""
+    requests = []
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        port = listener.getsockname()[1]
+
+        def serve():
+            with listener.accept()[0] as conn:
+                requests.append(conn.recv(65536).split(b"\r\n")[0])
+                conn.sendall(b"HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:%d/health\r\nContent-Length: 0\r\n"
+                             b"Connection: close\r\n\r\n" % port)
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        reply = http_get("http://127.0.0.1:%d/moved" % port, 5)
+        thread.join(5)
+    assert reply.status == 302
+    assert requests == [b"GET /moved HTTP/1.1"]
+
+
+def test_http_post_json_sends_the_payload_as_json():
+    server = LoopbackServer(lambda handler, raw: (200, raw))
+    try:
+        reply = http_post_json(server.url + "/v1/completions", {"model": "m", "max_tokens": 1}, 5, headers={"X-Test": "1"})
+        assert reply.status == 200 and reply.body == '{"model": "m", "max_tokens": 1}'
+        method, path, headers, _body = server.seen[0]
+        assert (method, path, headers["Content-Type"], headers["X-Test"]) == ("POST", "/v1/completions", "application/json", "1")
+    finally:
+        server.close()
