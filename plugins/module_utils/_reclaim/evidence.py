@@ -15,22 +15,16 @@ from __future__ import annotations
 import os
 import typing as t
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.procfs import wchan
+
 KERNEL_LOGS = ("/var/log/kern.log", "/var/log/messages", "/var/log/syslog")
 _TAIL_BYTES = 4 * 1024 * 1024
 XID_MARK = "NVRM: Xid"
 
 
-def _read(path: str) -> t.Optional[str]:
-    try:
-        with open(path, "r", encoding="utf-8", errors="replace") as handle:
-            return handle.read().strip()
-    except OSError:
-        return None
-
-
 def survivor(psutil: t.Any, pid: int) -> t.Dict[str, t.Any]:
     """State, kernel wait channel, user and parent chain of a process that would not go."""
-    evidence: t.Dict[str, t.Any] = {"pid": pid, "state": None, "wchan": _read("/proc/%d/wchan" % pid) or None,
+    evidence: t.Dict[str, t.Any] = {"pid": pid, "state": None, "wchan": wchan(pid),
                                     "username": None, "parents": []}
     try:
         proc = psutil.Process(pid)

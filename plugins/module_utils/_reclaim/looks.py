@@ -11,7 +11,8 @@ read of /proc/PID/stat that gives both the start time and the state. The identit
 look compares the start time with the plan's (the same computation as psutil's: clock ticks since boot / ticks per
 second + boot time, within START_TOLERANCE_S); every later look, the one right before each signal included, compares
 the start time in clock ticks with the first look's, exactly. Elsewhere (another platform, a stand-in for psutil in
-tests, a file /proc will not let this user read) the looks go through psutil's handles as before.
+tests, a file /proc will not let this user read) the looks go through psutil's handles as before. /proc is read
+through _host/procfs.py.
 
 Package rule (_reclaim): what gpu_reclaim decides and does. It imports the flat files of module_utils, _host, _gpu
 and its own files: never _bench, _server or _report, and never a module; nothing in _gpu or _host imports it.
@@ -24,37 +25,20 @@ from __future__ import annotations
 import os
 import typing as t
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._host import procfs
+
 ZOMBIE = "zombie"  # exited, not yet reaped by its parent
 RUNNING = "running"  # any state but zombie (psutil's "dead" included, as before: it is gone at the next look)
 START_TOLERANCE_S = 0.05  # the plan's start time against the first look's (psutil counts in 10 ms ticks)
-_PROC = "/proc"
-
-
-def proc_readable(psutil: t.Any) -> bool:
-    """True when looks can read /proc/PID/stat themselves: psutil says Linux and this process's own file reads."""
-    if not getattr(psutil, "LINUX", False):
-        return False
-    try:
-        with open("%s/self/stat" % _PROC, "rb") as handle:
-            return bool(handle.read())
-    except OSError:
-        return False
-
-
-def parse_stat(data: bytes) -> t.Tuple[str, int]:
-    """(state letter, start time in clock ticks since boot) from the text of /proc/PID/stat. The name field is in
-    parentheses and may hold spaces and parentheses: the fields that follow start after the last ')'."""
-    fields = data[data.rfind(b")") + 2:].split()
-    return fields[0].decode("ascii", "replace"), int(fields[19])
 
 
 class Looks:
     """``attach(pid, create_time)`` once per target, then ``state(pid)`` once per round and ``kill(pid, number)``
-    right after a look that found it running. ``direct``: read /proc here (default: when proc_readable())."""
+    right after a look that found it running. ``direct``: read /proc here (default: when procfs.readable())."""
 
     def __init__(self, psutil: t.Any, direct: t.Optional[bool] = None) -> None:
         self.psutil = psutil
-        self.direct = proc_readable(psutil) if direct is None else direct
+        self.direct = procfs.readable(psutil) if direct is None else direct
         self._ticks = float(os.sysconf("SC_CLK_TCK")) if self.direct else 100.0
         self._boot: t.Optional[float] = None
         self._start: t.Dict[int, int] = {}  # direct: pid -> its start time in clock ticks, from the first look
@@ -65,17 +49,11 @@ class Looks:
     def _read(self, pid: int) -> t.Optional[t.Tuple[str, int]]:
         """(state, start ticks) of ``pid``; None when it is gone. PermissionError goes to the caller."""
         self.reads += 1
-        try:
-            fd = os.open("%s/%d/stat" % (_PROC, pid), os.O_RDONLY)
-        except FileNotFoundError:
+        data = procfs.read_stat(pid)
+        if data is None:
             return None
-        try:
-            data = os.read(fd, 4096)
-        except ProcessLookupError:  # it exited between the open and the read
-            return None
-        finally:
-            os.close(fd)
-        return parse_stat(data) if data else None
+        seen = procfs.parse_stat(data)
+        return seen.state, seen.start_ticks
 
     def attach(self, pid: int, create_time: float) -> bool:
         """True when ``pid`` still is the process the plan saw (start time ``create_time``), running or a zombie."""

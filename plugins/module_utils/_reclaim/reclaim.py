@@ -22,9 +22,8 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import evidence
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import NvmlSession, renew
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.process_table import ProcessTable, protected_pids
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.process_table import ProcessTable, ScannedTable, protected_pids
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import Plan, Target, plan_targets
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.scan import ScannedTable
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import describe_process, trim_cmdline
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.owner import GetSid, Verdict, getsid, label
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import AUTO, ReclaimSpec, is_excluded, matches_any

@@ -11,7 +11,8 @@ import time
 import psutil
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.looks import RUNNING, ZOMBIE, Looks, parse_stat, proc_readable
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.procfs import readable as proc_readable
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.looks import RUNNING, ZOMBIE, Looks
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.ladder import run_ladder
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import Target
 
@@ -32,11 +33,6 @@ def sleeper():
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-
-
-def test_parse_stat_takes_the_fields_after_the_last_parenthesis():
-    data = b"4242 (a) b (c)) S 1 4242 4242 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 98765 1000 10 18446744073709551615\n"
-    assert parse_stat(data) == ("S", 98765)
 
 
 def test_a_look_is_one_read_and_agrees_with_psutil(sleeper):

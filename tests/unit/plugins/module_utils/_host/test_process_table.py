@@ -1,6 +1,7 @@
 # Copyright (c) 2026, gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""gpu_reclaim's /proc scan gives the rows psutil's process_iter gives, on real processes of this host."""
+"""The process table read straight from /proc (ScannedTable, gpu_reclaim's) gives the rows psutil's process_iter
+gives, on real processes of this host."""
 
 from __future__ import annotations
 
@@ -13,9 +14,8 @@ import time
 import psutil
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.process_table import ProcessTable
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.looks import proc_readable
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.scan import ScannedTable, split_cmdline
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.process_table import ProcessTable, ScannedTable
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.procfs import readable as proc_readable
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_psutil import FakePsutil, Row
 
 pytestmark = pytest.mark.skipif(not proc_readable(psutil), reason="needs Linux /proc")
@@ -41,12 +41,6 @@ def procs(tmp_path):
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-
-
-def test_split_cmdline_as_psutil():
-    assert split_cmdline("python3\x00-m\x00vllm\x00") == ["python3", "-m", "vllm"]
-    assert split_cmdline("VLLM::Worker TP0") == ["VLLM::Worker", "TP0"]
-    assert split_cmdline("a b\x00") == ["a", "b"]
 
 
 def test_rows_are_psutils(procs):
