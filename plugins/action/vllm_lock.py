@@ -15,7 +15,8 @@ import time
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import controller_identity, holder_verdict, leftover_workers, who
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import who
+from ansible_collections.gpuops.fleet.plugins.plugin_utils._lock_controller import controller_identity, holder_verdict, leftover_workers
 
 display = Display()
 

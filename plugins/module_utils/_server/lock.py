@@ -7,8 +7,8 @@
 The holder is a playbook run: the lock records the controller it runs on (host name, machine,
 boot, PID namespace) and its ansible-playbook process (PID and start time), besides the user,
 the play and since when. The host cannot tell whether that process still runs; the controller
-can, when it is the same controller (see holder_verdict(), used by the action plugin): a holder
-whose ansible-playbook process is gone is taken over by naming its token (``takeover``). A lock
+can, when it is the same controller (plugin_utils/_lock_controller.py, used by the action plugin): a
+holder whose ansible-playbook process is gone is taken over by naming its token (``takeover``). A lock
 older than ``stale_after`` seconds is taken over whoever holds it (the only way out for a holder
 from another controller); a younger one makes the second run fail at once, naming the holder.
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import os
 import time
@@ -55,147 +54,6 @@ class LockResult(t.NamedTuple):
     holder: t.Optional[t.Dict[str, t.Any]]  # the record found (ours or a previous one)
     warning: t.Optional[str]
     took_over: t.Optional[t.Dict[str, t.Any]] = None  # the record this run replaced, if any
-
-
-# ---------------------------------------------------------------------------------------------
-# who runs: the controller's identity and a process's start time (read on the controller)
-
-
-def _first_line(path: str) -> t.Optional[str]:
-    try:
-        with open(path, "r", encoding="utf-8") as handle:
-            return handle.readline().strip() or None
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def current_user() -> str:
-    """The login name of this process, also without USER/LOGNAME in the environment."""
-    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
-        if os.environ.get(name):
-            return os.environ[name]
-    uid = os.getuid() if hasattr(os, "getuid") else None
-    try:
-        import pwd  # pylint: disable=import-outside-toplevel  # not on every platform
-
-        return pwd.getpwuid(uid).pw_name
-    except (ImportError, KeyError, TypeError):
-        return "uid %s" % uid if uid is not None else "unknown"
-
-
-def process_start(pid: int, proc: str = "/proc") -> t.Optional[str]:
-    """A process's start time as a comparable text; raises ProcessLookupError when no such process exists.
-
-    Linux: ``ticks:N``, field 22 of /proc/PID/stat (clock ticks after boot, exact). Elsewhere ``epoch:T``
-    from psutil. None when the process exists but its start cannot be read.
-    """
-    if os.path.isdir(proc):
-        try:
-            with open(os.path.join(proc, str(pid), "stat"), "r", encoding="utf-8", errors="replace") as handle:
-                text = handle.read()
-        except FileNotFoundError:
-            raise ProcessLookupError(pid) from None
-        except OSError:
-            return None
-        fields = text.rpartition(")")[2].split()
-        if fields and fields[0] in ("Z", "X"):  # ended, only not yet reaped by its parent
-            raise ProcessLookupError(pid)
-        return "ticks:%s" % fields[19] if len(fields) > 19 else None
-    try:
-        import psutil  # pylint: disable=import-outside-toplevel  # only where there is no /proc
-    except ImportError:
-        return None
-    try:
-        return "epoch:%.2f" % psutil.Process(pid).create_time()
-    except psutil.NoSuchProcess:
-        raise ProcessLookupError(pid) from None
-    except psutil.Error:
-        return None
-
-
-def _argv_sha(pid: int, proc: str = "/proc") -> t.Optional[str]:
-    try:
-        with open(os.path.join(proc, str(pid), "cmdline"), "rb") as handle:
-            return hashlib.sha256(handle.read()).hexdigest()[:16]
-    except OSError:
-        return None
-
-
-def leftover_workers(there: t.Mapping[str, t.Any], mine: int, proc: str = "/proc") -> t.List[int]:
-    """The task workers of the run ``there`` (a dead ansible-playbook) that still run on this controller.
-
-    A worker is forked from ansible-playbook (so it has its command line), calls setsid() (so it leads its own session),
-    and outlives a SIGKILL of ansible-playbook's process group: the task it was running goes on to its end. Known by
-    those three and a start after that ansible-playbook's; ``mine`` (this run's ansible-playbook) and its workers are not.
-    """
-    start = str(there.get("pid_start") or "")
-    if not there.get("argv_sha") or not start.startswith("ticks:") or not os.path.isdir(proc):
-        return []
-    found = []
-    for name in os.listdir(proc):
-        if not name.isdigit() or int(name) in (mine, there.get("pid")):
-            continue
-        try:
-            with open(os.path.join(proc, name, "stat"), "r", encoding="utf-8", errors="replace") as handle:
-                fields = handle.read().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if len(fields) < 20 or fields[0] in ("Z", "X") or int(fields[1]) == mine or fields[3] != name:
-            continue
-        if int(fields[19]) >= int(start[len("ticks:"):]) and _argv_sha(int(name), proc) == there["argv_sha"]:
-            found.append(int(name))
-    return sorted(found)
-
-
-def controller_identity(pid: int, host: str, proc: str = "/proc") -> t.Dict[str, t.Any]:
-    """What tells this controller and its ansible-playbook process ``pid`` apart from any other."""
-    pid_namespace = None
-    with contextlib.suppress(OSError):
-        pid_namespace = os.readlink(os.path.join(proc, "self", "ns", "pid"))
-    try:
-        start = process_start(pid, proc)
-    except ProcessLookupError:
-        start = None
-    return {
-        "host": host,
-        "user": current_user(),
-        "pid": pid,
-        "pid_start": start,
-        "argv_sha": _argv_sha(pid, proc),
-        "boot_id": _first_line(os.path.join(proc, "sys", "kernel", "random", "boot_id")),
-        "machine_id": _first_line("/etc/machine-id"),
-        "pid_namespace": pid_namespace,
-    }
-
-
-def holder_verdict(holder: t.Mapping[str, t.Any], here: t.Mapping[str, t.Any],
-                   probe: t.Callable[[int], t.Optional[str]] = process_start) -> t.Tuple[bool, str]:
-    """(gone, why): whether the run that holds the lock certainly ended, judged on the controller ``here``.
-
-    Only a holder from this very controller (same host name, machine, boot and PID namespace, where both
-    sides know them) can be checked: it is gone when its ansible-playbook PID no longer exists, or when
-    that PID now has another start time (reused). Anything else is not gone.
-    """
-    there = holder.get("controller")
-    if not isinstance(there, dict) or not there.get("host"):
-        return False, "the lock does not name the controller of its run"
-    if there["host"] != here.get("host"):
-        return False, "it came from controller %s, whose processes cannot be checked from %s" % (there["host"], here.get("host"))
-    for key, what in (("machine_id", "machine id"), ("boot_id", "boot"), ("pid_namespace", "PID namespace")):
-        if there.get(key) and here.get(key) and there[key] != here[key]:
-            return False, ("it came from a controller named %s with another %s (another machine or container, or this one before"
-                           " a reboot), whose processes cannot be checked from here" % (there["host"], what))
-    pid = there.get("pid")
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-        return False, "the lock does not name the ansible-playbook PID of its run"
-    try:
-        start = probe(pid)
-    except ProcessLookupError:
-        return True, "its ansible-playbook PID %d no longer runs on %s" % (pid, there["host"])
-    if start is not None and there.get("pid_start") and start != there["pid_start"]:
-        return True, "its ansible-playbook PID %d on %s is now another process (started %s, not %s)" % (
-            pid, there["host"], start, there["pid_start"])
-    return False, "its ansible-playbook PID %d still runs on %s" % (pid, there["host"])
 
 
 # ---------------------------------------------------------------------------------------------
