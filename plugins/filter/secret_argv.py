@@ -63,7 +63,8 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import api_key_of, argv_secrets, masked_argv
+from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import argv_secrets, masked_argv
+from ansible_collections.gpuops.fleet.plugins.plugin_utils._api_key import api_key_of
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._systemd_quote import systemd_quote
 
 

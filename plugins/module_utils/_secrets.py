@@ -120,19 +120,6 @@ def _masked_field(key: str, item: t.Any) -> t.Any:
     return mask_cmdlines(item)
 
 
-def api_key_of(argv: t.Sequence[t.Any], env: t.Optional[t.Mapping[str, t.Any]] = None) -> str:
-    """The key a client must send, as vLLM settles it: the first value of the last --api-key, else VLLM_API_KEY."""
-    key = ""
-    for secret in argv_secrets(argv):
-        if secret.option == API_KEY_OPTION[2:]:
-            word = str(argv[secret.index])
-            if secret.start or str(argv[secret.index - 1]) == API_KEY_OPTION:
-                key = word[secret.start:]
-    if not key and env:
-        key = str(env.get(API_KEY_ENV) or "")
-    return key
-
-
 def env_summary(env: t.Mapping[str, t.Any], extra: t.Iterable[str] = ()) -> t.Dict[str, str]:
     """The environment as it may be shown: secret values replaced by MASK."""
     secret = set(secret_env_names(env, extra))

@@ -23,6 +23,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import listener as _listener
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.procfs import PROC
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import DEFAULT_SUBREAPERS, matches_any, regexes
 
 # the role's vllm_server_reclaim_match: what a vLLM server looks like (its API server, `vllm serve`, its workers)
@@ -42,7 +43,7 @@ def read_listener(psutil: t.Any, port: int, match: t.Sequence[str] = tuple(DEFAU
 
 
 def describe(psutil: t.Any, port: int, is_vllm: Looks, adopts: Looks, own_unit: t.Optional[str] = None,
-             stop_units: bool = False, proc_root: str = "/proc") -> t.Optional[t.Dict[str, t.Any]]:
+             stop_units: bool = False, proc_root: str = PROC) -> t.Optional[t.Dict[str, t.Any]]:
     """The listener on ``port`` as the role shows it (its command line masked), None when nothing listens.
 
     ``is_vllm``: whether a process (name, command line) is a vLLM server; ``adopts``: whether a parent adopts orphans.

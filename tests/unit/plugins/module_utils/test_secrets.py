@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import (
-    MASK, api_key_of, argv_secrets, env_summary, hide_only_secrets, is_secret_name, mask_cmdlines, masked_argv, masked_text,
+    MASK, argv_secrets, env_summary, hide_only_secrets, is_secret_name, mask_cmdlines, masked_argv, masked_text,
     secret_argv_values, secret_env_names,
 )
 
@@ -51,18 +51,6 @@ def test_argv_secret_positions():
     argv = ["vllm", "serve", "m", "--api-key", "k1", "--hf-token=t1"]
     assert [(s.index, s.start, s.option) for s in argv_secrets(argv)] == [(4, 0, "api-key"), (5, 11, "hf-token")]
     assert secret_argv_values(argv) == ["k1", "t1"]
-
-
-@pytest.mark.parametrize("argv, env, key", [
-    (["vllm", "serve", "m", "--api-key", "k1"], {}, "k1"),
-    (["vllm", "serve", "m", "--api-key=k2"], {"VLLM_API_KEY": "e"}, "k2"),
-    (["vllm", "serve", "m", "--api-key", "a", "b", "--api-key", "c", "d"], {}, "c"),
-    (["vllm", "serve", "m"], {"VLLM_API_KEY": "e"}, "e"),
-    (["vllm", "serve", "m", "--hf-token", "t"], {}, ""),
-    (["vllm", "serve", "m"], None, ""),
-])
-def test_api_key_as_vllm_settles_it(argv, env, key):
-    assert api_key_of(argv, env) == key
 
 
 def test_env_summary_masks_secret_values_only():
