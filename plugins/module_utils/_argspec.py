@@ -4,9 +4,12 @@
 
 """How every module of this collection checks its options: one error class and the shared checks.
 
-A module's ``ARGUMENT_SPEC`` sits next to its DOCUMENTATION (sanity compares the two); its ``build_spec`` (or
-``check_params``) turns the parameters into what the module works with, or raises ``SpecError`` naming the option
-and the value. The module catches SpecError once, in main(), and fails before it touches anything.
+A module's ``ARGUMENT_SPEC`` sits in the module, next to its DOCUMENTATION (sanity compares the two); its
+``build_spec`` (or ``check_params``) in module_utils turns the parameters into what the module works with, or raises
+``SpecError`` naming the option and the value. Where module_utils need an option's default (a missing parameter, when
+code runs a module's steps without Ansible), they keep it in ``DEFAULTS`` and the module's ARGUMENT_SPEC names it from
+there, so each default is written once. The module's main() goes params -> spec -> run -> result and ends in finish(),
+its one exit; a SpecError fails it (failure()) before it touches anything.
 
 A flat file: it imports no package of module_utils, and every package may import it.
 
@@ -38,6 +41,11 @@ def http_url(option: str, value: str) -> str:
     if not isinstance(value, str) or not value.rstrip("/").startswith(("http://", "https://")):
         raise SpecError("%s: expected an http:// or https:// URL, got %r" % (option, value))
     return value.rstrip("/")
+
+
+def failure(msg: str, **result: t.Any) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+    """(result, warnings, failed) of a run that fails with ``msg``, for finish()."""
+    return dict(result, msg=msg), [], True
 
 
 def finish(module: t.Any, result: t.Dict[str, t.Any], warnings: t.Iterable[str], failed: bool) -> None:

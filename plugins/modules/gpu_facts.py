@@ -377,11 +377,20 @@ ansible_facts:
           sample: [["X", "PXB"], ["PXB", "X"]]
 """
 
+import typing as t
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import finish
-from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.facts import ARGUMENT_SPEC, run_facts
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.facts import DEFAULTS, run_facts
+
+ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
+    "gpus": {"type": "list", "elements": "str"},
+    "processes": {"type": "bool", "default": DEFAULTS["processes"]},
+    "topology": {"type": "bool", "default": DEFAULTS["topology"]},
+    "health": {"type": "bool", "default": DEFAULTS["health"]},
+}
 
 
 def main() -> None:

@@ -725,18 +725,40 @@ secured:
       type: str
 """
 
+import typing as t
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import finish
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.secured import judge
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.secured import OPTION_SPEC as SECURED_OPTION_SPEC, judge
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import run_reclaim
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import ARGUMENT_SPEC
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import DEFAULTS, LIVE_JOBS
+
+ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
+    "gpus": {"type": "list", "elements": "str"},
+    "match": {"type": "list", "elements": "str"},
+    "exclude": {"type": "list", "elements": "str", "default": DEFAULTS["exclude"]},
+    "kill_tree": {"type": "bool", "default": DEFAULTS["kill_tree"]},
+    "launcher_patterns": {"type": "list", "elements": "str", "default": DEFAULTS["launcher_patterns"]},
+    "cluster_daemons": {"type": "list", "elements": "str", "default": DEFAULTS["cluster_daemons"]},
+    "signals": {"type": "list", "elements": "str", "default": DEFAULTS["signals"]},
+    "grace": {"type": "float", "default": DEFAULTS["grace"]},
+    "timeout": {"type": "float", "default": DEFAULTS["timeout"]},
+    "settle": {"type": "raw", "default": DEFAULTS["settle"]},
+    "memory_threshold_mib": {"type": "int", "default": DEFAULTS["memory_threshold_mib"]},
+    "ignore_foreign": {"type": "bool", "default": DEFAULTS["ignore_foreign"]},
+    "owner": {"type": "dict", "options": {"pid": {"type": "int", "required": True}, "create_time": {"type": "float"}}},
+    "orphans_only": {"type": "bool", "default": DEFAULTS["orphans_only"]},
+    "subreapers": {"type": "list", "elements": "str", "default": DEFAULTS["subreapers"]},
+    "live_jobs": {"type": "str", "default": DEFAULTS["live_jobs"], "choices": list(LIVE_JOBS)},
+    # a reading beside the reclaim (the role's preflight): does a new configuration open the server on a port
+    "secured": SECURED_OPTION_SPEC,
+}
 
 
-def main() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-
+def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+    """The reclaim (its options checked first, in run_reclaim), then the reading of ``secured`` beside it."""
     def libraries():
         _deps.require(module, _deps.PYNVML, _deps.PSUTIL)
         return _deps.PYNVML.module, _deps.PSUTIL.module
@@ -746,6 +768,12 @@ def main() -> None:
         _deps.require(module, _deps.PSUTIL)
         result["secured"], secured_warnings = judge(_deps.PSUTIL.module, module.params["secured"])
         warnings = list(warnings) + secured_warnings
+    return result, list(warnings), failed
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    result, warnings, failed = run(module)
     finish(module, result, warnings, failed)
 
 

@@ -133,18 +133,34 @@ page_bytes:
   type: int
 """
 
+import typing as t
+
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._report.write import ARGUMENT_SPEC, ReportError, run_report
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import failure, finish
+from ansible_collections.gpuops.fleet.plugins.module_utils._report.write import DEFAULTS, ReportError, run_report
+
+ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
+    "dest": {"type": "path", "required": True},
+    "hosts": {"type": "list", "elements": "str", "required": True},
+    "results": {"type": "list", "elements": "raw", "required": True},
+    "threshold_mib": {"type": "raw", "default": DEFAULTS["threshold_mib"]},
+    "title": {"type": "str", "default": DEFAULTS["title"]},
+}
+
+
+def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+    """The options checked, then the report written (run_report checks before it writes)."""
+    try:
+        return run_report(module.params, module.check_mode), [], False
+    except ReportError as exc:
+        return failure(str(exc))
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    try:
-        result = run_report(module.params, module.check_mode)
-    except ReportError as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(**result)
+    result, warnings, failed = run(module)
+    finish(module, result, warnings, failed)
 
 
 if __name__ == "__main__":

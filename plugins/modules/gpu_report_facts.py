@@ -175,10 +175,20 @@ servers:
       returned: always
 """
 
+import typing as t
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
-from ansible_collections.gpuops.fleet.plugins.module_utils._report.reading import ARGUMENT_SPEC, run_reading
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import finish
+from ansible_collections.gpuops.fleet.plugins.module_utils._report.reading import DEFAULTS, run_reading
+
+ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
+    "gpus": {"type": "list", "elements": "str"},
+    "state_dir": {"type": "path", "default": DEFAULTS["state_dir"]},
+    "health_host": {"type": "str", "default": DEFAULTS["health_host"]},
+    "health_timeout": {"type": "float", "default": DEFAULTS["health_timeout"]},
+}
 
 
 def main() -> None:
@@ -187,11 +197,7 @@ def main() -> None:
     result, warnings, failed = run_reading(module.params, _deps.PYNVML.module, _deps.PSUTIL.module,
                                            lambda name: _deps.require(module, deps[name]),
                                            lambda: module.get_bin_path("nvidia-smi"), module.run_command)
-    for warning in warnings:
-        module.warn(warning)
-    if failed:
-        module.fail_json(**result)
-    module.exit_json(**result)
+    finish(module, result, warnings, failed)
 
 
 if __name__ == "__main__":

@@ -506,35 +506,62 @@ import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import failure, finish
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.run import Benchmark, BenchmarkFailed
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.server import ServerError
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench.spec import ARGUMENT_SPEC, BenchSpec, SpecError, build_spec
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.spec import DEFAULTS, ENDPOINTS, GOODPUT_KEYS, BenchSpec, SpecError, build_spec
+
+ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
+    "url": {"type": "str", "default": DEFAULTS["url"]},
+    "model": {"type": "str"},
+    "endpoint": {"type": "str", "default": DEFAULTS["endpoint"], "choices": list(ENDPOINTS)},
+    "input_len": {"type": "int", "default": DEFAULTS["input_len"]},
+    "output_len": {"type": "int", "default": DEFAULTS["output_len"]},
+    "num_requests": {"type": "int"},
+    "duration": {"type": "float"},
+    "concurrency": {"type": "list", "elements": "int", "default": DEFAULTS["concurrency"]},
+    "request_rate": {"type": "list", "elements": "float"},
+    "knee_tolerance": {"type": "float", "default": DEFAULTS["knee_tolerance"]},
+    "percentiles": {"type": "list", "elements": "float", "default": DEFAULTS["percentiles"]},
+    "goodput": {"type": "dict", "options": {key: {"type": "float"} for key in GOODPUT_KEYS}},
+    "metrics_url": {"type": "str"},
+    "warmup_requests": {"type": "int", "default": DEFAULTS["warmup_requests"]},
+    "repeats": {"type": "int", "default": DEFAULTS["repeats"]},
+    "timeout": {"type": "float", "default": DEFAULTS["timeout"]},
+    "api_key": {"type": "str", "no_log": True},
+    "seed": {"type": "int", "default": DEFAULTS["seed"]},
+    "ignore_eos": {"type": "bool", "default": DEFAULTS["ignore_eos"]},
+    "validate_certs": {"type": "bool", "default": DEFAULTS["validate_certs"]},
+    "save_result": {"type": "path"},
+}
 
 
-def main() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+    """The options checked (build_spec), then the benchmark run (none in check mode)."""
     result: t.Dict[str, t.Any] = {"changed": False, "url": module.params["url"], "endpoint": module.params["endpoint"],
                                   "metrics": {}, "runs": [], "warmup": None, "sweep": [], "knee": None, "notes": []}
     try:
         spec = build_spec(module.params)
     except SpecError as exc:
-        module.fail_json(msg=str(exc), **result)
+        return failure(str(exc), **result)
     if module.check_mode:
-        module.exit_json(msg="check mode: no request was sent to %s" % spec.url, **result)
+        return dict(result, msg="check mode: no request was sent to %s" % spec.url), [], False
     benchmark = Benchmark(spec)
     try:
         result.update(benchmark.run())
     except ServerError as exc:
-        module.fail_json(msg=str(exc), **result)
+        return failure(str(exc), **result)
     except BenchmarkFailed as exc:
         result.update(exc.result)
-        for warning in benchmark.warnings:
-            module.warn(warning)
-        module.fail_json(msg=str(exc), **result)
-    for warning in benchmark.warnings:
-        module.warn(warning)
+        return dict(result, msg=str(exc)), list(benchmark.warnings), True
     result["msg"] = _summary(spec, result)
-    module.exit_json(**result)
+    return result, list(benchmark.warnings), False
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    result, warnings, failed = run(module)
+    finish(module, result, warnings, failed)
 
 
 def _summary(spec: BenchSpec, result: t.Dict[str, t.Any]) -> str:

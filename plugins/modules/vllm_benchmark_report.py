@@ -151,18 +151,32 @@ summary_md:
   type: str
 """
 
+import typing as t
+
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._matrix.run import ARGUMENT_SPEC, MatrixError, run_report
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import failure, finish
+from ansible_collections.gpuops.fleet.plugins.module_utils._matrix.run import STEPS, MatrixError, run_report
+
+ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
+    "path": {"type": "path", "required": True},
+    "step": {"type": "str", "default": STEPS[0], "choices": list(STEPS)},
+    "left_running": {"type": "list", "elements": "dict"},
+}
+
+
+def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+    """The options and the run folder checked, then the report written (run_report checks before it writes)."""
+    try:
+        return run_report(module.params, module.check_mode), [], False
+    except MatrixError as exc:
+        return failure(str(exc))
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    try:
-        result = run_report(module.params, module.check_mode)
-    except MatrixError as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(**result)
+    result, warnings, failed = run(module)
+    finish(module, result, warnings, failed)
 
 
 if __name__ == "__main__":

@@ -85,7 +85,7 @@ import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, http_url
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, failure, finish, http_url
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.answers import drain
 
 
@@ -105,27 +105,29 @@ def check_params(params: t.Mapping[str, t.Any]) -> str:
     return url
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
-        supports_check_mode=True,
-    )
+def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+    """The options checked, then the drain (one reading in check mode)."""
     params = module.params
     try:
         url = check_params(params)
     except SpecError as exc:
-        module.fail_json(msg=str(exc))
+        return failure(str(exc))
     result = drain(url, params["timeout"], params["interval"], wait=not module.check_mode)
     result["changed"] = False
     if not result["cut"]:
-        module.exit_json(**result)
+        return result, [], False
     if module.check_mode:
         result["msg"] = "check mode: %d request(s) still in flight now; a real run waits up to %g s" % (result["cut"], params["timeout"])
-        module.exit_json(**result)
+        return result, [], False
     if params["fail_on_timeout"]:
-        module.fail_json(**result)
-    module.warn(result["msg"] + ": a restart now cuts them")
-    module.exit_json(**result)
+        return result, [], True
+    return result, [result["msg"] + ": a restart now cuts them"], False
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    result, warnings, failed = run(module)
+    finish(module, result, warnings, failed)
 
 
 if __name__ == "__main__":

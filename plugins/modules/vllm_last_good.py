@@ -114,6 +114,7 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import failure, finish
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import hide_only_secrets, masked_argv, secret_argv_values, secret_env_names
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import (
     GOOD_KEYS, RecordError, good_config, good_summary, mark_good, read_last_good, same_process,
@@ -151,8 +152,8 @@ def _config(raw: t.Optional[t.Mapping[str, t.Any]]) -> t.Dict[str, t.Any]:
     return good_config(raw, "config")
 
 
-def main() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+    """Only the secrets hidden, then the record read (and with state=marked, its configuration checked and kept)."""
     params = module.params
     raw = params["config"] or {}
     argv = [str(word) for word in raw.get("argv") or []] if isinstance(raw.get("argv"), list) else []
@@ -177,7 +178,7 @@ def main() -> None:
             elif changed:
                 good = dict(wanted, since=time.time())
     except RecordError as exc:
-        module.fail_json(msg=str(exc))
+        return failure(str(exc))
     runs, pid, running_hash = _running(state_file, psutil)
     result: t.Dict[str, t.Any] = {
         "changed": changed, "present": good is not None, "summary": good_summary(good, masked_argv),
@@ -186,7 +187,13 @@ def main() -> None:
     }
     if params["include_values"]:
         result["config"] = good
-    module.exit_json(**result)
+    return result, [], False
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    result, warnings, failed = run(module)
+    finish(module, result, warnings, failed)
 
 
 if __name__ == "__main__":

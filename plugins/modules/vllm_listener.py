@@ -132,7 +132,7 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
-from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, failure, finish
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import ListenerError
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import DEFAULT_MATCH, read_listener
 
@@ -144,21 +144,30 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
 }
 
 
-def main() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+    """The port checked, then the listener read (``match`` is checked as it compiles)."""
     params = module.params
-    _deps.require(module, _deps.PSUTIL)
     try:
         between("port", params["port"], 1, 65535, "")
+    except SpecError as exc:
+        return failure(str(exc))
+    _deps.require(module, _deps.PSUTIL)
+    try:
         info = read_listener(_deps.PSUTIL.module, params["port"], params["match"], params["unit"], params["stop_units"])
     except SpecError as exc:
-        module.fail_json(msg=str(exc))
+        return failure(str(exc))
     except ListenerError as exc:
-        module.fail_json(msg=str(exc), listener=None)
+        return failure(str(exc), listener=None)
     if info is None:
-        module.exit_json(changed=False, listener=None, msg="nothing listens on port %d" % params["port"])
-    module.exit_json(changed=False, listener=info, msg="port %d: PID %d (%s), started %s" % (
-        params["port"], info["pid"], info["command"][:200], info["started"]))
+        return {"changed": False, "listener": None, "msg": "nothing listens on port %d" % params["port"]}, [], False
+    return {"changed": False, "listener": info, "msg": "port %d: PID %d (%s), started %s" % (
+        params["port"], info["pid"], info["command"][:200], info["started"])}, [], False
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    result, warnings, failed = run(module)
+    finish(module, result, warnings, failed)
 
 
 if __name__ == "__main__":

@@ -141,6 +141,7 @@ import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import failure, finish
 from ansible_collections.gpuops.fleet.plugins.module_utils._rollout import report as rollout_report
 from ansible_collections.gpuops.fleet.plugins.module_utils._rollout.decision import RolloutError, check_settings
 
@@ -158,7 +159,15 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
 }
 
 
-def run(params: t.Mapping[str, t.Any], check_mode: bool) -> t.Dict[str, t.Any]:
+def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+    """The step's options checked, then the step run (build_report checks before it writes)."""
+    try:
+        return build_report(module.params, module.check_mode), [], False
+    except RolloutError as exc:
+        return failure(str(exc))
+
+
+def build_report(params: t.Mapping[str, t.Any], check_mode: bool) -> t.Dict[str, t.Any]:
     path = params["path"]
     result: t.Dict[str, t.Any] = {"changed": False, "halt": False, "reason": "", "hosts": [], "files": [], "summary_md": "",
                                   "screen": []}
@@ -193,11 +202,8 @@ def run(params: t.Mapping[str, t.Any], check_mode: bool) -> t.Dict[str, t.Any]:
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    try:
-        result = run(module.params, module.check_mode)
-    except RolloutError as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(**result)
+    result, warnings, failed = run(module)
+    finish(module, result, warnings, failed)
 
 
 if __name__ == "__main__":

@@ -128,7 +128,7 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
-from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, failure, finish
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import hide_only_secrets, secret_env_names
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.check import run_launch_check
 
@@ -153,11 +153,8 @@ def check_params(params: t.Mapping[str, t.Any]) -> None:
         raise SpecError("pid: expected a PID, got %r" % params["pid"])
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
-        supports_check_mode=True,
-    )
+def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+    """Only the secrets hidden, the options checked, then the launch check; it fails when a check does."""
     params = module.params
     secret_names = secret_env_names(params["env"], params["secret_env"])
     hide_only_secrets(module, [value for name, value in params["env"].items() if name not in secret_names],
@@ -165,14 +162,17 @@ def main() -> None:
     try:
         check_params(params)
     except SpecError as exc:
-        module.fail_json(msg=str(exc))
+        return failure(str(exc))
     _deps.require(module, _deps.PYNVML, _deps.PSUTIL)
     result = run_launch_check(_deps.PYNVML.module, _deps.PSUTIL.module, params["pid"], params["create_time"], params["gpus"],
                               params["tensor_parallel_size"], params["env"], params["secret_env"])
-    msg = result.pop("msg")
-    if not result["ok"]:
-        module.fail_json(msg=msg, changed=False, **result)
-    module.exit_json(msg=msg, changed=False, **result)
+    return dict(result, changed=False), [], not result["ok"]
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    result, warnings, failed = run(module)
+    finish(module, result, warnings, failed)
 
 
 if __name__ == "__main__":

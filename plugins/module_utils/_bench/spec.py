@@ -29,31 +29,32 @@ MAX_LEVELS = 64
 DEFAULT_NUM_REQUESTS = 64
 GOODPUT_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 
-# Every option of vllm_benchmark with its type and default, written once: the module's argument_spec is this
-# table, and a unit test compares it with the module's DOCUMENTATION.
-ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
-    "url": {"type": "str", "default": "http://127.0.0.1:8000"},
-    "model": {"type": "str"},
-    "endpoint": {"type": "str", "default": "completions", "choices": ["completions", "chat"]},
-    "input_len": {"type": "int", "default": 1024},
-    "output_len": {"type": "int", "default": 128},
-    "num_requests": {"type": "int"},
-    "duration": {"type": "float"},
-    "concurrency": {"type": "list", "elements": "int", "default": [8]},
-    "request_rate": {"type": "list", "elements": "float"},
-    "knee_tolerance": {"type": "float", "default": 10.0},
-    "percentiles": {"type": "list", "elements": "float", "default": [50.0, 90.0, 99.0]},
-    "goodput": {"type": "dict", "options": {key: {"type": "float"} for key in GOODPUT_KEYS}},
-    "metrics_url": {"type": "str"},
-    "warmup_requests": {"type": "int", "default": 4},
-    "repeats": {"type": "int", "default": 3},
-    "timeout": {"type": "float", "default": 300.0},
-    "api_key": {"type": "str", "no_log": True},
-    "seed": {"type": "int", "default": 0},
-    "ignore_eos": {"type": "bool", "default": True},
-    "validate_certs": {"type": "bool", "default": True},
-    "save_result": {"type": "path"},
+# vllm_benchmark's defaults, written once: build_spec() falls back to them for a missing parameter, and the module's
+# ARGUMENT_SPEC names them from here.
+DEFAULTS: t.Dict[str, t.Any] = {
+    "url": "http://127.0.0.1:8000",
+    "model": None,
+    "endpoint": "completions",
+    "input_len": 1024,
+    "output_len": 128,
+    "num_requests": None,
+    "duration": None,
+    "concurrency": [8],
+    "request_rate": None,
+    "knee_tolerance": 10.0,
+    "percentiles": [50.0, 90.0, 99.0],
+    "goodput": None,
+    "metrics_url": None,
+    "warmup_requests": 4,
+    "repeats": 3,
+    "timeout": 300.0,
+    "api_key": None,
+    "seed": 0,
+    "ignore_eos": True,
+    "validate_certs": True,
+    "save_result": None,
 }
+ENDPOINTS = ("completions", "chat")
 
 
 class BenchSpec(t.NamedTuple):
@@ -214,13 +215,13 @@ def _metrics_url(value: t.Any) -> t.Optional[str]:
 def build_spec(params: t.Mapping[str, t.Any]) -> BenchSpec:
     """Every option checked; raises SpecError naming the option and the value. A missing option takes its default."""
     def get(option: str) -> t.Any:
-        return params[option] if option in params else ARGUMENT_SPEC[option].get("default")
+        return params[option] if option in params else DEFAULTS[option]
 
     model = get("model")
     if model is not None and (not isinstance(model, str) or not model.strip()):
         raise SpecError("model: %r is empty; omit it to use the first model the server lists" % (model,))
     endpoint = get("endpoint")
-    if endpoint not in ("completions", "chat"):
+    if endpoint not in ENDPOINTS:
         raise SpecError("endpoint: %r is not one of completions, chat" % (endpoint,))
     seed = get("seed")
     if isinstance(seed, bool) or not isinstance(seed, int):

@@ -25,14 +25,8 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.selection import
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.topology import read_topology
 
 
-# gpu_facts' options with their types and defaults, written once (the module's argument_spec; a unit test
-# compares it with the module's DOCUMENTATION).
-ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
-    "gpus": {"type": "list", "elements": "str"},
-    "processes": {"type": "bool", "default": True},
-    "topology": {"type": "bool", "default": False},
-    "health": {"type": "bool", "default": True},
-}
+# gpu_facts' defaults, for a parameter that is missing (the module's ARGUMENT_SPEC names them from here)
+DEFAULTS: t.Dict[str, t.Any] = {"gpus": None, "processes": True, "topology": False, "health": True}
 
 
 class Options(t.NamedTuple):
@@ -43,9 +37,9 @@ class Options(t.NamedTuple):
 
     @classmethod
     def from_params(cls, params: t.Mapping[str, t.Any]) -> "Options":
-        """The module's parameters (a missing one takes its default from ARGUMENT_SPEC). Raises SelectionError."""
+        """The module's parameters (a missing one takes its default from DEFAULTS). Raises SelectionError."""
         def get(option: str) -> t.Any:
-            return params[option] if option in params else ARGUMENT_SPEC[option].get("default")
+            return params[option] if option in params else DEFAULTS[option]
 
         return cls(parse_gpus(get("gpus")), bool(get("processes")), bool(get("topology")), bool(get("health")))
 

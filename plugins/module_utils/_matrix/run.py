@@ -25,11 +25,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._matrix import analys
 from ansible_collections.gpuops.fleet.plugins.module_utils._matrix import render
 from ansible_collections.gpuops.fleet.plugins.module_utils._io import write_atomic
 
-ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
-    "path": {"type": "path", "required": True},
-    "step": {"type": "str", "default": "report", "choices": ["report", "left_running"]},
-    "left_running": {"type": "list", "elements": "dict"},
-}
+STEPS = ("report", "left_running")  # the first is the default
 LEFT_KEYS = ("host", "config", "status")
 
 

@@ -29,7 +29,7 @@ Libraries = t.Callable[[], t.Tuple[t.Any, t.Any]]
 def run_reclaim(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool,
                 libraries: Libraries) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
     """One gpu_reclaim run: (result, warnings, failed), the result as the module returns it (``msg`` and ``changed``
-    always). A missing parameter takes its documented default (_reclaim/spec.py ARGUMENT_SPEC). Bad input fails before
+    always). A missing parameter takes its default (_reclaim/spec.py DEFAULTS). Bad input fails before
     ``libraries`` is asked for, so before NVML or any process is touched."""
     try:
         spec = build_spec(params)

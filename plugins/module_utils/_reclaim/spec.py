@@ -19,7 +19,6 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.selection import GpuRef, SelectionError, parse_gpus
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.secured import OPTION_SPEC as SECURED_OPTION_SPEC
 
 # A holder's launcher is found by climbing from its parent through an unbroken chain of
 # processes that match one of these (see _reclaim/plan.py). Anchored at the program: a wrapper
@@ -75,33 +74,32 @@ LIVE_JOBS_FAIL = "fail"  # the default: such a GPU is not free, the run fails na
 LIVE_JOBS_KEEP = "keep"  # the caller accepts them: listed in left_alone, not a failure
 LIVE_JOBS = (LIVE_JOBS_FAIL, LIVE_JOBS_KEEP)
 
-# Every option of gpu_reclaim with its type and default, written once: the module's argument_spec is this
-# table, build_spec() falls back to it, and a unit test compares it with the module's DOCUMENTATION.
-ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
-    "gpus": {"type": "list", "elements": "str"},
-    "match": {"type": "list", "elements": "str"},
-    "exclude": {"type": "list", "elements": "str", "default": []},
-    "kill_tree": {"type": "bool", "default": True},
-    "launcher_patterns": {"type": "list", "elements": "str", "default": DEFAULT_LAUNCHER_PATTERNS},
-    "cluster_daemons": {"type": "list", "elements": "str", "default": DEFAULT_CLUSTER_DAEMONS},
-    "signals": {"type": "list", "elements": "str", "default": ["TERM", "KILL"]},
-    "grace": {"type": "float", "default": 10.0},
-    "timeout": {"type": "float", "default": 60.0},
-    "settle": {"type": "raw", "default": "auto"},
-    "memory_threshold_mib": {"type": "int", "default": 1024},
-    "ignore_foreign": {"type": "bool", "default": False},
-    "owner": {"type": "dict", "options": {"pid": {"type": "int", "required": True}, "create_time": {"type": "float"}}},
-    "orphans_only": {"type": "bool", "default": False},
-    "subreapers": {"type": "list", "elements": "str", "default": DEFAULT_SUBREAPERS},
-    "live_jobs": {"type": "str", "default": LIVE_JOBS_FAIL, "choices": list(LIVE_JOBS)},
-    # a reading beside the reclaim (the role's preflight): does a new configuration open the server on a port
-    "secured": SECURED_OPTION_SPEC,
+# gpu_reclaim's defaults, written once: build_spec() falls back to them for a missing parameter, gpu_report_facts
+# judges owners with them, and the module's ARGUMENT_SPEC names them from here.
+DEFAULTS: t.Dict[str, t.Any] = {
+    "gpus": None,
+    "match": None,
+    "exclude": [],
+    "kill_tree": True,
+    "launcher_patterns": DEFAULT_LAUNCHER_PATTERNS,
+    "cluster_daemons": DEFAULT_CLUSTER_DAEMONS,
+    "signals": ["TERM", "KILL"],
+    "grace": 10.0,
+    "timeout": 60.0,
+    "settle": AUTO,
+    "memory_threshold_mib": 1024,
+    "ignore_foreign": False,
+    "owner": None,
+    "orphans_only": False,
+    "subreapers": DEFAULT_SUBREAPERS,
+    "live_jobs": LIVE_JOBS_FAIL,
+    "secured": None,
 }
 
 
 def default(option: str) -> t.Any:
-    """The default of one option, as the argument spec has it (a copy, so callers may not change it)."""
-    value = ARGUMENT_SPEC[option].get("default")
+    """The default of one option (a copy, so callers may not change it)."""
+    value = DEFAULTS[option]
     return list(value) if isinstance(value, list) else value
 
 

@@ -32,12 +32,8 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import
 
 DEFAULT_STATE_DIR = "/var/lib/gpuops-fleet/vllm"
 
-ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
-    "gpus": {"type": "list", "elements": "str"},
-    "state_dir": {"type": "path", "default": DEFAULT_STATE_DIR},
-    "health_host": {"type": "str", "default": "127.0.0.1"},
-    "health_timeout": {"type": "float", "default": 3.0},
-}
+# gpu_report_facts' defaults, for a parameter that is missing (the module's ARGUMENT_SPEC names them from here)
+DEFAULTS: t.Dict[str, t.Any] = {"gpus": None, "state_dir": DEFAULT_STATE_DIR, "health_host": "127.0.0.1", "health_timeout": 3.0}
 
 # owner kinds, as the report names them
 SERVER = "server"
@@ -163,7 +159,7 @@ def run_reading(params: t.Mapping[str, t.Any], pynvml: t.Any, psutil: t.Any, req
                 find_smi: t.Callable[[], t.Optional[str]] = lambda: None, run_command: t.Any = None,
                 get: t.Optional[HttpGet] = None, sid_of: GetSid = getsid) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
     """One gpu_report_facts run: (result, warnings, failed). gpu_facts' facts, ``owners`` and ``servers``."""
-    timeout = params.get("health_timeout", ARGUMENT_SPEC["health_timeout"]["default"])
+    timeout = params.get("health_timeout", DEFAULTS["health_timeout"])
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 60:
         return {"msg": "health_timeout: %r must be more than 0 and at most 60 seconds" % (timeout,)}, [], True
     state_dir = params.get("state_dir") or DEFAULT_STATE_DIR
@@ -181,7 +177,7 @@ def run_reading(params: t.Mapping[str, t.Any], pynvml: t.Any, psutil: t.Any, req
             proc["name"] = masked_text(proc.get("name"))
             if proc.get("cmdline"):
                 proc["cmdline"] = [masked_text(word) for word in proc["cmdline"]]
-    servers = read_servers(state_dir, psutil, params.get("health_host") or "127.0.0.1", float(timeout), get)
+    servers = read_servers(state_dir, psutil, params.get("health_host") or DEFAULTS["health_host"], float(timeout), get)
     result["servers"] = servers
     result["owners"] = judge_holders(result["ansible_facts"], servers, psutil, sid_of)
     return result, warnings, False

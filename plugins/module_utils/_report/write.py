@@ -22,13 +22,8 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._report import model
 from ansible_collections.gpuops.fleet.plugins.module_utils._report import render
 from ansible_collections.gpuops.fleet.plugins.module_utils._io import write_atomic
 
-ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
-    "dest": {"type": "path", "required": True},
-    "hosts": {"type": "list", "elements": "str", "required": True},
-    "results": {"type": "list", "elements": "raw", "required": True},
-    "threshold_mib": {"type": "raw", "default": gpu_state.DEFAULT_THRESHOLD_MIB},
-    "title": {"type": "str", "default": "GPU fleet report"},
-}
+# gpu_report's defaults, for a parameter that is missing (the module's ARGUMENT_SPEC names them from here)
+DEFAULTS: t.Dict[str, t.Any] = {"threshold_mib": gpu_state.DEFAULT_THRESHOLD_MIB, "title": "GPU fleet report"}
 
 
 class ReportError(ValueError):
@@ -50,7 +45,7 @@ def _write(path: str, content: str) -> bool:
 def run_report(params: t.Mapping[str, t.Any], check_mode: bool, now: t.Optional[float] = None) -> t.Dict[str, t.Any]:
     """The module's result. Raises ReportError for bad options (before anything is written)."""
     try:
-        threshold = gpu_state.check_threshold(params.get("threshold_mib", gpu_state.DEFAULT_THRESHOLD_MIB))
+        threshold = gpu_state.check_threshold(params.get("threshold_mib", DEFAULTS["threshold_mib"]))
     except ValueError as exc:
         raise ReportError(str(exc)) from None
     hosts, results = list(params["hosts"]), list(params["results"])
@@ -59,7 +54,7 @@ def run_report(params: t.Mapping[str, t.Any], check_mode: bool, now: t.Optional[
     dest = params["dest"]
     if os.path.exists(dest) and not os.path.isdir(dest):
         raise ReportError("dest: %r exists and is not a directory" % dest)
-    report = model.build_report(list(zip(hosts, results)), threshold, time.time() if now is None else now, params.get("title") or "GPU fleet report")
+    report = model.build_report(list(zip(hosts, results)), threshold, time.time() if now is None else now, params.get("title") or DEFAULTS["title"])
     files = render.render_all(report)
     paths = {name: os.path.join(dest, name) for name in files}
     result: t.Dict[str, t.Any] = {

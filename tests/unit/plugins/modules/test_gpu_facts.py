@@ -14,8 +14,9 @@ from ansible.module_utils import basic
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import pid_trust as _pid_trust
 from ansible_collections.gpuops.fleet.plugins.doc_fragments import nvml as nvml_fragment
-from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.facts import ARGUMENT_SPEC, run_facts
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.facts import run_facts
 from ansible_collections.gpuops.fleet.plugins.modules import gpu_facts
+from ansible_collections.gpuops.fleet.plugins.modules.gpu_facts import ARGUMENT_SPEC
 from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import run_module as harness_run
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_pynvml import FakeNvml, device, proc
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.test_smi import APPS_CSV, GPU_CSV

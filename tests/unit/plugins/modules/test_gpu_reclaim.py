@@ -18,8 +18,9 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import recla
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import NvmlSession
 from ansible_collections.gpuops.fleet.plugins.doc_fragments import nvml as nvml_fragment
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import run_reclaim
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import ARGUMENT_SPEC, build_spec
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import build_spec
 from ansible_collections.gpuops.fleet.plugins.modules import gpu_reclaim
+from ansible_collections.gpuops.fleet.plugins.modules.gpu_reclaim import ARGUMENT_SPEC
 from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import call_main, capture
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_psutil import (
     ME,

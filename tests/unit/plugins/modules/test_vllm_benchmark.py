@@ -9,8 +9,8 @@ import json
 import pytest
 import yaml
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench.spec import ARGUMENT_SPEC
 from ansible_collections.gpuops.fleet.plugins.modules import vllm_benchmark
+from ansible_collections.gpuops.fleet.plugins.modules.vllm_benchmark import ARGUMENT_SPEC
 from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import run_module as harness_run
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.bench_sse_server import ScriptedServer, free_port
 

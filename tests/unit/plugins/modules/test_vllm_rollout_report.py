@@ -11,7 +11,7 @@ import os
 import pytest
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._rollout.decision import RolloutError
-from ansible_collections.gpuops.fleet.plugins.modules.vllm_rollout_report import run
+from ansible_collections.gpuops.fleet.plugins.modules.vllm_rollout_report import build_report
 
 SETTINGS = {"threshold_pct": 3, "ttft_threshold_pct": 10, "serial": 1, "repeats": 3}
 
@@ -33,10 +33,10 @@ def params(path, **more):
 def test_judge_then_final(tmp_path):
     measurement(str(tmp_path), "baseline", "n1", [47.3, 47.2, 47.4])
     measurement(str(tmp_path), "canary", "n1", [45.5, 45.4, 45.6])
-    verdict = run(params(tmp_path, hosts=["n1"]), check_mode=False)
+    verdict = build_report(params(tmp_path, hosts=["n1"]), check_mode=False)
     assert verdict["halt"] and verdict["hosts"][0]["verdict"] == "regression"
     assert (tmp_path / "batches" / "01.json").exists()
-    final = run(params(tmp_path, step="final", plan={"hosts": ["n1", "n2"], "dir": str(tmp_path)},
+    final = build_report(params(tmp_path, step="final", plan={"hosts": ["n1", "n2"], "dir": str(tmp_path)},
                        fleet=[{"host": "n1", "runs": "good", "pid": 7}], outcome={"status": "halted", "reason": "r"}), False)
     assert final["screen"][0] == "ROLLOUT HALTED: r"
     assert any("n2: not read" in line for line in final["screen"])
@@ -47,10 +47,10 @@ def test_judge_then_final(tmp_path):
 def test_check_mode_writes_nothing(tmp_path):
     measurement(str(tmp_path), "baseline", "n1", [47.3, 47.2, 47.4])
     measurement(str(tmp_path), "canary", "n1", [57.5, 57.4, 57.6])
-    result = run(params(tmp_path, hosts=["n1"]), check_mode=True)
+    result = build_report(params(tmp_path, hosts=["n1"]), check_mode=True)
     assert result["changed"] and not result["halt"] and not (tmp_path / "batches").exists()
 
 
 def test_bad_settings_fail_naming_the_variable(tmp_path):
     with pytest.raises(RolloutError, match="vllm_rollout_serial=0"):
-        run(params(tmp_path, step="settings", settings=dict(SETTINGS, serial=0)), False)
+        build_report(params(tmp_path, step="settings", settings=dict(SETTINGS, serial=0)), False)
