@@ -130,4 +130,3 @@ class Server:
         """The server's vllm:generation_tokens_total for the model (None when the metrics do not offer it)."""
         text = self.metrics_text()
         return None if text is None else total(text, GENERATION_TOKENS, model)
-

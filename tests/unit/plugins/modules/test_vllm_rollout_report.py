@@ -37,7 +37,7 @@ def test_judge_then_final(tmp_path):
     assert verdict["halt"] and verdict["hosts"][0]["verdict"] == "regression"
     assert (tmp_path / "batches" / "01.json").exists()
     final = build_report(params(tmp_path, step="final", plan={"hosts": ["n1", "n2"], "dir": str(tmp_path)},
-                       fleet=[{"host": "n1", "runs": "good", "pid": 7}], outcome={"status": "halted", "reason": "r"}), False)
+                                fleet=[{"host": "n1", "runs": "good", "pid": 7}], outcome={"status": "halted", "reason": "r"}), False)
     assert final["screen"][0] == "ROLLOUT HALTED: r"
     assert any("n2: not read" in line for line in final["screen"])
     assert "REGRESSION" in (tmp_path / "summary.md").read_text()

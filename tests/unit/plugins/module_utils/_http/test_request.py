@@ -12,6 +12,7 @@ import pytest
 from ansible_collections.gpuops.fleet.plugins.module_utils._http.request import http_get, http_post_json
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.loopback_http import LoopbackServer
 
+
 def _serve(answer):
     """A loopback server whose replies are ``answer(handler) -> (status, body)``; yields its base URL."""
     server = LoopbackServer(lambda handler, raw: answer(handler))
