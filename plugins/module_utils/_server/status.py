@@ -105,7 +105,9 @@ def read_server(module: t.Any, psutil: t.Any, options: t.Mapping[str, t.Any],
         if read_listener is None:
             raise ServerError("listener: this module cannot read the listener")
         own_unit = listens.get("unit") or (options.get("unit") if mode == "systemd" else None)
-        reading["listener"] = read_listener(psutil, listens["port"], listens.get("match"), own_unit, bool(listens.get("stop_units")))
+        match = listens.get("match")
+        reading["listener"] = (read_listener(psutil, listens["port"], match, own_unit, bool(listens.get("stop_units"))) if match is not None
+                               else read_listener(psutil, listens["port"], unit=own_unit, stop_units=bool(listens.get("stop_units"))))
         reading["takeover"] = taken_over(reading["listener"], reading)
     decide = options.get("decide")
     if decide:
