@@ -45,6 +45,21 @@ def show_argv(systemctl: str, unit: str) -> t.List[str]:
     return [systemctl, "show"] + ["--property=" + name for name in SHOW_PROPERTIES] + [unit]
 
 
+def main_pid(props: t.Mapping[str, str]) -> t.Optional[int]:
+    """The unit's main PID (MainPID=); None when it has none (0) or the value is not a number."""
+    return _int(props.get("MainPID")) or None
+
+
+def start_time(psutil: t.Any, pid: t.Optional[int]) -> t.Optional[float]:
+    """The start time of ``pid`` as psutil reads it; None without a PID or such a process."""
+    if pid is None:
+        return None
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
 def parse_show(text: str) -> t.Dict[str, str]:
     """``NAME=VALUE`` lines as a dict (a value may hold '=')."""
     props = {}

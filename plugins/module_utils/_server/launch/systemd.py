@@ -30,7 +30,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.proces
 )
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import read_unit_record, string_env, write_record
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.unit import (
-    ALIVE_STATES, ENABLED_STATES, crash_loop, parse_show, show_argv, unknown_unit,
+    ALIVE_STATES, ENABLED_STATES, crash_loop, main_pid, parse_show, show_argv, start_time, unknown_unit,
 )
 
 MODE = "systemd"
@@ -62,23 +62,6 @@ def show(module: t.Any, unit: str) -> t.Dict[str, str]:
     if rc != 0:
         raise ServerError("systemctl show %s failed (rc %s): %s" % (unit, rc, (err or out).strip() or "no message"))
     return parse_show(out)
-
-
-def main_pid(props: t.Mapping[str, str]) -> t.Optional[int]:
-    try:
-        return int(props.get("MainPID") or 0) or None
-    except ValueError:
-        return None
-
-
-def start_time(psutil: t.Any, pid: t.Optional[int]) -> t.Optional[float]:
-    """The start time of ``pid`` as psutil reads it; None when there is no such process."""
-    if pid is None:
-        return None
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
 
 
 def _need_unit(target: Target) -> str:

@@ -124,3 +124,28 @@ class FakeSystemctl:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
+
+
+class FakeModule:
+    """What the launch backends use of an AnsibleModule: check_mode, warn, get_bin_path (PATH), run_command."""
+
+    def __init__(self, check_mode: bool = False) -> None:
+        self.check_mode = check_mode
+        self.warnings: t.List[str] = []
+
+    def warn(self, warning: str) -> None:
+        self.warnings.append(warning)
+
+    @staticmethod
+    def get_bin_path(name: str, required: bool = False) -> t.Optional[str]:
+        import shutil  # pylint: disable=import-outside-toplevel
+        found = shutil.which(name)
+        if found is None and required:
+            raise AssertionError("%s is not on PATH" % name)
+        return found
+
+    @staticmethod
+    def run_command(argv: t.Sequence[str]) -> t.Tuple[int, str, str]:
+        import subprocess  # pylint: disable=import-outside-toplevel
+        done = subprocess.run(list(argv), capture_output=True, text=True, check=False)
+        return done.returncode, done.stdout, done.stderr
