@@ -135,8 +135,9 @@ options:
         description:
           - Also read the process that listens on the server's port, as M(gpuops.fleet.vllm_listener) does, and return it as
             C(status.listener), and as C(status.takeover) when it is not the managed server (the lock, the reading and this one
-            in one module start-up). When that process may not be taken over, the task fails with
-            C(vllm_server: nothing was stopped:) and the refusal (the lock is released).
+            in one module start-up).
+          - 'When that process may not be taken over, the task fails with C(vllm_server: nothing was stopped:) and the refusal
+            (the lock is released).'
         type: dict
         suboptions:
           port:

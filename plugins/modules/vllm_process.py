@@ -41,7 +41,7 @@ options:
       - V(running) starts the server unless the recorded one (the unit, in the systemd mode) runs with the same
         O(config_hash) (then nothing changes). A server that runs with another configuration makes the task fail (stop it
         first).
-      - V(stopped) ends the server (process mode, the recorded one: SIGTERM, then SIGKILL for its whole tree after
+      - V(stopped) ends the server (process mode, the recorded one, with SIGTERM, then SIGKILL for its whole tree after
         O(stop_timeout), and removes the record; systemd mode, C(systemctl stop) of the unit, and C(systemctl disable)
         with O(systemd.disable)). With O(takeover), the server taken over is stopped first.
       - V(status) only reads what runs (see O(listener) and O(decide)).
@@ -143,8 +143,8 @@ options:
       - With O(state=status), also read the process that listens on the server's port, as M(gpuops.fleet.vllm_listener)
         does, and return it as RV(listener), and as RV(takeover) when it is not the managed server (not the role's own
         unit, not the PID of the server that runs).
-      - When that process may not be taken over (RV(listener.refusal)), the task fails with
-        C(vllm_server: nothing was stopped:) and the refusal.
+      - 'When that process may not be taken over (RV(listener.refusal)), the task fails with
+        C(vllm_server: nothing was stopped:) and the refusal.'
     type: dict
     suboptions:
       port:
@@ -329,9 +329,9 @@ health:
   type: str
 crash_loop:
   description:
-    - In the systemd mode, when the unit does not answer O(health_url) and systemd restarted it after its server failed (or
-      is about to), the crash loop in words (V(crash loop: 3 restarts, last exit status 1 (Result=exit-code); systemd gave
-      up)); else the empty string.
+    - 'In the systemd mode, when the unit does not answer O(health_url) and systemd restarted it after its server failed (or
+      is about to), the crash loop in words (V(crash loop: 3 restarts, last exit status 1 (Result=exit-code\); systemd gave
+      up)); else the empty string.'
   returned: always
   type: str
 generates:
@@ -372,19 +372,19 @@ listener:
 takeover:
   description:
     - With O(listener), that process when it is not the managed server (its C(how) is not C(own_unit) and its PID is not the
-      running server's): the server to take over, to pass to O(takeover) of the stop. Null otherwise.
+      running server's), the server to take over, to pass to O(takeover) of the stop. Null otherwise.
   returned: when O(listener) is given and O(state=status)
   type: dict
 reason:
   description:
     - With O(decide), why the server must change, the empty string when it is left alone. In this order V(a stop was asked
       for), V(no managed server ran) (with the crash loop in brackets), V(a restart was forced), V(its configuration changed),
-      V(it does not answer /health (...)), V(the running server does not generate: ...).
+      V(it does not answer /health (...)), V(the running server does not generate) and the failure.
   returned: when O(decide) is given and O(state=status)
   type: str
 stopped:
   description:
-    - With O(state=stopped), each process that ended: the server taken over's first (see RV(takeover_stopped)), then the
+    - With O(state=stopped), each process that ended, the server taken over's first (see RV(takeover_stopped)), then the
       managed server's tree (in the systemd mode, the unit's main process and its descendants that ended with the unit).
   returned: always
   type: list

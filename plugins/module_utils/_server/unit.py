@@ -36,6 +36,8 @@ def unknown_unit(props: t.Mapping[str, str], stderr: str = "") -> bool:
     """Whether systemd does not know the unit: LoadState=not-found, or systemctl's error says so."""
     said = (stderr or "").lower()
     return props.get("LoadState") == "not-found" or any(words in said for words in _UNKNOWN)
+
+
 # ExecMainCode: the si_code of the main process's end (waitid(2))
 _CLD_EXITED, _CLD_KILLED, _CLD_DUMPED = 1, 2, 3
 

@@ -111,13 +111,12 @@ def drain_first(module: t.Any, drain_url: t.Optional[str], drain_timeout: float)
     return drained
 
 
-def stop_process(module: t.Any, psutil: t.Any, proc: t.Any, stop_timeout: float, still: t.Callable[[], t.Any]) -> t.List[t.Dict[str, t.Any]]:
+def stop_process(psutil: t.Any, proc: t.Any, stop_timeout: float, still: t.Callable[[], t.Any]) -> t.List[t.Dict[str, t.Any]]:
     """SIGTERM ``proc``, then SIGKILL its tree after ``stop_timeout``; raises ServerError when ``still()`` finds it alive."""
     stopped = [entry._asdict() for entry in stop_tree(psutil, proc, stop_timeout)]
     survivor = still()
     if survivor is not None:
         raise ServerError("PID %d survived SIGTERM and SIGKILL (state %s)" % (survivor.pid, survivor.status()), {"stopped": stopped})
-    del module
     return stopped
 
 
@@ -144,7 +143,7 @@ def stop(module: t.Any, psutil: t.Any, target: Target, drain_url: t.Optional[str
         result.update(running=False, msg="would stop PID %d" % proc.pid)
         return result
     try:
-        result["stopped"] = stop_process(module, psutil, proc, stop_timeout, lambda: recorded_process(psutil, record))
+        result["stopped"] = stop_process(psutil, proc, stop_timeout, lambda: recorded_process(psutil, record))
     except ServerError as exc:
         raise ServerError(str(exc), dict(result, **exc.result)) from None
     remove_record(target.state_file)
@@ -170,7 +169,7 @@ def stop_taken_over(module: t.Any, psutil: t.Any, pid: int, create_time: float, 
     if module.check_mode:
         result["msg"] = "would stop PID %d" % proc.pid
         return result
-    result["stopped"] = stop_process(module, psutil, proc, stop_timeout, lambda: same_process(psutil, pid, create_time))
+    result["stopped"] = stop_process(psutil, proc, stop_timeout, lambda: same_process(psutil, pid, create_time))
     result["msg"] = "stopped PID %d and %d process(es) of its tree" % (proc.pid, max(0, len(result["stopped"]) - 1))
     return result
 

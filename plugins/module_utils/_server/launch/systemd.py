@@ -19,6 +19,7 @@ Private to this collection: the API may change without notice.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -184,12 +185,7 @@ def check_env_names(env: t.Mapping[str, t.Any]) -> None:
     bad = [str(name) for name in env if not ENV_NAME.match(str(name))]
     if bad:
         raise ServerError("vllm_server_env / vllm_server_host_env: %s are not environment variable names (letters, digits and _, "
-                          "not starting with a digit)" % _to_json(bad))
-
-
-def _to_json(names: t.Sequence[str]) -> str:
-    import json  # pylint: disable=import-outside-toplevel  # only for this message
-    return json.dumps(list(names))
+                          "not starting with a digit)" % json.dumps(bad))
 
 
 def _quoted(value: t.Any) -> str:
@@ -242,7 +238,7 @@ def write_if_changed(path: str, content: str, mode: int) -> bool:
     return True
 
 
-def launch(module: t.Any, psutil: t.Any, target: Target, spec: LaunchSpec, unit_dir: str = UNIT_DIR) -> t.Dict[str, t.Any]:
+def launch(module: t.Any, psutil: t.Any, target: Target, spec: LaunchSpec, unit_dir: t.Optional[str] = None) -> t.Dict[str, t.Any]:
     """Write the environment file, the unit (``spec.systemd['content']``, only when it differs, then daemon-reload),
     clear the unit's failed state, start it, enable or disable it (``spec.systemd['enabled']``), read its main PID and
     write the configuration record. A unit that runs with this configuration is left as it is; one that runs with
@@ -262,7 +258,7 @@ def launch(module: t.Any, psutil: t.Any, target: Target, spec: LaunchSpec, unit_
                               % (unit, reading["pid"], reading["config_hash"], target.config_hash), result)
         result["msg"] = "unit %s already runs (PID %s) with this configuration" % (unit, reading["pid"])
         return result
-    unit_path = os.path.join(unit_dir, unit)
+    unit_path = os.path.join(unit_dir or UNIT_DIR, unit)
     result["changed"] = True
     if module.check_mode:
         result.update(running=True, unit_changed=_read_text(unit_path) != options["content"],

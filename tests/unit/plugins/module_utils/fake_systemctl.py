@@ -110,8 +110,11 @@ class FakeSystemctl:
 
     def set_unit(self, name: str, **props: t.Any) -> None:
         units = self.units()
-        units[name] = dict({"LoadState": "loaded", "ActiveState": "inactive", "SubState": "dead", "MainPID": 0,
-                            "UnitFileState": "disabled", "NRestarts": 0}, **units.get(name, {}), **props)
+        unit = {"LoadState": "loaded", "ActiveState": "inactive", "SubState": "dead", "MainPID": 0, "UnitFileState": "disabled",
+                "NRestarts": 0}
+        unit.update(units.get(name, {}))
+        unit.update(props)
+        units[name] = unit
         with open(os.path.join(self.home, "units.json"), "w", encoding="utf-8") as handle:
             json.dump(units, handle)
 

@@ -111,6 +111,7 @@ def test_a_server_under_a_live_shell_is_taken_over_and_its_tree_stopped_but_not_
     stopped = call_main(vllm_process, {"state": "stopped", "state_file": str(record), "stop_timeout": 5, **own,
                                        "takeover": {"pid": server, "create_time": found["create_time"]}})
     assert stopped["changed"] and sorted(s["pid"] for s in stopped["stopped"]) == sorted([server] + found["tree"])
+    assert stopped["takeover_stopped"]["stopped"] == stopped["stopped"] and stopped["takeover_stopped"]["unit_disabled"] is False
     for pid in [server] + found["tree"]:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert shell.poll() is None, "the shell that started the server was ended"
