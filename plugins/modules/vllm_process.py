@@ -143,7 +143,7 @@ options:
       - With O(state=status), also read the process that listens on the server's port, as M(gpuops.fleet.vllm_listener)
         does, and return it as RV(listener), and as RV(takeover) when it is not the managed server (not the role's own
         unit, not the PID of the server that runs).
-      - 'When that process may not be taken over (RV(listener.refusal)), the task fails with
+      - 'When that process may not be taken over (its C(refusal)), the task fails with
         C(vllm_server: nothing was stopped:) and the refusal.'
     type: dict
     suboptions:

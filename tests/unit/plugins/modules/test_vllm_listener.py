@@ -117,3 +117,17 @@ def test_a_server_under_a_live_shell_is_taken_over_and_its_tree_stopped_but_not_
     assert shell.poll() is None, "the shell that started the server was ended"
     assert call_main(vllm_listener, {"port": port})["listener"] is None
     assert record.read_text() == unit_record
+
+
+def test_the_lock_refuses_a_listener_it_may_not_take_over_and_releases_itself(hand_started, tmp_path):
+    """The lock's status reading judges the listener: one that is not vLLM fails the task naming it, nothing is stopped
+    and the lock just taken is released."""
+    _shell, server, port = hand_started
+    lock = tmp_path / "s.lock"
+    result = call_main(vllm_lock, {"path": str(lock), "token": "t1",
+                                   "status": {"state_file": str(tmp_path / "s.json"), "listener": {"port": port, "match": ["^nginx"]},
+                                              "decide": {"state": "started"}}})
+    assert result["failed"] and result["msg"].startswith("vllm_server: nothing was stopped: port %d is held by PID %d" % (port, server))
+    assert not lock.exists() and result["released"] and not result["acquired"]
+    assert result["status"]["takeover"]["pid"] == server and result["status"]["reason"] == "no managed server ran"
+    assert psutil.pid_exists(server) and psutil.Process(server).status() != psutil.STATUS_ZOMBIE

@@ -148,14 +148,14 @@ def test_stop_ends_the_units_processes_and_disables_it_when_asked(fake, where):
     started = launch(fake, where)
     target = Target(where["state_file"], UNIT, "h1")
     preview = systemd.stop(FakeModule(check_mode=True), psutil, target, disable=True)
-    assert preview["changed"] and preview["msg"] == "would stop unit %s (PID %d) and disable it" % (UNIT, started["pid"])
+    assert preview["changed"] and preview["msg"] == "would stop unit %s (PID %s) and disable it" % (UNIT, str(started["pid"]))
     assert psutil.pid_exists(started["pid"]) and fake.units()[UNIT]["ActiveState"] == "active"
     calls = len(fake.verbs())
     stopped = systemd.stop(FakeModule(), psutil, target, disable=True)
     assert fake.verbs()[calls:] == ["stop %s" % UNIT, "disable %s" % UNIT]
     assert [entry["pid"] for entry in stopped["stopped"]] == [started["pid"]] and stopped["stopped"][0]["name"] == "sleep"
     assert stopped["changed"] and not stopped["running"] and stopped["pid"] is None
-    assert stopped["msg"] == "stopped unit %s (PID %d) and disabled it" % (UNIT, started["pid"])
+    assert stopped["msg"] == "stopped unit %s (PID %s) and disabled it" % (UNIT, str(started["pid"]))
     # the record describes the unit: it stays
     assert os.path.exists(where["state_file"])
     again = systemd.stop(FakeModule(), psutil, target, disable=True)
