@@ -99,8 +99,8 @@ def test_sim_sent_records_each_write_and_when(packed: FakeServer) -> None:
     never before the chunk's last token was due (TTFT + 3 gaps for the first chunk of 4); a whole answer is one write."""
     last = max((record["id"] for record in packed.sent()), default=0)
     streamed = packed.stream("/v1/completions", {"prompt": "a b", "max_tokens": 10, "ignore_eos": True})
-    status, _body = packed.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
-                                                                     "max_completion_tokens": 6})
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 6}
+    status, _body = packed.request("POST", "/v1/chat/completions", chat)
     assert streamed.done and status == 200
     first, whole = packed.sent(after=last)
     assert first["id"] == last + 1 and whole["id"] == last + 2 and packed.sent(after=whole["id"]) == []
