@@ -37,6 +37,13 @@ STEPS_FILE := $(OUTPUT)/make-test-steps.txt
 PYTEST := $(PY) -m pytest -p no:cacheprovider -ra --timeout=900
 # the checks `make test` runs, in order; a failing one does not stop the others
 TEST_STEPS := units sanity lint docs-lint simtests integration molecule build-test fleet systemd-tests
+# steps of TEST_STEPS that `make test` runs side by side, after the others: they share no resource (fleet: its nodes'
+# named network namespaces and veths, /tmp/gpuops-fleet-*; systemd-tests: an nspawn container with a private network,
+# build/systemd-test/), and each mostly waits on its own nodes or container. Each writes tests/output/STEP.log, shown
+# whole when it ends; each step's time and result are its own, as for the others.
+TEST_SIDE_BY_SIDE := fleet systemd-tests
+# what those steps install with apt-get, installed first, one at a time (two apt-get runs at once fail on dpkg's lock)
+TEST_SIDE_BY_SIDE_TOOLS := fleet-tools systemd-tools
 # the integration suite in parallel (pytest-xdist): its tests mostly wait on ansible-playbook and servers; each test is
 # scheduled on its own, the longest first, except files that share a module fixture (tests/integration/conftest.py:
 # KEEP_TOGETHER), which run whole on one worker; INTEGRATION_XDIST= runs it serially
@@ -58,7 +65,7 @@ endef
         constraints clean distclean
 
 help:
-	@echo "make test             set up, then run: $(TEST_STEPS); ends with 'summary: N passed, N failed, N skipped'"
+	@echo "make test             set up, then run: $(TEST_STEPS) ($(TEST_SIDE_BY_SIDE) side by side); ends with 'summary: N passed, N failed, N skipped'"
 	@echo "make demo             the README's demo ($(DEMO_SCRIPT)); KEEP=1 leaves the fleet running"
 	@echo "make demo-clean       end a fleet left running by KEEP=1 make demo"
 	@echo "make venv             .venv with the pinned requirements/ (controller + managed host)"
@@ -193,11 +200,25 @@ systemd-tests: venv sim collection-path systemd-tools
 
 test: setup
 	@rm -rf $(OUTPUT) && mkdir -p $(JUNIT) && : > $(STEPS_FILE)
-	@for step in $(TEST_STEPS); do \
+	@for step in $(filter-out $(TEST_SIDE_BY_SIDE),$(TEST_STEPS)); do \
 	  echo; echo "==================== make $$step ===================="; \
 	  start=$$(date +%s); rc=0; \
 	  $(MAKE) --no-print-directory $$step || rc=$$?; \
 	  echo "$$step $$rc $$(( $$(date +%s) - start ))" >> $(STEPS_FILE); \
+	done; \
+	echo; echo "==================== make $(TEST_SIDE_BY_SIDE): side by side ===================="; \
+	$(if $(TEST_SIDE_BY_SIDE_TOOLS),$(MAKE) --no-print-directory $(TEST_SIDE_BY_SIDE_TOOLS) || true;) \
+	for step in $(filter $(TEST_SIDE_BY_SIDE),$(TEST_STEPS)); do \
+	  echo "make $$step: started $$(date -u +%H:%M:%S), output in tests/output/$$step.log"; \
+	  ( start=$$(date +%s); rc=0; \
+	    $(MAKE) --no-print-directory $$step > $(OUTPUT)/$$step.log 2>&1 || rc=$$?; \
+	    echo "$$step $$rc $$(( $$(date +%s) - start ))" > $(OUTPUT)/$$step.step ) & \
+	done; \
+	wait; \
+	for step in $(filter $(TEST_SIDE_BY_SIDE),$(TEST_STEPS)); do \
+	  echo; echo "==================== make $$step ===================="; \
+	  cat $(OUTPUT)/$$step.log || true; \
+	  if [ -f $(OUTPUT)/$$step.step ]; then cat $(OUTPUT)/$$step.step; else echo "$$step 1 0"; fi >> $(STEPS_FILE); \
 	done; \
 	$(PY) .ci/junit_summary.py summary $(JUNIT) $(STEPS_FILE)
 

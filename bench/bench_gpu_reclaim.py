@@ -16,8 +16,8 @@ For each, on one host per approach, one after the other:
 - floor: the bench itself SIGTERMs every process at once and polls /proc until the last one has exited:
   the slowest holder's own exit, the least any approach can take;
 - gpu_reclaim through its module_utils in a fresh interpreter (`run_reclaim`, as the module runs it), with
-  the module's default `settle`, and with a fixed `settle` window (`--settle`, 0.5 s: the old default, a
-  baseline measured in the same run);
+  the module's default `settle`, and with a fixed `settle` window (`--settle`, 0.5 s: a baseline measured in
+  the same run);
 - the shell baseline (SHELL below): signal every PID nvidia-smi lists, then poll nvidia-smi until the memory
   is back (SIGKILL what is left after the grace), as a careful operator would write it.
 
@@ -233,7 +233,7 @@ def report(results: Dict[str, List[Dict[str, Dict[str, Any]]]], args: argparse.N
         "verified: the simulator's reading right after the run: no holder, 0 MiB used. left: processes of the tree"
         " still running at that moment (most in any repetition; the shell never ends an API server, it exits later).",
         f"grace {args.grace:g}, timeout {args.timeout:g}; the fixed settle column waits {args.settle:g} s for a second"
-        " reading (the old default), inside its elapsed time.",
+        " reading, inside its elapsed time.",
         "shell/this: the shell's time above the floor over this approach's. fixed/default: the fixed window's over the"
         " default's (same run).",
         f"load average (1 min) {load:.2f} on {os.cpu_count()} CPUs.",

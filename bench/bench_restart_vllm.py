@@ -18,7 +18,7 @@ changes. Per run it reports, per host:
   - the wall time, and the role's cost above the fake server's own start-up (wall - GPUOPS_SIM_STARTUP_DELAY_S);
   - the notice latency: a sampler polls every server's /health every 10 ms from outside; the role's vllm_ready says
     when (seconds since the server started) it saw 200; latency = that - the sampler's first 200 (target under 1 s).
-Then the slope per added host between fleet sizes, and PASS/FAIL lines against the targets of issue 15.
+Then the slope per added host between fleet sizes, and PASS/FAIL lines against the targets below.
 
     .venv/bin/python bench/bench_restart_vllm.py [--sizes 1,4,8,16] [--output DIR]
 """
@@ -48,7 +48,7 @@ from gpusim import inventory as sim_inventory  # noqa: E402
 
 STARTUP_DELAY_S = 3.0
 SIZES = (1, 4, 8, 16)
-# the targets of issue 15
+# the targets: module executions per host (forced, unchanged), the role's cost above the server's start-up
 MAX_MODULES_FORCED = 6
 MAX_MODULES_NOOP = 2
 MAX_OVERHEAD_S = 3.0

@@ -499,6 +499,11 @@ class FakeVllm:
             raise GpusimError(f"no {name} samples{'' if model is None else ' for ' + model} in /metrics")
         return sum(found)
 
+    def sent(self, after: int = 0) -> List[Dict[str, Any]]:
+        """The server's own record of what it wrote for each generation request that ended, and when (GET /sim/sent):
+        id, endpoint, stream, output_tokens, chunks ([ms since arrival, tokens] per write), finished_ms."""
+        return list(self.get_json(f"/sim/sent?after={after}")["requests"])
+
     def pace_at(self, concurrency: int) -> float:
         """The per-stream tokens/s the server really schedules at `concurrency` streams (GET /sim/pace)."""
         return float(self.get_json(f"/sim/pace?concurrency={concurrency}")["tokens_per_s_at"])

@@ -1,6 +1,6 @@
 # Copyright (c) gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""playbooks/gpu_cleanup.yml on the issue's host: a healthy TP=4 server on GPUs 0-3 and the orphans of a killed
+"""playbooks/gpu_cleanup.yml on a host with a healthy TP=4 server on GPUs 0-3 and the orphans of a killed
 server on GPUs 4-7. By default it ends the orphans only and names every live job it left alone; check mode shows
 both lists and ends nothing; a bad gpu_cleanup_end_live_jobs ends nothing; gpu_cleanup_end_live_jobs=true ends
 every holder. Judged by the simulator's holders and memory, PIDs with their start times and the server's /health."""

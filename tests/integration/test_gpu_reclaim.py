@@ -22,8 +22,8 @@ import psutil
 import pytest
 
 from conftest import pid_alive
-from gpusim.api import orphan_parent, parent_pid, proc_state, title, wait_for
-from simfleet import BIN, REPO, ansible_env, run_module, run_playbook
+from gpusim.api import orphan_parent, parent_pid, proc_state, starttime, title, wait_for
+from simfleet import BIN, REPO, SimHost, ansible_env, run_module, run_playbook
 
 MIB = 93029
 FAST = {"grace": 2, "timeout": 10}
@@ -54,6 +54,45 @@ def members(tree):
 
 def none_alive(pids):
     return not any(pid_alive(pid) for pid in pids)
+
+
+class UntouchedServer:
+    """One healthy fake vLLM tree on GPUs 0 and 1 (below a wrapper that names it, with a sibling), shared by the cases
+    that must fail before they signal anything. Each case checks it is intact before and after its run: every process
+    of the tree, its wrapper, its sibling and the simulator's reaper still running with the start time it had when the
+    tree was started."""
+
+    def __init__(self, host, tree):
+        self.host = host
+        self.tree = tree
+        pids = members(tree) + [tree["wrapper"], tree["sibling"], tree["reaper"]]
+        self.started = {pid: starttime(pid) for pid in pids}
+
+    def gone(self):
+        """The processes of the tree that no longer run with their start time."""
+        return sorted(pid for pid, start in self.started.items() if not pid_alive(pid, start))
+
+
+@pytest.fixture(scope="module", name="untouched")
+def untouched_fixture(tmp_path_factory):
+    host = SimHost("gpu-node-01", tmp_path_factory.mktemp("reclaim-untouched") / "gpu-node-01")
+    host.gpusim("create")
+    try:
+        yield UntouchedServer(host, host.spawn_vllm(2, wrapper=WRAPPER, sibling=SIBLING, mib=1000))
+    finally:
+        cleanup = host.gpusim("cleanup", check=False)
+        assert cleanup.returncode == 0, "simulator cleanup failed: %s %s" % (cleanup.stdout, cleanup.stderr)
+
+
+def untouched_server(untouched, canaries):
+    """The shared server, checked intact, with its companions and reaper among this case's canaries."""
+    assert not untouched.gone(), "the shared server lost %s in an earlier case" % untouched.gone()
+    canaries.guard_tree(untouched.tree)
+    return untouched.host, untouched.tree
+
+
+# the cases that share the untouched server run one after the other on one pytest-xdist worker
+SHARES_THE_UNTOUCHED_SERVER = pytest.mark.xdist_group("test_gpu_reclaim-untouched-server")
 
 
 def test_incident_freed_in_one_run_then_idempotent(make_host, inventory, tmp_path, canaries):
@@ -366,14 +405,14 @@ def test_exclude_keeps_a_holder_and_says_so(make_host, inventory, tmp_path, cana
     assert canaries.alive(), canaries.dead()
 
 
-def test_unmatched_holder_fails_loudly(make_host, inventory, tmp_path, canaries):
-    host = make_host()
-    tree = serve(host, canaries, 2, mib=1000)
+@SHARES_THE_UNTOUCHED_SERVER
+def test_unmatched_holder_fails_loudly(untouched, inventory, tmp_path, canaries):
+    host, tree = untouched_server(untouched, canaries)
     before = host.snapshot()
     result = reclaim(host, inventory, tmp_path, {"match": ["^nothing-like-this$"]})
     assert result["failed"] is True and result["changed"] is False
     assert "does not match `match`" in result["msg"]
-    assert host.snapshot() == before and all(pid_alive(p) for p in members(tree))
+    assert host.snapshot() == before and all(pid_alive(p) for p in members(tree)) and not untouched.gone()
     assert canaries.alive(), canaries.dead()
 
 
@@ -411,14 +450,14 @@ def test_check_mode_signals_nothing_and_diff_shows_memory(make_host, inventory, 
     ({"gpus": ["\u0663"]}, "gpus", "\u0663"),
     ({"grace": 100000}, "grace", "100000"),
 ])
-def test_bad_input_kills_nothing(make_host, inventory, tmp_path, canaries, args, option, value):
-    host = make_host()
-    tree = serve(host, canaries, 2, mib=1000)
+@SHARES_THE_UNTOUCHED_SERVER
+def test_bad_input_kills_nothing(untouched, inventory, tmp_path, canaries, args, option, value):
+    host, tree = untouched_server(untouched, canaries)
     before = host.snapshot()
     result = reclaim(host, inventory, tmp_path, args)
     assert result["failed"] is True and not result.get("changed")
     assert option in result["msg"] and value in result["msg"], result["msg"]
-    assert host.snapshot() == before and all(pid_alive(p) for p in members(tree))
+    assert host.snapshot() == before and all(pid_alive(p) for p in members(tree)) and not untouched.gone()
     assert canaries.alive(), canaries.dead()
 
 
@@ -676,7 +715,7 @@ def colleague_job(host, canaries, gpu=3, mib=12000):
 
 
 def test_orphans_only_ends_the_incidents_orphans_never_a_colleagues_vllm_job(make_host, inventory, tmp_path, canaries):
-    """The issue: a forced restart ended a colleague's VLLM::Worker_TP0 (its batch_infer.py lived on). With orphans_only,
+    """A colleague's VLLM::Worker_TP0 below its live batch_infer.py beside the incident's orphans: with orphans_only,
     check mode names it in would_fail and foreign; a real run ends the incident's orphans only and fails naming it."""
     host = make_host()
     tree = host.spawn_vllm(8, mib=20000)
@@ -724,14 +763,14 @@ def test_orphans_only_takes_a_live_server_below_a_wrapper_only_as_its_owner(make
     assert canaries.alive(), canaries.dead()  # the wrapper, the sibling and the reaper among them
 
 
-def test_bad_owner_fails_naming_it_and_nothing_is_touched(make_host, inventory, tmp_path, canaries):
-    host = make_host()
-    tree = serve(host, canaries, 2, mib=20000)
+@SHARES_THE_UNTOUCHED_SERVER
+def test_bad_owner_fails_naming_it_and_nothing_is_touched(untouched, inventory, tmp_path, canaries):
+    host, tree = untouched_server(untouched, canaries)
     before = host.snapshot()
     result = reclaim(host, inventory, tmp_path, {"owner": {"pid": 1}, "orphans_only": True})
     assert result["failed"] is True and result.get("changed") is False
     assert "owner.pid: 1 is not the PID of a server" in result["msg"], result["msg"]
-    assert host.snapshot() == before and all(pid_alive(p) for p in members(tree))
+    assert host.snapshot() == before and all(pid_alive(p) for p in members(tree)) and not untouched.gone()
     assert canaries.alive(), canaries.dead()
 
 
@@ -827,12 +866,12 @@ def test_nothing_that_can_respawn_means_no_fixed_wait(make_host, canaries):
     assert canaries.alive(), canaries.dead()
 
 
-def test_bad_settle_fails_naming_it_and_nothing_is_signalled(make_host, inventory, tmp_path, canaries):
-    host = make_host()
-    server = serve(host, canaries, 2, mib=20000)
+@SHARES_THE_UNTOUCHED_SERVER
+def test_bad_settle_fails_naming_it_and_nothing_is_signalled(untouched, inventory, tmp_path, canaries):
+    host, server = untouched_server(untouched, canaries)
     before = host.snapshot()
     result = reclaim(host, inventory, tmp_path, {"settle": "soon"})
     assert result["failed"] is True and result.get("changed") is False
     assert result["msg"].startswith("settle: 'soon' is neither auto nor a number of seconds"), result["msg"]
-    assert host.snapshot() == before and all(pid_alive(p) for p in members(server))
+    assert host.snapshot() == before and all(pid_alive(p) for p in members(server)) and not untouched.gone()
     assert canaries.alive(), canaries.dead()

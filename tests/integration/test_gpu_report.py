@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpusim.api import pid_alive
+from gpusim.api import pid_alive, wait_for
 from report_fleet import chromium, chromium_binary, synthetic_results
 from simfleet import REPO, flat, free_port, role_host_vars, run_playbook, write_role_inventory
 
@@ -123,7 +123,7 @@ def rows(path: Path) -> t.List[t.Dict[str, str]]:
 
 @pytest.fixture(name="report_fleet")
 def report_fleet_fixture(fleet, tmp_path):
-    """The fleet of the issue: the incident, a role-managed server, an unhealthy host with a lost GPU, a foreign PID,
+    """A fleet with a problem of each kind: the incident, a role-managed server, an unhealthy host with a lost GPU, a foreign PID,
     a host whose reading fails (no driver) and an unreachable one."""
     incident, served, sick, foreign, nodriver = fleet("gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04", "gpu-node-06")
     tree = incident.gpusim_json("vllm", "--tp", "8", "--mib", str(MIB))
@@ -142,6 +142,22 @@ def report_fleet_fixture(fleet, tmp_path):
     hosts["gpu-node-05"] = {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": free_port(), "ansible_user": "nobody",
                             "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ConnectTimeout=5"}
     inventory = write_role_inventory(tmp_path / "report.json", hosts)
+    # the facts are read only once each simulator reads its host as set up: GPU -> holder count, orphan MiB, lost
+    expected = {incident: {i: (int(i > 0), 0, False) for i in range(8)},
+                served: {i: (int(i < 4), 0, False) for i in range(8)},
+                sick: {i: (int(i == 0), 4096 if i == 6 else 0, i == 5) for i in range(8)},
+                foreign: {i: (int(i == 2), 0, False) for i in range(8)}}
+
+    def differences() -> t.Dict[str, t.Dict[int, t.Any]]:
+        found = {}
+        for host, want in expected.items():
+            have = {g["index"]: (len(g["holders"]), g["orphan_mib"], g["lost"]) for g in host.status()["gpus"]}
+            if have != want:
+                found[host.name] = {i: have.get(i) for i in sorted(set(have) | set(want)) if have.get(i) != want.get(i)}
+        return found
+
+    assert wait_for(lambda: not differences(), timeout=60, interval=0.2), differences()
+    assert sick.holders(0) == [evil]
     return {"incident": incident, "served": served, "sick": sick, "foreign": foreign, "nodriver": nodriver, "tree": tree,
             "evil": evil, "inventory": inventory}
 

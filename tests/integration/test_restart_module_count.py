@@ -1,6 +1,6 @@
 # Copyright (c) gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What a restart costs the host in module executions (issue 15), counted independently of the role.
+"""What a restart costs the host in module executions, counted independently of the role.
 
 The host's ansible_python_interpreter is bench/_host_python.py: it runs the real interpreter as a child and logs a line
 per module execution, whatever the role says of itself. A forced restart_vllm.yml of one host makes at most 6, a rerun

@@ -2,10 +2,10 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Someone else's vLLM is not an orphan: real `ansible-playbook playbooks/restart_vllm.yml` runs next to a colleague's job.
 
-The issue: a forced restart of a server on GPUs 0-7 ended a colleague's offline job's worker (`python3 batch_infer.py`
-with a child `VLLM::Worker_TP0` on GPU 3), because it was vLLM-shaped. Now the role's preflight names it and refuses
-before anything is stopped; `vllm_server_reclaim_all_holders=true` still ends every holder. Outcomes are judged by the
-simulator's own reading, PID liveness with start times, the role's record file and /health, never by the role's summary.
+A colleague's offline job (`python3 batch_infer.py` with a child `VLLM::Worker_TP0` on GPU 3) holds a GPU of a server
+on GPUs 0-7 and looks vLLM-shaped: a forced restart's preflight names it and refuses before anything is stopped;
+`vllm_server_reclaim_all_holders=true` still ends every holder. Outcomes are judged by the simulator's own reading,
+PID liveness with start times, the role's record file and /health, never by the role's summary.
 """
 
 from __future__ import annotations

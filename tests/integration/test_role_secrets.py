@@ -198,7 +198,7 @@ def server_pid_on(port: int) -> int:
 
 
 def test_env_overrides_keep_the_key_and_a_run_that_would_drop_it_stops_nothing(make_host, tmp_path):
-    """Issue 23, "Never open a secured server by accident", on one host:
+    """A secured server is never opened by accident, on one host:
     (a) -e vllm_server_env_overrides changes one variable and keeps the inventory's VLLM_API_KEY and HF_TOKEN;
     (b) -e vllm_server_env (the whole dict replaced, the key lost) is refused before anything stops, in check mode too;
     (c) a secret (HF_TOKEN) that the new configuration drops is named in a warning, its value never shown;

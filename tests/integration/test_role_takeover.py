@@ -3,8 +3,7 @@
 """The server that listens on the port is the inventory's, whoever started it: real `ansible-playbook restart_vllm.yml`
 runs against a fake vLLM server started by hand (a live bash parent, a real tmux pane) on the inventory's port and GPUs.
 
-Before: the restart refused with "belongs to live PID ... (bash ...): someone else's job". Now the hand-started server is
-drained, its whole tree stopped and replaced; its shell or tmux server lives on. A listener that is not vLLM, and an
+The hand-started server is drained, its whole tree stopped and replaced; its shell or tmux server lives on. A listener that is not vLLM, and an
 offline vLLM job that does not listen on the port, are still refused before anything is stopped. Judged by the kernel's
 socket table (the listener), PID liveness with start times, the simulator's reading of the GPUs and the fake vLLM's tree,
 never by the role's own summary (whose words are checked as well, as words).

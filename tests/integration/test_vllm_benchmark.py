@@ -2,9 +2,10 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """gpuops.fleet.vllm_benchmark through the real ansible-playbook, against the fake vLLM server.
 
-The server's true pace is known to it (GET /sim/pace), its token counter is read by the test itself from
-/metrics, and its faults are queued through /sim/faults: every figure the module reports is judged by a reading
-that is not the module's own.
+The server's true pace is known to it (GET /sim/pace), it records when it sent each chunk (GET /sim/sent), its token
+counter is read by the test itself from /metrics, and its faults are queued through /sim/faults: every figure the
+module reports is judged by a reading that is not the module's own. Figures over a few chunks are judged against the
+instants the server recorded; the decode rate over 128 tokens against the configured pace.
 
 Accuracy: the fake server schedules each token on a fixed grid from its first one (jitter moves single tokens,
 never the grid), so a request's TPOT is exact up to the lateness of its first and last token, over output_len - 1
@@ -26,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from gpusim import api
+from readings import median_of_medians, sent_phases
 from simfleet import SimHost, run_module, write_inventory
 
 MODEL = "org/bench-model"
@@ -105,6 +107,7 @@ def test_decode_rate_within_one_percent_of_the_server_pace(servers: Servers, con
 def test_ttft_and_exact_tokens_when_chunks_carry_four(servers: Servers, endpoint: str) -> None:
     server = servers.packed
     before = server.generated_tokens()
+    last_id = max((record["id"] for record in server.sent()), default=0)
     # 37 tokens: nine chunks of 4 and one of 1; a chunk count would say 10
     result = bench(servers, "packed-" + endpoint, url=server.url, model=MODEL, endpoint=endpoint, input_len=7,
                    output_len=37, num_requests=6, concurrency=2, warmup_requests=1, repeats=2, timeout=60)
@@ -114,15 +117,21 @@ def test_ttft_and_exact_tokens_when_chunks_carry_four(servers: Servers, endpoint
         assert run["completed"] == 6 and run["failed"] == 0
         assert run["total_output_tokens"] == 37 * 6 and run["approximate_token_count"] is False
         assert run["total_input_tokens"] == 7 * 6  # the server counts whitespace-separated words
-    # The first chunk leaves when the last of its 4 tokens is due: the delay plus 3 token gaps. Never earlier;
-    # a few ms of HTTP and scheduling on top.
+    # what the server recorded it sent, and when: the warm-up request, then each repeat's 6
+    _warmup, *runs = sent_phases(server.sent(after=last_id), 1, 6, 6)
+    assert all((request.tokens, request.first_chunk_tokens) == (37, 4) for run in runs for request in run)
+    # the first chunk leaves when the last of its 4 tokens is due (the delay plus 3 token gaps), never earlier
     gap_ms = 1000.0 / PACKED_PACE
     first_chunk_ms = PACKED_TTFT_MS + 3 * gap_ms
+    assert min(request.first_ms for run in runs for request in run) >= first_chunk_ms - 0.01
+    # the client's TTFT is the server's first chunk as the server sent it, plus a few ms of HTTP and scheduling
+    sent_ttft = median_of_medians(runs, lambda request: request.first_ms)
     ttft = result["metrics"]["median_ttft_ms"]["median"]
-    assert first_chunk_ms - 0.5 <= ttft <= first_chunk_ms + 10.0, ttft
-    # vllm bench serve's TPOT: (E2EL - TTFT) / (tokens - 1) = 33 gaps (token 3 to token 36) over 36 tokens
+    assert sent_ttft - 0.5 <= ttft <= sent_ttft + 10.0, (ttft, sent_ttft)
+    # vllm bench serve's TPOT: (E2EL - TTFT) / (tokens - 1): the server's first-to-last chunk over 36 tokens
+    sent_tpot = median_of_medians(runs, lambda request: request.interval_ms / (request.tokens - 1))
     tpot = result["metrics"]["median_tpot_ms"]["median"]
-    assert abs(tpot / (gap_ms * 33 / 36) - 1) < 0.02, tpot
+    assert abs(tpot / sent_tpot - 1) < 0.02, (tpot, sent_tpot)
 
 
 def test_each_fault_is_counted_with_its_reason(servers: Servers) -> None:

@@ -94,6 +94,28 @@ def test_chunks_carry_several_tokens(packed: FakeServer) -> None:
     assert [words(text) for text in chat.texts()] == [4, 4, 1] and chat.usage()["completion_tokens"] == 9
 
 
+def test_sim_sent_records_each_write_and_when(packed: FakeServer) -> None:
+    """/sim/sent: per request that ended, one [ms since arrival, tokens] per content chunk written, in the order written,
+    never before the chunk's last token was due (TTFT + 3 gaps for the first chunk of 4); a whole answer is one write."""
+    last = max((record["id"] for record in packed.sent()), default=0)
+    streamed = packed.stream("/v1/completions", {"prompt": "a b", "max_tokens": 10, "ignore_eos": True})
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 6}
+    status, _body = packed.request("POST", "/v1/chat/completions", chat)
+    assert streamed.done and status == 200
+    first, whole = packed.sent(after=last)
+    assert first["id"] == last + 1 and whole["id"] == last + 2 and packed.sent(after=whole["id"]) == []
+    assert (first["endpoint"], first["stream"], first["output_tokens"]) == ("completions", True, 10)
+    assert [tokens for _ms, tokens in first["chunks"]] == [4, 4, 2]
+    times = [ms for ms, _tokens in first["chunks"]]
+    gap_ms = 1000.0 / PACE
+    assert times == sorted(times) and times[0] >= 5 + 3 * gap_ms - 0.01, times  # GPUOPS_SIM_TTFT_MS 5, then 3 gaps
+    assert times[-1] >= 5 + 9 * gap_ms - 0.01 and first["finished_ms"] >= times[-1], first
+    assert (whole["endpoint"], whole["stream"], whole["output_tokens"]) == ("chat", False, 6)
+    assert [tokens for _ms, tokens in whole["chunks"]] == [6] and whole["chunks"][0][0] >= 5 + 5 * gap_ms - 0.01
+    status, body = packed.request("GET", "/sim/sent?after=x")
+    assert status == 400 and json.loads(body)["error"]["param"] == "after"
+
+
 def test_whole_responses(plain: FakeServer) -> None:
     status, body = plain.request("POST", "/v1/completions", {"prompt": [11, 12, 13], "max_tokens": 6})
     completion = json.loads(body)

@@ -18,6 +18,7 @@ from vllm._faults import DROP, ERROR_EVENT, STALL
 from vllm._metrics import BLOCK_TOKENS
 from vllm._openai import DONE_EVENT, Bodies, GenRequest, dumps, error_info, token_text
 from vllm._pace import TokenClock
+from vllm._sent import SentRecord
 
 if TYPE_CHECKING:
     from vllm._http import Handler
@@ -46,6 +47,7 @@ class Generation:
         self.arrival = arrival
         self.first_due = arrival + knobs.ttft_ms / 1000.0
         self.clock = TokenClock(self.serving.pace, self.first_due, self.serving.metrics.running_now)
+        self.sent = SentRecord(arrival, request.chat, request.stream, request.output_tokens)
         self.kv_tokens = 0
         self.kv_blocks = 0
         self._poller = select.poll()
@@ -70,6 +72,7 @@ class Generation:
                 metrics.finish("")
             metrics.hold(-self.kv_blocks)
             self.kv_blocks = 0
+            self.serving.sent.add(self.sent)
 
     # -- streaming -----------------------------------------------------------------------------------------
 
@@ -93,6 +96,7 @@ class Generation:
                 self.serving.metrics.first_token((time.monotonic() if size == 1 else self.first_due) - self.arrival)
             last = sent + size == total
             self._write(self.bodies.chunk_event(token_text(sent, size), request.finish_reason if last else None))
+            self.sent.wrote(size)
             self.serving.metrics.generated(size)
             self._hold(size)
             sent += size
@@ -131,12 +135,15 @@ class Generation:
         self._hold(total)
         self._finish(request.finish_reason)
         handler.reply_json(200, self.bodies.full(token_text(0, total), total))
+        self.sent.wrote(total)
 
     # -- the connection ------------------------------------------------------------------------------------
 
     def _finish(self, reason: str) -> None:
         """Count the request as done just before its last byte goes out (a drain waiting for 0 then holds)."""
-        self.serving.metrics.finish(reason, time.monotonic() - self.arrival)
+        now = time.monotonic()
+        self.serving.metrics.finish(reason, now - self.arrival)
+        self.sent.finished(now)
         self._finished = True
 
     def _hold(self, tokens: int) -> None:

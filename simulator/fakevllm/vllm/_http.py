@@ -1,6 +1,7 @@
 # Copyright (c) gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The API server's HTTP side: /health, /v1/*, /metrics, /version and the simulator's /sim/* endpoints.
+"""The API server's HTTP side: /health, /v1/*, /metrics, /version and the simulator's /sim/* endpoints
+(/sim/pace, /sim/faults, /sim/sent).
 
 A threading HTTP/1.1 server (a thread per connection, keep-alive, TCP_NODELAY so a small SSE event is
 not held back by Nagle's algorithm). The port is bound when the API server starts, before any worker.
@@ -28,6 +29,7 @@ from vllm._metrics import CONTENT_TYPE, Metrics
 from vllm._openai import ApiError, bad_request, dumps, parse_generation
 from vllm._pace import PaceModel
 from vllm._proctree import log
+from vllm._sent import SentLog
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 GENERATION_PATHS = {"/v1/completions": False, "/v1/chat/completions": True}
@@ -42,6 +44,7 @@ class Serving:  # pylint: disable=too-many-instance-attributes
     is_ready: Callable[[], bool]
     metrics: Metrics = field(init=False)
     faults: FaultQueue = field(default_factory=FaultQueue)
+    sent: SentLog = field(default_factory=SentLog)
     pace: PaceModel = field(init=False)
     stopping: threading.Event = field(default_factory=threading.Event)
     stop_fd: int = field(init=False)
@@ -126,6 +129,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.reply_json(200, dumps(serving.pace_report(parse_qs(query))))
             elif path == "/sim/faults":
                 self.reply_json(200, dumps({"queued": serving.faults.snapshot()}))
+            elif path == "/sim/sent":
+                self.reply_json(200, dumps({"requests": serving.sent.after(self._after_id(parse_qs(query)))}))
             elif path == "/v1/models":
                 self._require_ready()
                 self.reply_json(200, dumps(self._models()))
@@ -146,7 +151,7 @@ class Handler(BaseHTTPRequestHandler):
                 self._generate(raw, GENERATION_PATHS[path])
             elif path == "/sim/faults":
                 self._queue_faults(raw)
-            elif path in ("/health", "/metrics", "/v1/models", "/sim/pace"):
+            elif path in ("/health", "/metrics", "/v1/models", "/sim/pace", "/sim/sent"):
                 self.reply_json(405, b'{"detail":"Method Not Allowed"}')
             else:
                 self.reply_json(404, b'{"detail":"Not Found"}')
@@ -189,6 +194,13 @@ class Handler(BaseHTTPRequestHandler):
         if fault == HTTP_500:
             raise ApiError(500, FAULT_MESSAGE, "InternalServerError")
         Generation(self, request, fault, arrival).run()
+
+    @staticmethod
+    def _after_id(query: Dict[str, List[str]]) -> int:
+        raw = query.get("after", ["0"])[-1]
+        if not raw.isdigit():
+            raise bad_request(f"after must be a request id (a whole number), not {raw!r}", "after")
+        return int(raw)
 
     def _queue_faults(self, raw: bytes) -> None:
         faults = self.server.serving.faults

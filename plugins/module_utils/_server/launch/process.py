@@ -22,7 +22,8 @@ import time
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import reading_generates
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import drain, http_get
+from ansible_collections.gpuops.fleet.plugins.module_utils._http.request import http_get
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.answers import drain
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.process import LaunchError, launch_detached, stop_tree
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import (
     carry_last_good, read_record, recorded_process, remove_record, same_process, string_env, write_record,

@@ -78,7 +78,7 @@ def test_a_live_jobs_worker_is_someone_elses_and_the_incidents_orphans_are_taken
 
 
 def test_without_orphans_only_the_jobs_worker_is_taken_as_before():
-    """The issue: a forced restart with `match` alone ended the colleague's worker (not its batch_infer.py)."""
+    """With `match` alone (no orphans_only) the colleague's worker is a target, and its batch_infer.py is not."""
     job, job_held = colleague()
     result = plan(job, job_held, orphans_only=False)
     assert targets(result) == {3001} and result.foreign == {}
