@@ -546,7 +546,7 @@ def test_timeout_bounds_the_whole_task(make_host, inventory, tmp_path, canaries)
     result = reclaim(host, inventory, tmp_path, {"gpus": ["0"], "grace": 20, "timeout": 3})
     assert result.get("verified") is True, result
     assert [(k["pid"], k["signal"]) for k in result["killed"]] == [(pids["holder"], "SIGKILL")]
-    # the exact bound (timeout + settle) is the unit tests' (test_signal_ladder, with an injected clock); here only
+    # the exact bound (timeout + settle) is the unit tests' (_reclaim/test_ladder.py, with an injected clock); here only
     # what a loaded machine cannot blur: SIGKILL came long before one grace of 20 s was over
     assert result["elapsed_s"] < 20, "grace 20 must not outlast timeout 3"
     assert not pid_alive(pids["holder"]) and used(host)[0] == 0
