@@ -21,9 +21,8 @@ import time
 import psutil
 import pytest
 
-from conftest import pid_alive
-from gpusim.api import orphan_parent, parent_pid, proc_state, title, wait_for
-from simfleet import BIN, REPO, ansible_env, run_module, run_playbook
+from ansible_run import ansible_env, BIN, REPO, run_module, run_playbook
+from gpusim.api import orphan_parent, parent_pid, pid_alive, proc_state, title, wait_for
 
 MIB = 93029
 FAST = {"grace": 2, "timeout": 10}

@@ -26,7 +26,9 @@ from pathlib import Path
 import pytest
 
 from gpusim import api
-from simfleet import SimHost, run_module, write_inventory
+from ansible_run import run_module
+from inventories import write_inventory
+from simhost import SimHost
 
 MODEL = "org/bench-model"
 PACED_TTFT_MS = 50.0
