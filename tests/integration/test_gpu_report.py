@@ -11,7 +11,6 @@ import html.parser
 import json
 import re
 import shutil
-import sys
 import time
 import typing as t
 from pathlib import Path

@@ -54,5 +54,3 @@ def test_bad_input_is_refused_naming_the_option_and_value(facts, options, words)
     with pytest.raises(AnsibleFilterError) as info:
         free_gpus(facts, **options)
     assert words in str(info.value)
-
-

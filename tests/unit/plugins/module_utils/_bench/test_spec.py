@@ -57,5 +57,3 @@ def test_duration_and_num_requests():
     timed = build_spec({"duration": 30})
     assert timed.duration == 30.0 and timed.num_requests is None  # no count: as many as the time allows
     assert build_spec({"duration": 30, "num_requests": 10}).num_requests == 10  # a cap
-
-

@@ -91,5 +91,3 @@ def test_each_pid_is_described_once():
     got = describe_processes(CountingPsutil, [os.getpid(), os.getpid(), os.getppid()])
     assert sorted(seen) == sorted({os.getpid(), os.getppid()})
     assert set(got) == {os.getpid(), os.getppid()}
-
-

@@ -131,5 +131,3 @@ def test_bad_input_names_the_option_and_writes_nothing(tmp_path, setup, args, ne
     with pytest.raises(MatrixError, match=needle.replace("{", "\\{")):
         run_report(dict(params(run_dir), **args), False)
     assert (sorted(os.listdir(run_dir)) if run_dir.exists() else None) == before
-
-

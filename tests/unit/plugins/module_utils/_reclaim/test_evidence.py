@@ -70,5 +70,3 @@ def test_xid_lines_of_a_log_with_none_or_no_log_at_all(tmp_path):
     assert xid_lines([str(quiet), str(tmp_path / "x")]) == []
     assert xid_lines([str(tmp_path / "missing")]) == []
     assert xid_lines([str(tmp_path)]) == []  # a folder is not readable as a log
-
-

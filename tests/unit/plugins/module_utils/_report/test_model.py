@@ -70,5 +70,3 @@ def test_bad_results_never_crash(raw):
     report = model.build_report([("h", raw)], 1024, None)
     files = render.render_all(report)
     assert 'data-host="h"' in files["index.html"]
-
-
