@@ -13,13 +13,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
+from gpusim.api import SIM_BIN_DIR, SIM_LIB_DIR, GpusimError, Host  # simulator/ is on PYTHONPATH (bench/run.py)
+
 REPO = Path(__file__).resolve().parent.parent
 SIM_DIR = REPO / "simulator"
-if str(SIM_DIR) not in sys.path:  # bench scripts run as scripts, not under pytest: the one place that finds gpusim
-    sys.path.insert(0, str(SIM_DIR))
-
-# pylint: disable=wrong-import-position  # gpusim is found through the path added above
-from gpusim.api import SIM_BIN_DIR, SIM_LIB_DIR, GpusimError, Host  # noqa: E402
 
 RESULTS_DIR = REPO / "bench" / "results"
 

@@ -20,16 +20,11 @@ import sys
 import time
 from typing import Any, Dict, List, Sequence
 
-from _benchlib import REPO
-
-sys.path.insert(0, str(REPO / ".collections"))
-
-# pylint: disable=wrong-import-position
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench.client import Client  # noqa: E402
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench.request import Outcome  # noqa: E402
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench.metrics import run_metrics  # noqa: E402
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench.prompts import request_bodies  # noqa: E402
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench.server import Server  # noqa: E402
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.client import Client
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.request import Outcome
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.metrics import run_metrics
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.prompts import request_bodies
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.server import Server
 
 
 def read_with_gpuops(url: str, bodies: Sequence[bytes], concurrency: int) -> Any:

@@ -17,7 +17,7 @@ prompt word is one token. Then it starts the mock on loopback, runs vllm_benchma
 (model set, metrics_url empty: this mock has no metrics), and compares TTFT, ITL and the decode rate with the
 configured TTFT and ITL.
 
-Run from the repository root: .venv/bin/python bench/bench_external_server.py
+Run from the repository root: .venv/bin/python bench/run.py bench_external_server
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ def free_port() -> int:
 
 
 def make_tokenizer() -> None:
-    sys.path.insert(0, str(REPO / ".collections"))
     from ansible_collections.gpuops.fleet.plugins.module_utils._bench.prompts import WORDS  # pylint: disable=import-outside-toplevel
     done = subprocess.run([str(PYTHON), "-c", MAKE_TOKENIZER, str(TOKENIZER), " ".join(WORDS)], capture_output=True,
                           text=True, check=False, env=dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error"))

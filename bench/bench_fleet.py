@@ -10,8 +10,8 @@ The per-host marginal cost is the least-squares slope of wall time over N with f
 slope is the figure. Then gpu_facts.yml on 4 nodes with pipelining and ControlPersist each on and off.
 Every run starts cold: the controller's ControlPersist masters are asked to exit before it.
 
-    .venv/bin/python bench/bench_fleet.py            # ~12 min on 2 cores
-    .venv/bin/python bench/bench_fleet.py --quick    # N = 1, 2, 4 only
+    .venv/bin/python bench/run.py bench_fleet            # ~12 min on 2 cores
+    .venv/bin/python bench/run.py bench_fleet --quick    # N = 1, 2, 4 only
 """
 
 from __future__ import annotations
@@ -26,11 +26,9 @@ import time
 import typing as t
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "simulator"))
+from gpusim.fleet import inventory, lifecycle
 
-# pylint: disable=wrong-import-position
-from gpusim.fleet import inventory, lifecycle  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 RESULTS = REPO / "bench" / "results"
 BIN = Path(sys.executable).parent

@@ -20,8 +20,8 @@ Then, per command: the marginal cost per added host (the slope between the two l
 in the same run, and what one controller core sustains. Every namespace, sshd and master is ended at the end,
 also on failure, and the bench checks that none is left.
 
-    .venv/bin/python bench/bench_fleet_ssh.py                                # N = 1, 32, 64; forks 5, 16, 32, 64
-    .venv/bin/python bench/bench_fleet_ssh.py --nodes 1 4 --forks 2 4        # a smoke test, about 2 minutes
+    .venv/bin/python bench/run.py bench_fleet_ssh                                # N = 1, 32, 64; forks 5, 16, 32, 64
+    .venv/bin/python bench/run.py bench_fleet_ssh --nodes 1 4 --forks 2 4        # a smoke test, about 2 minutes
 """
 
 from __future__ import annotations
@@ -40,16 +40,14 @@ import time
 import typing as t
 from pathlib import Path
 
+import yaml
+
+from _benchlib import BenchError, ensure_simulator, save_results, table
+from gpusim.fleet import inventory, lifecycle
+from gpusim.fleet.record import FleetRecord
+from gpusim.fleet.system import alive, netns_exists
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "bench"))
-
-# pylint: disable=wrong-import-position  # _benchlib puts simulator/ on the path
-from _benchlib import BenchError, ensure_simulator, save_results, table  # noqa: E402
-from gpusim.fleet import inventory, lifecycle  # noqa: E402
-from gpusim.fleet.record import FleetRecord  # noqa: E402
-from gpusim.fleet.system import alive, netns_exists  # noqa: E402
-
-import yaml  # noqa: E402  # pylint: disable=wrong-import-order
 
 BIN = Path(sys.executable).parent
 PLAYBOOKS = REPO / "playbooks"

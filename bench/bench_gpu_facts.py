@@ -3,7 +3,7 @@
 """gpu_facts' in-module time on simulated hosts, against its floor (a bare nvidia-ml-py loop reading the same fields)
 and against `nvidia-smi --query-gpu` + `--query-compute-apps`.
 
-Run from the repository root: .venv/bin/python bench/bench_gpu_facts.py
+Run from the repository root: .venv/bin/python bench/run.py bench_gpu_facts
 Exits non-zero only when something fails, never because a figure is slow.
 """
 

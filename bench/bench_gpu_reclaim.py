@@ -27,7 +27,7 @@ status (memory used and holders per GPU) and the liveness of every process invol
 Targets (the module's default settle, above the floor): at most 0.2 s at 8 x 16 and 0.5 s at 8 x 512;
 8 x 4096 is reported with its growth against 8 x 512.
 
-Run from the repository root: .venv/bin/python bench/bench_gpu_reclaim.py
+Run from the repository root: .venv/bin/python bench/run.py bench_gpu_reclaim
 Exits non-zero only when something fails (including a run that does not free the GPUs), never for slowness:
 PASS/FAIL against the targets is printed.
 """

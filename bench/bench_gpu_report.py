@@ -3,7 +3,7 @@
 """The fleet report at 64 hosts x 8 GPUs x 4 holders: build + render time in Python, page size, and the page's render
 time in headless chromium against a trivial page rendered the same way in the same run (the baseline).
 
-    .venv/bin/python bench/bench_gpu_report.py
+    .venv/bin/python bench/run.py bench_gpu_report
 """
 
 from __future__ import annotations
@@ -14,15 +14,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from _benchlib import median, save_results, table
+from report_fleet import chromium, chromium_binary, synthetic_results
+
+from ansible_collections.gpuops.fleet.plugins.module_utils._report import model, render
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-sys.path.insert(0, str(REPO / ".collections"))
-
-from _benchlib import median, save_results, table  # noqa: E402  # pylint: disable=wrong-import-position
-from report_fleet import chromium, chromium_binary, synthetic_results  # noqa: E402  # pylint: disable=wrong-import-position
-
-from ansible_collections.gpuops.fleet.plugins.module_utils._report import model, render  # noqa: E402  # pylint: disable=wrong-import-position
 
 ROUNDS = 5
 TRIVIAL = ('<!DOCTYPE html><html><head><meta charset="utf-8"><title>t</title></head><body><p>one line</p><script>'

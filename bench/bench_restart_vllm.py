@@ -20,7 +20,7 @@ changes. Per run it reports, per host:
     when (seconds since the server started) it saw 200; latency = that - the sampler's first 200 (target under 1 s).
 Then the slope per added host between fleet sizes, and PASS/FAIL lines against the targets below.
 
-    .venv/bin/python bench/bench_restart_vllm.py [--sizes 1,4,8,16] [--output DIR]
+    .venv/bin/python bench/run.py bench_restart_vllm [--sizes 1,4,8,16] [--output DIR]
 """
 
 from __future__ import annotations
@@ -40,10 +40,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "simulator"))
-
-from _benchlib import REPO, ensure_simulator, median, save_results, table  # noqa: E402
-from gpusim import inventory as sim_inventory  # noqa: E402
+from _benchlib import REPO, ensure_simulator, median, save_results, table
+from gpusim import inventory as sim_inventory
 
 
 STARTUP_DELAY_S = 3.0

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """vllm_benchmark's streaming client against vllm bench serve's approach (aiohttp): ingest per core and timing error.
 
-Run from the repository root: .venv/bin/python bench/bench_vllm_benchmark.py
+Run from the repository root: .venv/bin/python bench/run.py bench_vllm_benchmark
 Exits non-zero only when something fails, never because a figure is slow.
 """
 

@@ -18,15 +18,15 @@ from fleetlib import REPO
 from gpusim.fleet import nodefiles
 
 NODEINIT_DIR = REPO / "simulator" / "gpusim" / "fleet"
+NODEINIT_ENV = dict(os.environ, PYTHONPATH=str(NODEINIT_DIR))  # INSIDE imports nodeinit from there
 # run in the new mount namespace: mount as a node's init does, then read as the login would
 INSIDE = """
 import json, subprocess, sys
-sys.path.insert(0, sys.argv[1])
-import nodeinit
-nodeinit.mount_binds(json.loads(sys.argv[2]))
+import nodeinit  # from PYTHONPATH: the node init's own folder
+nodeinit.mount_binds(json.loads(sys.argv[1]))
 login = ["setpriv", "--reuid=%d", "--regid=%d", "--clear-groups", "--"]
 found = {}
-for name, argv in json.loads(sys.argv[3]).items():
+for name, argv in json.loads(sys.argv[2]).items():
     proc = subprocess.run(login + argv, capture_output=True, text=True, check=False)
     found[name] = [proc.returncode, proc.stdout, proc.stderr]
 print(json.dumps(found))
@@ -54,12 +54,12 @@ def test_a_closed_folder_is_opened_only_to_the_paths_asked_for(fleet_base):
     reads = {"tool": ["cat", str(tool)], "secret": ["cat", str(closed / "secret")], "list": ["ls", str(closed)],
              "other": ["ls", str(closed / ".pyenv" / "other")]}
     # on the machine (no binds): the login can reach none of it
-    before = json.loads(subprocess.run([sys.executable, "-c", INSIDE, str(NODEINIT_DIR), "[]", json.dumps(reads)],
+    before = json.loads(subprocess.run([sys.executable, "-c", INSIDE, "[]", json.dumps(reads)], env=NODEINIT_ENV,
                                        capture_output=True, text=True, timeout=60, check=True).stdout)
     assert all(code != 0 and "Permission denied" in err for code, _out, err in before.values()), before
 
     inside = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", sys.executable, "-c", INSIDE,
-                             str(NODEINIT_DIR), json.dumps(binds), json.dumps(reads)],
+                             json.dumps(binds), json.dumps(reads)], env=NODEINIT_ENV,
                             capture_output=True, text=True, timeout=60, check=False)
     assert inside.returncode == 0, inside.stderr
     found = json.loads(inside.stdout)

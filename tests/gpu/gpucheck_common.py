@@ -77,8 +77,6 @@ class Modules:
         self._why_direct = "--direct" if direct else "no ansible-core in this Python"
         if not direct and importlib.util.find_spec("ansible") is not None and ansible.exists():
             self.ansible = ansible
-        if str(collections) not in sys.path:
-            sys.path.insert(0, str(collections))
 
     @property
     def how(self) -> str:
@@ -131,7 +129,7 @@ def _missing(name: str) -> None:
 
 def _direct_facts(args: Dict[str, Any]) -> Dict[str, Any]:
     """gpu_facts without Ansible: the module's own steps (module_utils._gpu.facts.run_facts)."""
-    import psutil  # pylint: disable=import-outside-toplevel  # after sys.path is set
+    import psutil  # pylint: disable=import-outside-toplevel
     import pynvml  # pylint: disable=import-outside-toplevel
     from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.facts import run_facts  # pylint: disable=import-outside-toplevel
 
@@ -141,7 +139,7 @@ def _direct_facts(args: Dict[str, Any]) -> Dict[str, Any]:
 
 def _direct_reclaim(args: Dict[str, Any]) -> Dict[str, Any]:
     """gpu_reclaim without Ansible: the module's own steps (module_utils._reclaim.run.run_reclaim), its defaults."""
-    import psutil  # pylint: disable=import-outside-toplevel  # after sys.path is set
+    import psutil  # pylint: disable=import-outside-toplevel
     import pynvml  # pylint: disable=import-outside-toplevel
     from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import run_reclaim  # pylint: disable=import-outside-toplevel
 

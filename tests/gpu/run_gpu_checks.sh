@@ -41,6 +41,10 @@ while (($#)); do
 done
 
 WORK=$(mktemp -d -t gpuops-gpu-checks.XXXXXX)
+# the checks import the collection as ansible_collections.gpuops.fleet from $WORK/collections (gpucheck_common.Modules
+# links this checkout there); the folder exists before Python starts, so that its path entry is searched
+mkdir -p "$WORK/collections"
+export PYTHONPATH=$WORK/collections${PYTHONPATH:+:$PYTHONPATH}
 if [[ -n "${OUT:-}" ]]; then
     mkdir -p "$OUT"
     exec > >(tee -a "$OUT/run_gpu_checks.log") 2>&1

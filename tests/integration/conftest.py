@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from gpusim.api import pid_alive, starttime
-from simfleet import SIM_LIB, SimHost, hosts_with_ports, write_inventory
+from inventories import write_inventory
+from simhost import hosts_with_ports, SIM_LIB, SimHost
 
 
 # Under pytest-xdist (`make integration`: --dist loadgroup) every test is scheduled on its own, except the files
@@ -134,4 +135,4 @@ def canaries(tmp_path: Path) -> t.Iterator[Canaries]:
     birds.stop()
 
 
-__all__ = ["pid_alive", "starttime", "Canaries"]
+__all__ = ["Canaries"]

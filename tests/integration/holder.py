@@ -2,18 +2,14 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A process that is not vLLM and holds simulated GPU memory: `python holder.py --gpu N --mib M` (GPUOPS_SIM_STATE set).
 
-Started by tests as a bystander (say, someone's training job); the tests end it by its Popen handle. A script of
-its own (not a test module), so it finds gpusim's public API through the one path below.
+Started by tests as a bystander (say, someone's training job) with simulator/ on its PYTHONPATH
+(gpusim.api.simulator_environ); the tests end it by its Popen handle.
 """
 
 import argparse
 import signal
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "simulator"))
-
-from gpusim.api import hold_memory  # noqa: E402  # pylint: disable=wrong-import-position
+from gpusim.api import hold_memory
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--gpu", type=int, required=True)

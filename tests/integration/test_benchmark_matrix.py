@@ -21,8 +21,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import pid_alive
-from simfleet import REPO, RESTART, flat, role_host_vars, run_playbook, server_pid, write_role_inventory
+from ansible_run import flat, REPO, RESTART, run_playbook
+from gpusim.api import pid_alive
+from inventories import role_host_vars, write_role_inventory
+from readings import server_pid
 
 MATRIX = REPO / "playbooks" / "benchmark_matrix.yml"
 PACE = {"baseline": 47.3, "LL": 57.6, "LL128": 45.5}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from simfleet import BIN, ansible_env
+from ansible_run import ansible_env, BIN
 
 MODULE = "gpuops.fleet.vllm_benchmark_report"
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 
-from conftest import pid_alive, starttime
-from gpusim.api import free_port, parent_pid, wait_for
-from simfleet import REPO, flat, health, holders, recap, run_playbook
+from ansible_run import flat, recap, REPO, run_playbook
+from gpusim.api import free_port, parent_pid, pid_alive, starttime, wait_for
+from readings import health, holders
 
 CLEANUP = REPO / "playbooks" / "gpu_cleanup.yml"
 FAST = ("-e", "gpu_reclaim_timeout=10 gpu_reclaim_grace=2")

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from simfleet import REPO, run_module, run_playbook
+from ansible_run import REPO, run_module, run_playbook
 
 INCIDENT_MIB = 93029
 

@@ -21,9 +21,9 @@ import time
 import psutil
 import pytest
 
-from conftest import pid_alive
-from gpusim.api import orphan_parent, parent_pid, proc_state, starttime, title, wait_for
-from simfleet import BIN, REPO, SimHost, ansible_env, run_module, run_playbook
+from ansible_run import ansible_env, BIN, REPO, run_module, run_playbook
+from gpusim.api import orphan_parent, parent_pid, pid_alive, proc_state, starttime, title, wait_for
+from simhost import SimHost
 
 MIB = 93029
 FAST = {"grace": 2, "timeout": 10}
@@ -585,7 +585,7 @@ def test_timeout_bounds_the_whole_task(make_host, inventory, tmp_path, canaries)
     result = reclaim(host, inventory, tmp_path, {"gpus": ["0"], "grace": 20, "timeout": 3})
     assert result.get("verified") is True, result
     assert [(k["pid"], k["signal"]) for k in result["killed"]] == [(pids["holder"], "SIGKILL")]
-    # the exact bound (timeout + settle) is the unit tests' (test_signal_ladder, with an injected clock); here only
+    # the exact bound (timeout + settle) is the unit tests' (_reclaim/test_ladder.py, with an injected clock); here only
     # what a loaded machine cannot blur: SIGKILL came long before one grace of 20 s was over
     assert result["elapsed_s"] < 20, "grace 20 must not outlast timeout 3"
     assert not pid_alive(pids["holder"]) and used(host)[0] == 0

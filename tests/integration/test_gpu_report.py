@@ -11,7 +11,6 @@ import html.parser
 import json
 import re
 import shutil
-import sys
 import time
 import typing as t
 from pathlib import Path
@@ -20,10 +19,12 @@ import pytest
 
 from gpusim.api import pid_alive, wait_for
 from report_fleet import chromium, chromium_binary, synthetic_results
-from simfleet import REPO, flat, free_port, role_host_vars, run_playbook, write_role_inventory
+from ansible_run import flat, REPO, run_playbook
+from inventories import role_host_vars, write_role_inventory
+from simhost import free_port
 
-sys.path.insert(0, str(REPO / ".collections"))
-from ansible_collections.gpuops.fleet.plugins.module_utils._report import model, render  # noqa: E402  # pylint: disable=wrong-import-position
+from ansible_collections.gpuops.fleet.plugins.module_utils._report import model, render
+
 
 REPORT = REPO / "playbooks" / "gpu_report.yml"
 RESTART = REPO / "playbooks" / "restart_vllm.yml"

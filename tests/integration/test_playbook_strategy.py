@@ -6,7 +6,7 @@ reaches it, with "NO RESULT" for hosts still working."""
 
 from __future__ import annotations
 
-from simfleet import REPO, run_playbook
+from ansible_run import REPO, run_playbook
 from ansible_run import ansible_env
 
 

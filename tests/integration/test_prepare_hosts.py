@@ -12,7 +12,7 @@ import json
 import re
 import subprocess
 
-from simfleet import REPO, flat, recap, run_playbook
+from ansible_run import flat, recap, REPO, run_playbook
 
 PINS = dict(re.findall(r"(?m)^\s*([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)",
                        (REPO / "requirements" / "managed-host.txt").read_text()))

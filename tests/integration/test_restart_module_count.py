@@ -14,9 +14,10 @@ import sys
 import typing as t
 from pathlib import Path
 
-from conftest import pid_alive
-from gpusim.api import starttime
-from simfleet import BIN, REPO, RESTART, ansible_env, assert_server_owns_gpus, inventory_for, recap, run_playbook
+from ansible_run import ansible_env, BIN, recap, REPO, RESTART, run_playbook
+from gpusim.api import pid_alive, starttime
+from inventories import inventory_for
+from readings import assert_server_owns_gpus
 
 
 def _counting_python(tmp_path: Path) -> Path:

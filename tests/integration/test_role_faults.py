@@ -15,9 +15,10 @@ import typing as t
 import urllib.error
 import urllib.request
 
-from conftest import pid_alive, starttime
-from simfleet import (RESTART, assert_server_owns_gpus, flat, health, holders, recap, record, role_host_vars, run_playbook,
-                      server_pid, write_role_inventory)
+from ansible_run import flat, recap, RESTART, run_playbook
+from gpusim.api import pid_alive, starttime
+from inventories import role_host_vars, write_role_inventory
+from readings import assert_server_owns_gpus, health, holders, record, server_pid
 
 EIGHT = list(range(8))
 

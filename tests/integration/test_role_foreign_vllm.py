@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import typing as t
 
-from conftest import pid_alive, starttime
-from gpusim.api import parent_pid
-from simfleet import (RESTART, assert_server_owns_gpus, flat, health, holders, hosts_with_ports, record, role_host_vars, run_playbook,
-                      server_pid, write_role_inventory)
+from ansible_run import flat, RESTART, run_playbook
+from gpusim.api import parent_pid, pid_alive, starttime
+from inventories import role_host_vars, write_role_inventory
+from readings import assert_server_owns_gpus, health, holders, record, server_pid
+from simhost import hosts_with_ports
 
 WORKER_MIB = 20000
 JOB_MIB = 12000

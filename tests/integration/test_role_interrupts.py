@@ -28,9 +28,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import pid_alive, starttime
-from simfleet import (BIN, RESTART, ansible_env, assert_server_owns_gpus, flat, health, holders, hosts_with_ports,
-                      inventory_for, run_playbook, running_requests, server_pid)
+from ansible_run import ansible_env, flat, RESTART, run_playbook, start_playbook
+from gpusim.api import pid_alive, starttime
+from inventories import inventory_for
+from readings import assert_server_owns_gpus, health, holders, running_requests, server_pid
+from simhost import hosts_with_ports
 
 PLAY = "Restart vLLM servers, rolling"
 
@@ -86,9 +88,8 @@ class Background:
         with open(log, "wb") as out:
             # without pipelining (ansible.cfg turns it on) each module runs from a file named AnsiballZ_<module>.py, which
             # module_runs() reads in /proc; the module calls, and so the kill points, are the same either way
-            self.proc = subprocess.Popen([str(BIN / "ansible-playbook"), "-i", str(inventory), str(RESTART)],
-                                         env=dict(env or ansible_env(), ANSIBLE_PIPELINING="False"), stdout=out,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = start_playbook(RESTART, inventory, env=dict(env or ansible_env(), ANSIBLE_PIPELINING="False"), stdout=out,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
         self.pgid = os.getpgid(self.proc.pid)
         self.seen: t.Dict[int, t.Optional[int]] = {}
 

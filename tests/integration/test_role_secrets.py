@@ -23,10 +23,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import pid_alive, starttime
-from simfleet import BIN, REPO, ansible_env, flat, holders, hosts_with_ports, listening_pid, role_host_vars, write_role_inventory
+from ansible_run import ansible_env, flat, RESTART, run_playbook
+from gpusim.api import pid_alive, starttime
+from inventories import role_host_vars, write_role_inventory
+from readings import health, holders, listening_pid
+from simhost import hosts_with_ports
 
-RESTART = REPO / "playbooks" / "restart_vllm.yml"
 TOKEN = "hf_secret123"
 KEY = "sk-secret456"
 SECRETS = (TOKEN, KEY)
@@ -37,9 +39,7 @@ BENCH = {"vllm_server_benchmark_input_len": 8, "vllm_server_benchmark_output_len
 
 def play(inventory: Path, log: Path, *extra: str) -> subprocess.CompletedProcess:
     """ansible-playbook -vvv, with Ansible's own log file too."""
-    env = dict(ansible_env(), ANSIBLE_LOG_PATH=str(log))
-    return subprocess.run([str(BIN / "ansible-playbook"), "-vvv", "-i", str(inventory), str(RESTART), *extra],
-                          env=env, capture_output=True, text=True, timeout=400, check=False)
+    return run_playbook(RESTART, inventory, "-vvv", *extra, timeout=400, env=ansible_env(ANSIBLE_LOG_PATH=str(log)))
 
 
 def models(port: int, key: t.Optional[str]) -> t.Tuple[int, t.Any]:
@@ -51,14 +51,6 @@ def models(port: int, key: t.Optional[str]) -> t.Tuple[int, t.Any]:
             return reply.status, json.loads(reply.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read() or b"null")
-
-
-def health(port: int) -> int:
-    try:
-        with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=5) as reply:
-            return reply.status
-    except urllib.error.HTTPError as error:
-        return error.code
 
 
 def files_with_secrets(root: Path) -> t.Dict[str, int]:

@@ -19,10 +19,11 @@ import typing as t
 import psutil
 import pytest
 
-from conftest import pid_alive, starttime
-from gpusim.api import FakeVllm, wait_for
-from simfleet import (RESTART, assert_server_owns_gpus, flat, health, holders, hosts_with_ports, listening_pid,
-                      role_host_vars, run_playbook, stream_in_flight, write_role_inventory)
+from ansible_run import flat, RESTART, run_playbook
+from gpusim.api import FakeVllm, pid_alive, starttime, wait_for
+from inventories import role_host_vars, write_role_inventory
+from readings import assert_server_owns_gpus, health, holders, listening_pid, stream_in_flight
+from simhost import hosts_with_ports
 
 WORKER_MIB = 20000
 JOB_MIB = 12000

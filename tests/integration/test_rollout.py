@@ -23,8 +23,10 @@ from pathlib import Path
 import pytest
 
 from gpusim.api import free_port, pid_alive, starttime
-from simfleet import (BIN, REPO, RESTART, SimHost, ansible_env, assert_server_owns_gpus, environ, flat, health, role_host_vars,
-                      run_playbook, server_pid, write_role_inventory)
+from ansible_run import flat, REPO, RESTART, run_playbook, start_playbook
+from inventories import role_host_vars, write_role_inventory
+from readings import assert_server_owns_gpus, environ, health, server_pid
+from simhost import SimHost
 
 ROLLOUT = REPO / "playbooks" / "rollout_vllm.yml"
 NAMES = ("gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04")
@@ -218,8 +220,8 @@ def test_killed_between_restart_and_benchmark_then_rerun(make_fleet, tmp_path):
     before = sim.reset(tmp_path)
     inv = sim.inventory(tmp_path)
     canary = sim.hosts[0]
-    proc = subprocess.Popen([str(BIN / "ansible-playbook"), "-i", str(inv), str(ROLLOUT), *env_arg({"NCCL_PROTO": "LL"})],
-                            env=ansible_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = start_playbook(ROLLOUT, inv, *env_arg({"NCCL_PROTO": "LL"}), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          start_new_session=True)
     try:
         deadline = time.monotonic() + 300
         killed = False

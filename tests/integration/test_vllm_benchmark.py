@@ -27,8 +27,10 @@ from pathlib import Path
 import pytest
 
 from gpusim import api
+from ansible_run import run_module
+from inventories import write_inventory
 from readings import median_of_medians, sent_phases
-from simfleet import SimHost, run_module, write_inventory
+from simhost import SimHost
 
 MODEL = "org/bench-model"
 PACED_TTFT_MS = 50.0

@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 
 from gpusim import api
+from ansible_run import run_module
+from inventories import write_inventory
 from readings import sent_phases
-from simfleet import SimHost, run_module, write_inventory
+from simhost import SimHost
 
 MODEL = "org/view-model"
 TTFT_MS = 30.0  # inside the TTFT bucket (0.02, 0.04], not on its edge

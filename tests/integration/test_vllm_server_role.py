@@ -20,10 +20,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import pid_alive
-from gpusim.api import starttime
-from simfleet import (BIN, RESTART, ansible_env, assert_server_owns_gpus, environ, flat, holders, inventory_for, recap,
-                      run_playbook, server_pid, stream_in_flight)
+from ansible_run import flat, recap, RESTART, run_playbook, start_playbook
+from gpusim.api import pid_alive, simulator_environ, starttime
+from inventories import inventory_for
+from readings import assert_server_owns_gpus, environ, holders, server_pid, stream_in_flight
 
 MIB = 93029
 HOLDER = Path(__file__).resolve().parent / "holder.py"
@@ -36,7 +36,7 @@ def test_incident_to_verified_servers_then_idempotent_then_new_env(fleet, tmp_pa
     old2 = node2.gpusim_json("vllm", "--tp", "4", "--first-gpu", "4", "--mib", "61000")
     # a bystander next to the server on the same host, on a GPU the server does not use
     bystander = subprocess.Popen([sys.executable, str(HOLDER), "--gpu", "0", "--mib", "7000"],
-                                 env=dict(os.environ, GPUOPS_SIM_STATE=str(node2.state)), stdout=subprocess.PIPE)
+                                 env=simulator_environ(dict(os.environ, GPUOPS_SIM_STATE=str(node2.state))), stdout=subprocess.PIPE)
     try:
         assert bystander.stdout.readline().strip() == b"holding"
         inventory = inventory_for(tmp_path, [node1, node2], {
@@ -112,7 +112,7 @@ def test_foreign_holder_fails_before_anything_is_stopped(fleet, tmp_path, canari
     assert run_playbook(RESTART, inventory).returncode == 0
     server, workers = assert_server_owns_gpus(node, [0, 1], 2)
     intruder = subprocess.Popen([sys.executable, str(HOLDER), "--gpu", "1", "--mib", "4000"],
-                                env=dict(os.environ, GPUOPS_SIM_STATE=str(node.state)), stdout=subprocess.PIPE)
+                                env=simulator_environ(dict(os.environ, GPUOPS_SIM_STATE=str(node.state))), stdout=subprocess.PIPE)
     try:
         assert intruder.stdout.readline().strip() == b"holding"
         run = run_playbook(RESTART, inventory)
@@ -180,8 +180,7 @@ def test_concurrent_runs_on_one_server_the_second_fails_at_once(fleet, tmp_path)
     (node,) = fleet("gpu-node-01")
     inventory = inventory_for(tmp_path, [node], {node.name: {
         "vllm_server_host_env": {"GPUOPS_SIM_STATE": str(node.state), "GPUOPS_SIM_STARTUP_DELAY_S": "8"}}})
-    first = subprocess.Popen([str(BIN / "ansible-playbook"), "-i", str(inventory), str(RESTART)], env=ansible_env(),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = start_playbook(RESTART, inventory, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         lock = node.state / "role" / ("vllm-%d.lock" % node.port)
         deadline = time.monotonic() + 60

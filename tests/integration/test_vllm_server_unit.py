@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from simfleet import PLAYBOOKS, run_playbook
+from ansible_run import PROBES as PLAYBOOKS, run_playbook
 
 MODEL = 'org/my model; touch /tmp/gpuops-injected $HOME `id` %h "q" \\ end'
 ARGS = [";", "--served-model-name", "a$(id)", "--max-model-len", "8192"]

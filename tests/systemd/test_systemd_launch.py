@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_run import BIN, ansible_env, flat, recap
+from ansible_run import ansible_env, BIN, flat, recap, run_playbook
 from gpusim.api import FAKE_VLLM, role_host_vars, role_inventory
 from nspawn import CACHE, INSIDE_PYTHON, REPO, Container
 
@@ -54,12 +54,10 @@ class Server:
         self.good: t.Dict[str, t.Any] = {}  # the last known-good server as read from /proc and systemd, for the rollback
 
     def playbook(self, step: str, *extra: str, book: Path = RESTART) -> subprocess.CompletedProcess:
-        env = ansible_env()
-        env["ANSIBLE_CONNECTION_PLUGINS"] = str(PLUGINS)
-        env["ANSIBLE_PIPELINING"] = "1"  # one nsenter per module run, the module on its stdin (no temporary file)
+        # one nsenter per module run, the module on its stdin (no temporary file)
+        env = ansible_env(ANSIBLE_CONNECTION_PLUGINS=str(PLUGINS), ANSIBLE_PIPELINING="1")
         started = time.monotonic()
-        proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(self.inventory), str(book), *extra],
-                              env=env, capture_output=True, text=True, timeout=300, check=False)
+        proc = run_playbook(book, self.inventory, *extra, env=env)
         TIMINGS[step] = round(time.monotonic() - started, 1)
         return proc
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_run import BIN, ansible_env, flat, recap
+from ansible_run import ansible_env, BIN, flat, recap, run_playbook
 from gpusim.api import FAKE_VLLM, role_host_vars, role_inventory
 from nspawn import INSIDE_PYTHON, REPO, Container
 
@@ -49,11 +49,7 @@ class Box:
         self.main: t.Optional[t.Tuple[int, int]] = None
 
     def playbook(self, *extra: str) -> subprocess.CompletedProcess:
-        env = ansible_env()
-        env["ANSIBLE_CONNECTION_PLUGINS"] = str(PLUGINS)
-        env["ANSIBLE_PIPELINING"] = "1"
-        return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(self.inventory), str(RESTART), *extra],
-                              env=env, capture_output=True, text=True, timeout=300, check=False)
+        return run_playbook(RESTART, self.inventory, *extra, env=ansible_env(ANSIBLE_CONNECTION_PLUGINS=str(PLUGINS), ANSIBLE_PIPELINING="1"))
 
     def snapshot(self, pids: t.Sequence[int] = ()) -> t.Dict[str, t.Any]:
         return self.box.snapshot(UNIT, PORT, STATE, pids)

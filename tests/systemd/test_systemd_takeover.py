@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from ansible_run import BIN, ansible_env, flat
+from ansible_run import ansible_env, BIN, flat, run_playbook
 from gpusim.api import FAKE_VLLM, SIM_LIB_DIR, role_host_vars, role_inventory, wait_for
 from gpusim.devices import DEVICE_DIR_ENV
 from nspawn import INSIDE_PYTHON, REPO, Container
@@ -45,11 +45,7 @@ SERVE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LD_LIBRARY_PATH": str(SIM
 
 
 def playbook(inventory: Path, *extra: str) -> subprocess.CompletedProcess:
-    env = ansible_env()
-    env["ANSIBLE_CONNECTION_PLUGINS"] = str(PLUGINS)
-    env["ANSIBLE_PIPELINING"] = "1"
-    return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(RESTART), *extra],
-                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    return run_playbook(RESTART, inventory, *extra, env=ansible_env(ANSIBLE_CONNECTION_PLUGINS=str(PLUGINS), ANSIBLE_PIPELINING="1"))
 
 
 def holders(snap: t.Mapping[str, t.Any]) -> t.Dict[int, t.List[str]]:

@@ -1,15 +1,13 @@
 # Copyright (c) 2026, gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The free_gpus and unhealthy_gpus filters: gpu_facts in, GPU indices out; bad input named."""
+"""The free_gpus filter: gpu_facts in, GPU indices out; bad input named."""
 
 from __future__ import annotations
 
 import pytest
-
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuops.fleet.plugins.filter.free_gpus import FilterModule, free_gpus
-from ansible_collections.gpuops.fleet.plugins.filter.unhealthy_gpus import FilterModule as UnhealthyModule, unhealthy_gpus
 
 
 def gpu(index, used=0, processes=(), **extra):
@@ -44,12 +42,6 @@ def test_threshold_and_healthy():
     assert free_gpus(FACTS, threshold_mib="512", healthy=False) == [0, 4, 7]
 
 
-def test_unhealthy_gpus():
-    assert unhealthy_gpus(FACTS) == [4, 5, 7]
-    assert unhealthy_gpus({"gpus": [gpu(0, clocks_event_reasons=["hw_slowdown"])]}) == []
-    assert UnhealthyModule().filters()["unhealthy_gpus"] is unhealthy_gpus
-
-
 @pytest.mark.parametrize("facts, options, words", [
     ("gpus", {}, "free_gpus: expected"),
     ({"no": "gpus"}, {}, "free_gpus: expected"),
@@ -62,8 +54,3 @@ def test_bad_input_is_refused_naming_the_option_and_value(facts, options, words)
     with pytest.raises(AnsibleFilterError) as info:
         free_gpus(facts, **options)
     assert words in str(info.value)
-
-
-def test_unhealthy_bad_input():
-    with pytest.raises(AnsibleFilterError, match="unhealthy_gpus: expected"):
-        unhealthy_gpus(42)

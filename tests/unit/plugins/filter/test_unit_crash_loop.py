@@ -10,7 +10,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuops.fleet.plugins.filter.unit_crash_loop import FilterModule, unit_crash_loop
-from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.test_server_unit import show
+from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils._server.test_unit import show
 
 
 def test_the_filter_reads_systemctl_output():

@@ -18,8 +18,8 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.facts import run
 from ansible_collections.gpuops.fleet.plugins.modules import gpu_facts
 from ansible_collections.gpuops.fleet.plugins.modules.gpu_facts import ARGUMENT_SPEC
 from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import run_module as harness_run
-from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_pynvml import FakeNvml, device, proc
-from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.test_smi import APPS_CSV, GPU_CSV
+from ansible_collections.gpuops.fleet.tests.unit.plugins.fake_pynvml import FakeNvml, device, proc
+from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils._gpu.test_smi import APPS_CSV, GPU_CSV
 
 MISSING_PID = 4194305  # above the largest pid_max: no process of this namespace has it
 

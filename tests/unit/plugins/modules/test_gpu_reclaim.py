@@ -1,37 +1,32 @@
 # Copyright (c) 2026, gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""gpu_reclaim as Ansible runs it (patch_module_args), over a fake pynvml and a fake psutil whose exits free the memory."""
+"""gpu_reclaim as Ansible runs it (patch_module_args), over a fake pynvml and a fake psutil whose exits free the memory:
+the incident, check mode, failures and bad input; the deciding reading from an NVML session of its own; orphans_only and
+owner (what check mode and a real run say of a live job's vLLM); the lineage watch and ``settle`` (a parent that
+respawns what was ended, and no wait when nothing can)."""
 
 from __future__ import annotations
 
+import threading
 import time
 import types
 
 import pytest
 import yaml
 
-from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
-from ansible_collections.gpuops.fleet.plugins.module_utils._host import pid_trust as _pid_trust
-
-from ansible_collections.gpuops.fleet.plugins.module_utils._host import process_table as _process_table
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import reclaim as _reclaim
-from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import NvmlSession
 from ansible_collections.gpuops.fleet.plugins.doc_fragments import nvml as nvml_fragment
+from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import NvmlSession
+from ansible_collections.gpuops.fleet.plugins.module_utils._host import pid_trust as _pid_trust, process_table as _process_table
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import reclaim as _reclaim
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.reclaim import RESPAWN_WINDOW_S
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import run_reclaim
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import build_spec
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import build_spec, SpecError
 from ansible_collections.gpuops.fleet.plugins.modules import gpu_reclaim
 from ansible_collections.gpuops.fleet.plugins.modules.gpu_reclaim import ARGUMENT_SPEC
+from ansible_collections.gpuops.fleet.tests.unit.plugins.fake_psutil import FakePsutil, host_rows, KILL, ME, Row, TERM, vllm_server
+from ansible_collections.gpuops.fleet.tests.unit.plugins.fake_pynvml import device, FakeNvml, MIB, proc
 from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import call_main, capture
-from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_psutil import (
-    ME,
-    KILL,
-    TERM,
-    FakePsutil,
-    Row,
-    host_rows,
-    vllm_server,
-)
-from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_pynvml import MIB, FakeNvml, device, proc
 
 INCIDENT_MIB = 93029
 MISSING_PID = 4194305  # above the largest pid_max: no process of this namespace has it
@@ -523,3 +518,427 @@ def test_run_reclaim_is_the_module_without_ansible(monkeypatch):
     assert [w for w in warnings if "timeout" in w], "grace x signals above timeout: the budget warning comes back"
     again = run_module(monkeypatch, host, {})
     assert again["verified"] is True and again["killed"] == [] and again["changed"] is False
+
+
+MEMORY = "nvmlDeviceGetMemoryInfo_v2"
+
+
+class SessionNvml(FakeNvml):
+    """Records init and shutdown among the calls; ``late_mib`` is added to GPU 0's used memory in every session after the first
+    (a reading that only a new session shows)."""
+
+    def __init__(self, devices, late_mib=0):
+        super().__init__(devices)
+        self.sessions = 0
+        self.late_mib = late_mib
+
+    def nvmlInit(self):
+        super().nvmlInit()
+        self.sessions += 1
+        self.calls.append("nvmlInit")
+
+    def nvmlShutdown(self):
+        super().nvmlShutdown()
+        self.calls.append("nvmlShutdown")
+
+    def nvmlDeviceGetMemoryInfo(self, handle, version=None):
+        info = super().nvmlDeviceGetMemoryInfo(handle, version)
+        if handle == 0 and self.sessions > 1:
+            info.used += self.late_mib * 1024 * 1024
+        return info
+
+
+def host_with(late_mib=0):
+    rows, held = vllm_server(1000, range(8))
+    host = Host(rows, held)
+    host.lib = SessionNvml(host.lib.devices, late_mib)
+    return host
+
+
+def test_the_last_reading_is_taken_after_a_shutdown_and_a_new_init(monkeypatch):
+    host = host_with()
+    result = run_module(monkeypatch, host, dict(FAST, timeout=5))
+    assert result["verified"] is True, result["msg"]
+    calls = host.lib.calls
+    assert calls.count("nvmlInit") == 2 and calls.count("nvmlShutdown") == 2, "one re-init, and every init shut down"
+    second = calls.index("nvmlInit", calls.index("nvmlInit") + 1)
+    assert calls[second - 1] == "nvmlShutdown", "the module's session is shut down before the new one is opened"
+    assert calls[-1] == "nvmlShutdown"
+    fresh = calls[second:-1]
+    assert fresh.count(MEMORY) >= 8 and fresh.count("nvmlDeviceGetUUID") == 8, "every GPU read again, its UUID included"
+    assert "nvmlDeviceGetComputeRunningProcesses" in fresh
+    assert MEMORY not in calls[calls.index("nvmlShutdown"):second], "no reading between the shutdown and the new init"
+    assert result["reading_after"]["fresh_session"] is True
+    assert 0 <= result["reading_after"]["session_opened_s"] <= result["elapsed_s"]
+
+
+def test_a_new_session_that_cannot_be_opened_fails_the_verification(monkeypatch):
+    host = host_with()
+    real_init = host.lib.nvmlInit
+
+    def init_once():
+        if host.lib.sessions:
+            raise host.lib.NVMLError(9)  # driver not loaded
+        real_init()
+
+    host.lib.nvmlInit = init_once
+    result = run_module(monkeypatch, host, dict(FAST, timeout=5))
+    assert result["verified"] is False and result.get("failed")
+    assert "cannot initialise NVML again" in result["msg"]
+    assert result["reading_after"] == {"fresh_session": False, "session_opened_s": None}
+
+
+def test_the_new_sessions_reading_is_the_one_judged(monkeypatch):
+    host = host_with(late_mib=5000)  # the first session reads GPU 0 free; a new session sees 5000 MiB held by no process
+    result = run_module(monkeypatch, host, dict(FAST, timeout=0.5))
+    assert result["verified"] is False and result.get("failed")
+    gpu0 = result["gpus"][0]
+    assert gpu0["memory_used_mib_after"] == 5000 and not gpu0["verified"]
+    assert all(g["verified"] for g in result["gpus"][1:])
+    assert "GPU 0: 5000 MiB used with no process holding it" in result["msg"]
+    assert result["reading_after"]["fresh_session"] is True
+
+
+VLLM_MATCH = [r"^VLLM::", r"vllm\.entrypoints\.", r"(^|/)vllm\s+serve(\s|$)"]
+
+
+BATCH = ["python3", "batch_infer.py"]
+
+
+@pytest.fixture(autouse=True)
+def one_session(monkeypatch):
+    """Every process of the fake table is in session 1 (no adoption told by sessions)."""
+    monkeypatch.setattr(_reclaim, "getsid", lambda pid: 1)
+
+
+def incident_and_colleague():
+    """The incident's seven orphans on GPUs 1-7 (adopted by PID 1) and a colleague's worker on GPU 3."""
+    rows, held = vllm_server(1000, range(8), engine_core=False)
+    rows = [row for row in rows if row.pid not in (1000, 1002, 1010)]
+    for row in rows:
+        row.ppid = 1
+    held = {pid: gpu for pid, gpu in held.items() if gpu > 0}
+    rows += [Row(3000, 1, "python3", BATCH, username="alice"), Row(3001, 3000, "VLLM::Worker_TP0", ["VLLM::Worker_TP0"], username="alice")]
+    host = Host(rows, held)
+    host.hold(3001, 3, 12000)
+    return host, held
+
+
+def test_check_mode_names_the_colleagues_worker_in_would_fail_and_foreign(monkeypatch):
+    host, held = incident_and_colleague()
+    result = run_module(monkeypatch, host, dict(FAST, match=VLLM_MATCH, orphans_only=True, _ansible_check_mode=True))
+    assert {k["pid"] for k in result["would_kill"]} == set(held)
+    assert result["would_fail"] == [
+        "GPU 3: pid 3001 (VLLM::Worker_TP0) holds 12000 MiB: not signalled: belongs to live PID 3000 (python3 batch_infer.py), "
+        "not to this server nor an orphan: someone else's job"]
+    assert result["foreign"] == [{
+        "pid": 3001, "name": "VLLM::Worker_TP0", "cmdline": ["VLLM::Worker_TP0"], "username": "alice", "gpus": [3],
+        "launcher": None, "parent": {"pid": 3000, "name": "python3", "cmdline": BATCH, "username": "alice"},
+        "reason": "PID 3001 VLLM::Worker_TP0 on GPU 3 belongs to live PID 3000 (python3 batch_infer.py), not to this server: not ended"}]
+    assert host.psutil.signals == []
+
+
+def test_real_run_ends_the_orphans_leaves_the_colleague_and_fails_naming_it(monkeypatch):
+    host, held = incident_and_colleague()
+    result = run_module(monkeypatch, host, dict(FAST, match=VLLM_MATCH, orphans_only=True))
+    assert result["failed"] is True and result["verified"] is False
+    assert {k["pid"] for k in result["killed"]} == set(held)
+    assert {3000, 3001} <= set(host.psutil.table) and not {3000, 3001} & {pid for pid, _n in host.psutil.signals}
+    assert "GPU 3: pid 3001 (VLLM::Worker_TP0, state sleeping) holds 12000 MiB: not signalled: belongs to live PID 3000" in result["msg"]
+    assert [f["pid"] for f in result["foreign"]] == [3001]
+    assert_bystanders_untouched(host)
+
+
+def test_without_orphans_only_everything_that_matches_is_ended(monkeypatch):
+    """What vllm_server_reclaim_all_holders (or a plain reclaim) does: the colleague's worker too, never batch_infer.py."""
+    host, held = incident_and_colleague()
+    result = run_module(monkeypatch, host, dict(FAST, match=VLLM_MATCH))
+    assert result.get("failed") is not True and result["verified"] is True
+    assert {k["pid"] for k in result["killed"]} == set(held) | {3001} and result["foreign"] == []
+    assert 3000 in host.psutil.table
+
+
+def test_bad_owner_fails_before_anything_is_read(monkeypatch):
+    host, _held = incident_and_colleague()
+    result = run_module(monkeypatch, host, dict(FAST, owner={"pid": 1}, orphans_only=True))
+    assert result["failed"] is True and result["changed"] is False
+    assert result["msg"].startswith("owner.pid: 1 is not the PID of a server"), result["msg"]
+    assert host.psutil.signals == []
+
+
+# live_jobs: keep. The colleague's worker (PID 3001 on GPU 3) is left alone on purpose: it does not fail the run
+COLLEAGUE = {"pid": 3001, "name": "VLLM::Worker_TP0", "cmdline": ["VLLM::Worker_TP0"], "username": "alice", "gpus": [3],
+             "used_memory_mib": 12000, "rule": "orphans_only",
+             "why": "belongs to live PID 3000 (python3 batch_infer.py), not to this server nor an orphan: someone else's job"}
+
+
+KEEP = dict(FAST, match=VLLM_MATCH, orphans_only=True, live_jobs="keep")
+
+
+def test_keep_ends_the_orphans_and_accepts_the_gpu_the_colleague_keeps_busy(monkeypatch):
+    host, held = incident_and_colleague()
+    result = run_module(monkeypatch, host, KEEP)
+    assert result.get("failed") is not True and result["verified"] is True, result["msg"]
+    assert {k["pid"] for k in result["killed"]} == set(held)
+    assert {3000, 3001} <= set(host.psutil.table) and not {3000, 3001} & {pid for pid, _n in host.psutil.signals}
+    assert host.used() == [0, 0, 0, 12000, 0, 0, 0, 0]
+    assert result["left_alone"] == [COLLEAGUE] and [f["pid"] for f in result["foreign"]] == [3001]
+    assert [g["left_alone"] for g in result["gpus"]] == [[], [], [], [3001], [], [], [], []]
+    assert result["msg"].startswith("GPU 0, 1, 2, 4, 5, 6, 7 verified free by fresh NVML readings; GPU 3 kept busy by 1 holder(s) "
+                                    "left alone on purpose (left_alone): ended 7 process(es)"), result["msg"]
+    assert_bystanders_untouched(host)
+
+
+def test_keep_in_check_mode_lists_what_it_would_leave_alone_and_warns_of_nothing(monkeypatch):
+    host, held = incident_and_colleague()
+    result = run_module(monkeypatch, host, dict(KEEP, _ansible_check_mode=True))
+    assert {k["pid"] for k in result["would_kill"]} == set(held)
+    assert result["would_fail"] == [] and result.get("warnings", []) == []
+    assert result["left_alone"] == [COLLEAGUE] and result["gpus"][3]["left_alone"] == [3001]
+    assert "GPU 3 would keep busy by 1 holder(s)" in result["msg"] and "would fail" not in result["msg"]
+    assert host.psutil.signals == []
+
+
+def test_the_default_fails_naming_the_colleague_and_lists_it_the_same(monkeypatch):
+    host, _held = incident_and_colleague()
+    result = run_module(monkeypatch, host, dict(FAST, match=VLLM_MATCH, orphans_only=True))
+    assert result["failed"] is True and "GPU 3: pid 3001 (VLLM::Worker_TP0, state sleeping) holds 12000 MiB: not signalled" in result["msg"]
+    assert result["left_alone"] == [COLLEAGUE] and result["gpus"][3]["left_alone"] == [3001] and result["gpus"][3]["verified"] is False
+
+
+def survivor(host):
+    host.psutil.table[1013].on_signal = {}
+
+
+def zombie_left_alone(host):
+    """A process that match does not take, a zombie that keeps 4096 MiB on GPU 0: no job runs there."""
+    host.psutil.table[4000] = Row(4000, 1, "python3", ["python3", "train.py"], status="zombie")
+    host.hold(4000, 0, 4096)
+
+
+def memory_of_no_process(host):
+    host.lib.devices[3]["used"] += 4096  # beside the colleague's worker
+
+
+def lost_gpu(host):
+    host.lib.devices[5]["lost"] = True
+
+
+def foreign_pid(host):
+    host.hold(MISSING_PID, 0, 20000)
+
+
+@pytest.mark.parametrize("fault, named", [
+    (survivor, "GPU 3: pid 1013 (VLLM::Worker_TP3, state sleeping) holds %d MiB: still there after every signal" % INCIDENT_MIB),
+    (zombie_left_alone, "GPU 0: pid 4000 (python3) holds 4096 MiB but is a zombie"),
+    (memory_of_no_process, "GPU 3: 16096 MiB used, 4096 MiB of it beyond what the holders left alone hold (pid 3001 (VLLM::Worker_TP0, "
+                           "12000 MiB)), above memory_threshold_mib 1024: memory held by no process"),
+    (lost_gpu, "GPU 5: GPU is lost"),
+    (foreign_pid, "GPU 0: pid %d holds 20000 MiB but is not visible in this PID namespace" % MISSING_PID),
+], ids=["survivor", "zombie", "memory-of-no-process", "lost-gpu", "foreign-pid"])
+def test_keep_still_fails_for_everything_else_beside_the_colleague(monkeypatch, fault, named):
+    host, held = incident_and_colleague()
+    fault(host)
+    if fault is foreign_pid:  # NVML lists a PID this namespace lacks: a holder is trusted with its device files open
+        device_files(monkeypatch, list(held) + [3001])
+    result = run_module(monkeypatch, host, KEEP)
+    assert result["failed"] is True and result["verified"] is False
+    assert named in result["msg"], result["msg"]
+    assert "pid 3001 (" not in result["msg"].replace("the holders left alone hold (pid 3001 (", ""), "the colleague is no reason"
+    assert result["left_alone"] == [COLLEAGUE] and 3001 in host.psutil.table and host.psutil.signalled(3001) == []
+
+
+SUPERVISOR = Row(200, 1, "python3", ["python3", "/opt/jobs/supervise.py"])
+
+
+MODEL = ["python3", "/opt/jobs/serve_model.py", "--shard", "0"]
+
+
+OTHER = ["python3", "/opt/jobs/other_job.py"]
+
+
+RUN = {"gpus": ["0"], "grace": 0.2, "timeout": 5}
+
+
+class Supervised(Host):
+    """GPU 0 held by PID 300, a child of a live supervisor (PID 200) that forks PID 301 once 300 has exited;
+    301 holds ``respawn_mib`` on GPU 0 at once (0: not yet)."""
+
+    def __init__(self, respawn_cmdline, respawn_mib):
+        super().__init__([Row(200, 1, "python3", list(SUPERVISOR.cmdline)), Row(300, 200, "python3", MODEL)], {300: 0})
+        self.respawn = Row(301, 200, "python3", respawn_cmdline, create_time=2000.0)
+        self.respawn_mib = respawn_mib
+
+    def release(self, pid):
+        super().release(pid)
+        if pid == 300:
+            self.psutil.table[301] = self.respawn
+            if self.respawn_mib:
+                self.hold(301, 0, self.respawn_mib)
+
+
+def test_a_holder_respawned_by_its_live_parent_is_ended_and_the_window_waited(monkeypatch):
+    host = Supervised(MODEL, 10000)
+    result = run_module(monkeypatch, host, RUN)
+    assert result.get("failed") is not True and result["verified"] is True, result["msg"]
+    killed = {k["pid"]: k for k in result["killed"]}
+    assert set(killed) == {300, 301} and killed[301]["role"] == "respawned" and killed[301]["signal"] == "SIGTERM"
+    assert host.psutil.signalled(301) == [TERM] and host.psutil.signalled(200) == []
+    assert 301 not in host.psutil.table and 200 in host.psutil.table
+    assert host.used()[0] == 0
+    watch = result["respawn_watch"]
+    assert watch["settle"] == "auto" and watch["candidates"] == []
+    assert [(p["pid"], p["alive"]) for p in watch["parents"]] == [(200, True)]
+    assert watch["waited_s"] > 0 and result["elapsed_s"] >= RESPAWN_WINDOW_S  # the window counts from the last exit
+    assert_bystanders_untouched(host)
+
+
+@pytest.mark.parametrize("live_jobs", ["fail", "keep"])
+@pytest.mark.parametrize("respawn_mib", [10000, 0])
+def test_a_respawn_the_run_may_not_end_fails_it_while_it_runs(monkeypatch, respawn_mib, live_jobs):
+    """``match`` takes the holder, not its replacement: the run must not call the GPU free, with or without memory yet.
+    A respawn is not a holder the run left alone on purpose: live_jobs: keep does not accept it."""
+    host = Supervised(OTHER, respawn_mib)
+    result = run_module(monkeypatch, host, dict(RUN, match=["serve_model"], live_jobs=live_jobs))
+    assert result["failed"] is True and result["verified"] is False
+    assert result["left_alone"] == [] and result["gpus"][0]["left_alone"] == []
+    assert "pid 301" in result["msg"] and "forked by PID 200 (python3 /opt/jobs/supervise.py)" in result["msg"], result["msg"]
+    assert "does not match `match`" in result["msg"]
+    assert ("holds 10000 MiB" in result["msg"]) == bool(respawn_mib) and ("no GPU memory yet" in result["msg"]) != bool(respawn_mib)
+    assert host.psutil.signalled(301) == [] and 301 in host.psutil.table and host.used()[0] == respawn_mib
+    (candidate,) = result["respawn_watch"]["candidates"]
+    assert (candidate["pid"], candidate["parent"], candidate["running"]) == (301, 200, True)
+
+
+def test_nothing_can_respawn_the_first_free_reading_verifies(monkeypatch):
+    """The workers' launcher is ended and hangs from PID 1: no parent to watch, no window."""
+    rows, held = vllm_server(1000, range(8))
+    host = Host(rows, held)
+    result = run_module(monkeypatch, host, {"grace": 0.2, "timeout": 5})
+    assert result["verified"] is True and host.used() == [0] * 8
+    assert result["respawn_watch"] == {"settle": "auto", "parents": [], "candidates": [], "waited_s": 0.0}
+    assert result["elapsed_s"] < RESPAWN_WINDOW_S, "no fixed window when nothing can respawn"
+
+
+def test_a_live_wrapper_above_the_launcher_is_watched_for_the_window(monkeypatch):
+    rows, held = vllm_server(1000, range(2), parent=200)
+    host = Host([Row(200, 1, "bash", ["/bin/bash", "/opt/run-vllm.sh"])] + rows, held, gpus=2)
+    result = run_module(monkeypatch, host, {"grace": 0.2, "timeout": 5})
+    assert result["verified"] is True and host.psutil.signalled(200) == []
+    assert [p["pid"] for p in result["respawn_watch"]["parents"]] == [200]
+    assert result["respawn_watch"]["waited_s"] > 0 and result["elapsed_s"] >= RESPAWN_WINDOW_S
+
+
+def test_a_fixed_settle_waits_whatever_the_lineage(monkeypatch):
+    rows, held = vllm_server(1000, range(8))
+    result = run_module(monkeypatch, Host(rows, held), {"grace": 0.2, "timeout": 5, "settle": 0.3})
+    assert result["verified"] is True and result["respawn_watch"]["settle"] == 0.3
+    assert result["respawn_watch"]["waited_s"] >= 0.3
+
+
+@pytest.mark.parametrize("value", ["often", "0.5s", "", True, -1, 61, float("nan"), [0.5], {"s": 1}])
+def test_bad_settle_fails_naming_it_before_anything_is_read_or_signalled(monkeypatch, value):
+    monkeypatch.setattr(_deps.PYNVML, "module", Untouchable())
+    monkeypatch.setattr(_deps.PSUTIL, "module", Untouchable())
+    result = run_module(monkeypatch, None, {"settle": value})
+    assert result["failed"] is True and result["msg"].startswith("settle: %r is neither auto nor a number of seconds" % (value,)), result["msg"]
+
+
+@pytest.mark.parametrize("value, settle", [("auto", "auto"), (" AUTO ", "auto"), ("0.25", 0.25), (0, 0.0), (2, 2.0), (60, 60.0)])
+def test_good_settle_values(value, settle):
+    assert build_spec({"settle": value}).settle == settle
+
+
+def test_settle_default_is_auto():
+    assert build_spec({}).settle == "auto"
+    with pytest.raises(SpecError):
+        build_spec({"settle": None})
+
+
+def test_a_cluster_daemons_new_child_that_holds_nothing_is_only_reported(monkeypatch):
+    """raylet refills its pool of idle workers once an actor exits: not a respawn to end, nor a reason to fail."""
+    host = Supervised(["ray::IDLE"], 0)
+    host.psutil.table[200].name, host.psutil.table[200].cmdline = "raylet", ["/opt/ray/core/src/ray/raylet/raylet", "--node-manager-port=0"]
+    result = run_module(monkeypatch, host, RUN)
+    assert result["verified"] is True, result["msg"]
+    assert host.psutil.signalled(301) == [] and host.psutil.signalled(200) == []
+    (candidate,) = result["respawn_watch"]["candidates"]
+    assert candidate["pid"] == 301 and "cluster daemon" in candidate["reason"]
+
+
+OFFSET = 5000.0  # create_time - OFFSET = time.monotonic() at the start: what _boot_offset gives on a real host
+
+
+SCOPE = "/user.slice/user-1000.slice/session-3.scope"
+
+
+WORKER = ["python3", "/opt/jobs/worker.py", "--rank", "0"]
+
+
+class Daemonizing(Host):
+    """GPU 0 held by PID 300 (below PID 1, in SCOPE). As it exits it leaves PID 301: a daemon whose parent is gone
+    (PID 1 adopted it), in ``cgroup``, that takes ``mib`` of GPU 0 ``delay`` s later (0 MiB: never)."""
+
+    def __init__(self, monkeypatch, mib, delay=0.0, cgroup=SCOPE):
+        super().__init__([Row(300, 1, "python3", WORKER)], {300: 0})
+        self.mib, self.delay = mib, delay
+        self.timers = []
+        cgroups = {300: SCOPE, 301: cgroup}
+        monkeypatch.setattr(_reclaim, "read_cgroup", lambda pid: cgroups.get(pid, "/system.slice/other.service"))
+        monkeypatch.setattr(_reclaim, "_boot_offset", lambda psutil, clock: OFFSET)
+
+    def release(self, pid):
+        super().release(pid)
+        if pid == 300:
+            self.psutil.table[301] = Row(301, 1, "python3", WORKER, create_time=time.monotonic() + OFFSET)
+            if self.mib:
+                timer = threading.Timer(self.delay, self.hold, (301, 0, self.mib))
+                self.timers.append(timer)
+                timer.start()
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.2])
+def test_a_daemon_the_worker_leaves_as_it_ends_fails_the_run_once_it_takes_the_gpu(monkeypatch, delay):
+    """Issue 23: the run said verified, and the GPU was held again a moment later by the new PID. Now the run watches
+    it for RESPAWN_WINDOW_S and fails naming it and its worker; nothing proves it is the tree's, so it is not signalled."""
+    host = Daemonizing(monkeypatch, 40000, delay)
+    result = run_module(monkeypatch, host, RUN)
+    for timer in host.timers:
+        timer.join()
+    assert result["failed"] is True and result["verified"] is False, result["msg"]
+    assert "GPU 0: pid 301 (python3, state sleeping) holds 40000 MiB" in result["msg"], result["msg"]
+    assert "most likely forked by it as it ended" in result["msg"] and "PID 300 (python3 /opt/jobs/worker.py --rank 0)" in result["msg"]
+    assert host.psutil.signalled(301) == [] and 301 in host.psutil.table and host.used()[0] == 40000
+    assert [k["pid"] for k in result["killed"]] == [300]
+    (candidate,) = result["respawn_watch"]["candidates"]
+    assert (candidate["pid"], candidate["forked_by"], candidate["parent"], candidate["detached"], candidate["running"]) == (301, 300, 1, True, True)
+    assert_bystanders_untouched(host)
+
+
+def test_a_daemon_that_holds_nothing_is_watched_for_the_window_then_named_in_a_warning(monkeypatch):
+    host = Daemonizing(monkeypatch, 0)
+    result = run_module(monkeypatch, host, RUN)
+    assert result["verified"] is True, result["msg"]
+    assert result["elapsed_s"] >= RESPAWN_WINDOW_S, "watched for the window from its first sight"
+    assert host.psutil.signalled(301) == [] and 301 in host.psutil.table and host.used()[0] == 0
+    (warning,) = result["warnings"]
+    assert warning.startswith("pid 301 (python3) holds no selected GPU after the respawn watch, but still runs: started "), warning
+    assert [c["pid"] for c in result["respawn_watch"]["candidates"]] == [301]
+
+
+def test_a_new_process_of_another_cgroup_below_pid_1_costs_no_wait(monkeypatch):
+    """A service PID 1 starts at that moment, in a cgroup of its own, is not the tree's: the first free reading verifies."""
+    host = Daemonizing(monkeypatch, 0, cgroup="/system.slice/cron.service")
+    result = run_module(monkeypatch, host, RUN)
+    assert result["verified"] is True and result["warnings"] == [], result
+    assert result["elapsed_s"] < RESPAWN_WINDOW_S and result["respawn_watch"]["candidates"] == []
+
+
+def test_a_target_whose_cgroup_was_not_read_matches_any(monkeypatch):
+    """Beyond CGROUP_READS targets the cgroup is not read before the signals: what they leave is watched, never missed."""
+    monkeypatch.setattr(_reclaim, "CGROUP_READS", 0)
+    host = Daemonizing(monkeypatch, 40000, cgroup="/system.slice/cron.service")
+    result = run_module(monkeypatch, host, RUN)
+    for timer in host.timers:
+        timer.join()
+    assert result["failed"] is True and "GPU 0: pid 301" in result["msg"] and host.psutil.signalled(301) == []

@@ -8,7 +8,7 @@ import os
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._matrix import render
 from ansible_collections.gpuops.fleet.plugins.modules import vllm_benchmark_report
-from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.test_matrix import LL, write_run
+from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils._matrix.test_run import LL, write_run
 from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import call_main, capture
 
 

@@ -12,7 +12,7 @@ import pytest
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch import systemd
 from ansible_collections.gpuops.fleet.plugins.modules import vllm_process
 from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import call_main, capture
-from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_systemctl import FakeSystemctl
+from ansible_collections.gpuops.fleet.tests.unit.plugins.fake_systemctl import FakeSystemctl
 
 psutil = pytest.importorskip("psutil")
 

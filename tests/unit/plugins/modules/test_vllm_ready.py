@@ -13,8 +13,8 @@ import pytest
 
 from ansible_collections.gpuops.fleet.plugins.modules import vllm_ready
 from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import call_main, capture
-from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_systemctl import FakeSystemctl
-from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.loopback_http import LoopbackServer
+from ansible_collections.gpuops.fleet.tests.unit.plugins.fake_systemctl import FakeSystemctl
+from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import LoopbackServer
 
 psutil = pytest.importorskip("psutil")
 

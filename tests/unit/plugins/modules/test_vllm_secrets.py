@@ -16,7 +16,7 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._server import check as _server_check
 from ansible_collections.gpuops.fleet.plugins.modules import vllm_process, vllm_ready, vllm_server_check
-from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.loopback_http import LoopbackServer
+from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import LoopbackServer
 
 TOKEN = "hf_secret123"
 KEY = "sk-secret456"

@@ -1,7 +1,7 @@
 # Copyright (c) 2026, gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The process table read straight from /proc (ScannedTable, gpu_reclaim's) gives the rows psutil's process_iter
-gives, on real processes of this host."""
+"""The process table (_host/process_table): the PIDs never to signal, on a fake process table; and the table read
+straight from /proc (ScannedTable, gpu_reclaim's) gives the rows psutil's process_iter gives, on real processes of this host."""
 
 from __future__ import annotations
 
@@ -10,13 +10,15 @@ import shutil
 import signal
 import subprocess
 import time
+import types
 
 import psutil
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.process_table import ProcessTable, ScannedTable
+from ansible_collections.gpuops.fleet.plugins.module_utils._host import process_table as _process_table
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.process_table import ProcessTable, protected_pids, ScannedTable
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.procfs import readable as proc_readable
-from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_psutil import FakePsutil, Row
+from ansible_collections.gpuops.fleet.tests.unit.plugins.fake_psutil import FakeClock, FakePsutil, host_rows, ME, Row
 
 pytestmark = pytest.mark.skipif(not proc_readable(psutil), reason="needs Linux /proc")
 
@@ -72,3 +74,17 @@ def test_a_row_read_later_is_the_scans_row_and_none_once_gone(procs):
     procs[0].kill()
     procs[0].wait()
     assert table.read(procs[0].pid) is None
+
+
+@pytest.fixture
+def this_pid(monkeypatch):
+    """protected_pids() asks os.getpid(); in the fake table this module is ME."""
+    monkeypatch.setattr(_process_table, "os", types.SimpleNamespace(getpid=lambda: ME))
+
+
+def fake():
+    return FakePsutil(host_rows(), FakeClock())
+
+
+def test_protected_pids_are_0_1_this_module_and_its_ancestors(this_pid):  # pylint: disable=redefined-outer-name,unused-argument
+    assert protected_pids(fake()) == {0, 1, 50, 51, ME}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.answers import drain, in_flight, listed_models
-from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.loopback_http import LoopbackServer
+from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import LoopbackServer
 
 
 @pytest.mark.parametrize("body, expected", [

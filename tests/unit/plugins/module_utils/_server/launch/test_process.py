@@ -15,8 +15,8 @@ import pytest
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch import process
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import LaunchSpec, ServerError, Target
-from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_systemctl import FakeModule
-from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.loopback_http import LoopbackServer
+from ansible_collections.gpuops.fleet.tests.unit.plugins.fake_systemctl import FakeModule
+from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import LoopbackServer
 
 psutil = pytest.importorskip("psutil")
 

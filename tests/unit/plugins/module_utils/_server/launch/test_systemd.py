@@ -17,8 +17,8 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._server import record
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch import systemd
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import LaunchSpec, ServerError, Target
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.takeover import stop_takeover
-from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_systemctl import FakeModule, FakeSystemctl
-from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.loopback_http import LoopbackServer
+from ansible_collections.gpuops.fleet.tests.unit.plugins.fake_systemctl import FakeModule, FakeSystemctl
+from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import LoopbackServer
 
 psutil = pytest.importorskip("psutil")
 

@@ -1,0 +1,17 @@
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The benchmark matrix's files (_matrix/render): the results CSV."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from ansible_collections.gpuops.fleet.plugins.module_utils._matrix import render
+
+
+def test_results_csv_quotes_what_needs_it():
+    text = render.results_csv([{"host": "h1", "config": "a,b", "status": "failed", "error": 'say "no"\nnow', "env": {"K": "v"}}])
+    row = next(csv.DictReader(io.StringIO(text)))
+    assert row["config"] == "a,b" and row["error"] == 'say "no" now' and json.loads(row["env"]) == {"K": "v"}
