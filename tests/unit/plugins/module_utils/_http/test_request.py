@@ -9,13 +9,8 @@ import threading
 
 import pytest
 
-<<<<<<<< HEAD:tests/unit/plugins/module_utils/_http/test_request.py
 from ansible_collections.gpuops.fleet.plugins.module_utils._http.request import http_get, http_post_json
 from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import LoopbackServer
-========
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import http_get, listed_models, metric_sum
-from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import LoopbackServer
->>>>>>>> i24-tests:tests/unit/plugins/module_utils/_server/test_http_get.py
 
 
 def _serve(answer):
