@@ -107,24 +107,37 @@ options:
   status:
     description:
       - With O(state=locked), once the lock is held, also read what runs now under it, as M(gpuops.fleet.vllm_process) with
-        O(gpuops.fleet.vllm_process#module:state=status) does, and return it as RV(status). The lock and the reading that
-        needs it are one task (one module start-up on the host instead of two).
+        O(gpuops.fleet.vllm_process#module:state=status) does (the same options, in every launch mode), and return it as
+        RV(status). The lock and the reading that needs it are one task (one module start-up on the host instead of two).
+      - When the reading fails (an unreadable record, a listener that may not be taken over, ...), the lock just taken is
+        released again and the task fails.
     type: dict
     suboptions:
+      mode:
+        description: The launch mode, as M(gpuops.fleet.vllm_process)'s O(gpuops.fleet.vllm_process#module:mode).
+        type: str
+        choices: [auto, process, systemd]
+        default: process
+      unit:
+        description: The server's systemd unit (required in the systemd mode).
+        type: str
       state_file:
-        description: The server's record.
+        description: The server's record (the unit's configuration record in the systemd mode).
         type: path
         required: true
       config_hash:
         description: The configuration hash to compare with the recorded one.
         type: str
       health_url:
-        description: The server's C(/health), asked when the recorded server runs.
+        description: The server's C(/health), as M(gpuops.fleet.vllm_process)'s O(gpuops.fleet.vllm_process#module:health_url).
         type: str
       listener:
         description:
           - Also read the process that listens on the server's port, as M(gpuops.fleet.vllm_listener) does, and return it as
-            C(status.listener) (the lock, the reading and this one in one module start-up).
+            C(status.listener), and as C(status.takeover) when it is not the managed server (the lock, the reading and this one
+            in one module start-up).
+          - 'When that process may not be taken over, the task fails with C(vllm_server: nothing was stopped:) and the refusal
+            (the lock is released).'
         type: dict
         suboptions:
           port:
@@ -137,7 +150,7 @@ options:
             elements: str
             default: ['^VLLM::', 'vllm\.entrypoints\.', '(^|/)vllm\s+serve(\s|$)']
           unit:
-            description: This collection's own systemd unit of the server.
+            description: This collection's own systemd unit of the server (default O(status.unit) in the systemd mode).
             type: str
           stop_units:
             description: Another tool's unit is no reason to refuse the listener (see M(gpuops.fleet.vllm_listener)).
@@ -145,7 +158,7 @@ options:
             default: false
       generate:
         description:
-          - The generation check asked for when the recorded server runs with O(status.config_hash) and answers
+          - The generation check asked for when the server runs with O(status.config_hash) and answers
             O(status.health_url), as with M(gpuops.fleet.vllm_process)'s O(gpuops.fleet.vllm_process#module:generate).
         type: dict
         suboptions:
@@ -163,8 +176,24 @@ options:
             description: Seconds the completion may take; V(0) skips the check.
             type: float
             default: 60
+      decide:
+        description:
+          - Also decide whether the server must change, and return C(status.reason), as M(gpuops.fleet.vllm_process)'s
+            O(gpuops.fleet.vllm_process#module:decide).
+        type: dict
+        suboptions:
+          state:
+            description: The state the caller wants the server in.
+            type: str
+            choices: [started, restarted, stopped]
+            default: started
+          force:
+            description: A restart is forced.
+            type: bool
+            default: false
 requirements:
   - psutil on the managed host, with O(status).
+  - systemd (C(systemctl)), with O(status.mode=systemd).
 """
 
 EXAMPLES = r"""
@@ -202,8 +231,9 @@ took_over:
 status:
   description:
     - With O(status), what runs now, read under the lock, with the keys of M(gpuops.fleet.vllm_process)'s status
-      (C(running), C(pid), C(create_time), C(config_hash), C(config_matches), C(healthy), C(health), C(generates),
-      C(generation), C(record)), and with O(status.listener), C(listener) as M(gpuops.fleet.vllm_listener) returns it.
+      (C(mode), C(running), C(pid), C(create_time), C(config_hash), C(config_matches), C(healthy), C(health), C(crash_loop),
+      C(generates), C(generation), C(record)); with O(status.listener), C(listener) as M(gpuops.fleet.vllm_listener)
+      returns it and C(takeover); with O(status.decide), C(reason).
   returned: when O(status) is given and the lock was taken
   type: dict
 """
@@ -212,14 +242,14 @@ import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, http_url
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, finish
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import ListenerError
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import DEFAULT_MATCH, read_listener
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import GENERATE_OPTIONS, GENERATE_TIMEOUT_MAX_S
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import ServerError
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import LockHeld, acquire, release, who
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.process import read_status
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.status import check_options, read_server, status_options
 
 
 ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
@@ -240,18 +270,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     }},
     "takeover": {"type": "str", "no_log": False},
     "stale_after": {"type": "float", "default": 7200},
-    "status": {"type": "dict", "options": {
-        "state_file": {"type": "path", "required": True},
-        "config_hash": {"type": "str"},
-        "health_url": {"type": "str"},
-        "listener": {"type": "dict", "options": {
-            "port": {"type": "int", "required": True},
-            "match": {"type": "list", "elements": "str", "default": DEFAULT_MATCH},
-            "unit": {"type": "str"},
-            "stop_units": {"type": "bool", "default": False},
-        }},
-        "generate": {"type": "dict", "options": GENERATE_OPTIONS},
-    }},
+    "status": {"type": "dict", "options": status_options(DEFAULT_MATCH)},
 }
 
 
@@ -261,14 +280,18 @@ def check_params(params: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
         raise SpecError("token: must not be empty")
     if params["stale_after"] <= 0:
         raise SpecError("stale_after: expected a positive number of seconds, got %r" % params["stale_after"])
-    generate = (params["status"] or {}).get("generate")
-    if generate:
-        http_url("status.generate.url", generate["url"])
-        between("status.generate.timeout", generate["timeout"], 0, GENERATE_TIMEOUT_MAX_S, "seconds")
+    if params["status"]:
+        check_options(params["status"], "status.")
     controller = {key: value for key, value in (params["controller"] or {}).items() if value is not None}
     if controller.get("pid") is not None and controller["pid"] <= 0:
         raise SpecError("controller.pid: expected a positive PID, got %r" % controller["pid"])
     return controller
+
+
+def _read(module: AnsibleModule, options: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+    """What runs now, read under the lock (vllm_process's state=status reading)."""
+    _deps.require(module, _deps.PSUTIL)
+    return read_server(module, _deps.PSUTIL.module, options, read_listener)
 
 
 def main() -> None:
@@ -280,7 +303,7 @@ def main() -> None:
     try:
         controller = check_params(params)
     except SpecError as exc:
-        module.fail_json(msg=str(exc))
+        finish(module, {"msg": str(exc)}, [], True)
     details = {"controller": controller or None, "play": params["play"]}
     owner = params["owner"] or who(details, with_run=False)
     try:
@@ -290,27 +313,24 @@ def main() -> None:
         else:
             outcome = release(params["path"], params["token"])
     except LockHeld as exc:
-        module.fail_json(msg=str(exc), changed=False, acquired=False, released=False, holder=exc.holder)
+        finish(module, {"msg": str(exc), "changed": False, "acquired": False, "released": False, "holder": exc.holder}, [], True)
     except OSError as exc:
-        module.fail_json(msg="path: cannot use the lock file %s: %s" % (params["path"], exc), changed=False)
-    if outcome.warning:
-        module.warn(outcome.warning)
-    extra = {"took_over": outcome.took_over} if params["state"] == "locked" else {}
+        finish(module, {"msg": "path: cannot use the lock file %s: %s" % (params["path"], exc), "changed": False}, [], True)
+    result: t.Dict[str, t.Any] = {"changed": False, "acquired": outcome.acquired, "released": outcome.released, "holder": outcome.holder}
+    if params["state"] == "locked":
+        result["took_over"] = outcome.took_over
+    failed = False
     if params["state"] == "locked" and params["status"]:
-        _deps.require(module, _deps.PSUTIL)
-        wanted = params["status"]
         try:
-            extra["status"] = read_status(_deps.PSUTIL.module, wanted["state_file"], wanted["config_hash"], wanted["health_url"],
-                                          wanted["generate"])
-            listens = wanted["listener"]
-            if listens:
-                extra["status"]["listener"] = read_listener(_deps.PSUTIL.module, listens["port"], listens["match"], listens["unit"],
-                                                            listens["stop_units"])
-        except (RecordError, ListenerError, SpecError) as exc:
+            result["status"] = _read(module, params["status"])
+        except (RecordError, ListenerError, SpecError, ServerError) as exc:
             # a failed task takes no lock: the one just taken is released again before failing
-            released = release(params["path"], params["token"]).released if outcome.acquired else False
-            module.fail_json(msg=str(exc), changed=False, acquired=False, released=released, holder=outcome.holder, **extra)
-    module.exit_json(changed=False, acquired=outcome.acquired, released=outcome.released, holder=outcome.holder, **extra)
+            if isinstance(exc, ServerError) and exc.result:
+                result["status"] = exc.result
+            result.update(msg=str(exc), acquired=False,
+                          released=release(params["path"], params["token"]).released if outcome.acquired else False)
+            failed = True
+    finish(module, result, [outcome.warning] if outcome.warning else [], failed)
 
 
 if __name__ == "__main__":

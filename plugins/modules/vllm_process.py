@@ -7,17 +7,20 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: vllm_process
-short_description: Run an inference server as a detached process, with a record that makes later stops exact
+short_description: Read, stop and launch an inference server in its launch mode (a detached process or a systemd unit)
 version_added: 0.2.0
 description:
-  - Starts a server (for example C(vllm serve MODEL ...)) as a detached process in a session and process group of its own,
-    its environment as given, its output appended to a log file, and writes a record (a JSON state file) holding its PID,
-    its start time and a hash of its configuration.
-  - Later runs trust the record only when the PID still names the process started at the recorded time, so a reused PID is
-    never taken for the server, and never signalled.
-  - This is the C(process) launch mode of the role C(gpuops.fleet.vllm_server) for hosts without systemd (containers, test
-    hosts); the role's C(systemd) mode uses a unit instead.
-  - No shell is involved; O(argv) is executed as given, so no value can be turned into shell code.
+  - One module for every launch mode of the role C(gpuops.fleet.vllm_server) (O(mode)); what differs by mode is done by
+    the mode's backend, and each state returns the same keys in every mode.
+  - In the V(process) mode, starts a server (for example C(vllm serve MODEL ...)) as a detached process in a session and
+    process group of its own, its environment as given, its output appended to a log file, and writes a record (a JSON
+    state file) holding its PID, its start time and a hash of its configuration. Later runs trust the record only when
+    the PID still names the process started at the recorded time, so a reused PID is never taken for the server, and
+    never signalled. No shell is involved; O(argv) is executed as given, so no value can be turned into shell code.
+  - In the V(systemd) mode, runs the server as the unit O(unit) (C(Restart=on-failure)), whose text the caller renders
+    (O(systemd.content)); its environment, secrets included, is in the environment file O(systemd.env_file) (mode
+    C(0600)), and a configuration record at O(state_file) holds the unit, the configuration hash, the masked argv and the
+    environment's names. A unit that crash-loops is reported as such (RV(crash_loop)).
   - Secrets are never written out or returned. The value of an environment variable whose name has a word KEY, APIKEY,
     TOKEN, SECRET(S), PASSWORD, PASSWD or CREDENTIAL(S) (any case, such as C(HF_TOKEN) or C(VLLM_API_KEY)) or is listed
     in O(secret_env), and the value of an argument such as C(--api-key K), C(--api-key=K) or C(--hf-token K), are shown as
@@ -28,33 +31,50 @@ author:
 attributes:
   check_mode:
     support: full
-    description: Starts and stops nothing; the task reports the change a real run would make.
+    description: Writes, starts and stops nothing; the task reports the change a real run would make.
   diff_mode:
     support: none
     description: Nothing to show as a diff.
 options:
   state:
     description:
-      - V(running) starts the server unless the recorded one runs with the same O(config_hash) (then nothing changes). A recorded
-        server that runs with another configuration makes the task fail (stop it first).
-      - V(stopped) ends the recorded server (SIGTERM, then SIGKILL for its whole tree after O(stop_timeout)) and removes the record.
-      - V(status) only reads the record and checks the process.
+      - V(running) starts the server unless the recorded one (the unit, in the systemd mode) runs with the same
+        O(config_hash) (then nothing changes). A server that runs with another configuration makes the task fail (stop it
+        first).
+      - V(stopped) ends the server (process mode, the recorded one, with SIGTERM, then SIGKILL for its whole tree after
+        O(stop_timeout), and removes the record; systemd mode, C(systemctl stop) of the unit, and C(systemctl disable)
+        with O(systemd.disable)). With O(takeover), the server taken over is stopped first.
+      - V(status) only reads what runs (see O(listener) and O(decide)).
     type: str
     choices: [running, stopped, status]
     default: status
+  mode:
+    description:
+      - The launch mode. V(auto) is V(systemd) when systemd runs the host (C(/run/systemd/system) is a directory), else
+        V(process); RV(mode) returns the mode used.
+    type: str
+    choices: [auto, process, systemd]
+    default: process
+  unit:
+    description:
+      - The server's systemd unit (for example V(gpuops-vllm-8000.service)). Required in the systemd mode.
+    type: str
   state_file:
-    description: Path of the record. Each server needs its own.
+    description:
+      - Path of the record (process mode) or of the unit's configuration record (systemd mode). Each server needs its own.
     type: path
     required: true
   argv:
     description:
       - The command, one word per element. Required with O(state=running).
       - Secret arguments (see the description) are masked wherever the command is shown or recorded; the other words are shown.
+      - In the systemd mode the unit's C(ExecStart=) (in O(systemd.content)) runs it; O(argv) is what the record shows.
     type: list
     elements: str
   env:
     description:
-      - Environment variables for the server, added to the environment this task runs with.
+      - Environment variables for the server, added to the environment this task runs with (process mode), or written to
+        the unit's environment file (systemd mode; each name must then be an environment variable's name).
       - The values of secret names (see the description and O(secret_env)) are never shown; the other values are.
     type: dict
     default: {}
@@ -65,10 +85,12 @@ options:
     elements: str
     default: []
   log_file:
-    description: File that receives the server's stdout and stderr (appended). Required with O(state=running).
+    description:
+      - File that receives the server's stdout and stderr (appended). Required with O(state=running) in the process mode;
+        a unit logs to the journal.
     type: path
   chdir:
-    description: Working directory of the server.
+    description: Working directory of the server (process mode; a unit's is in its text).
     type: path
   config_hash:
     description:
@@ -76,21 +98,26 @@ options:
         and environment). Stored in the record; with O(state=running) or O(state=status), compared with the recorded one.
     type: str
   metadata:
-    description: Extra facts to keep in the record (for example the port and GPUs), returned by later runs.
+    description:
+      - Extra facts to keep in the record (for example the port and GPUs), returned by later runs (process mode). Its
+        C(name) names the server in the unit's environment file (systemd mode).
     type: dict
     default: {}
   stop_timeout:
-    description: Seconds to wait after SIGTERM before the server's remaining tree gets SIGKILL.
+    description:
+      - Seconds to wait after SIGTERM before the server's remaining tree gets SIGKILL (process mode, and a server taken
+        over); a unit's own C(TimeoutStopSec=) bounds its stop.
     type: float
     default: 30
   health_url:
     description:
-      - With O(state=status), also ask this URL (the server's C(/health)) when the recorded server runs, and return RV(healthy),
-        so one task tells whether the server runs, with which configuration, and whether it answers.
+      - With O(state=status), also ask this URL (the server's C(/health)) and return RV(healthy), so one task tells whether
+        the server runs, with which configuration, and whether it answers. Process mode, when the recorded server runs;
+        systemd mode, always (a unit between two restarts answers nothing).
     type: str
   generate:
     description:
-      - With O(state=status), when the recorded server runs, has O(config_hash) and answers O(health_url) (when given) with
+      - With O(state=status), when the server runs, has O(config_hash) and answers O(health_url) (when given) with
         HTTP 200, also send it the generation check of M(gpuops.fleet.vllm_ready) (one short completion, C(POST /v1/completions))
         and return RV(generates) and RV(generation). vLLM's API server answers C(/health) while its engine core is dead, so a
         reading that decides whether a running server is left alone needs a completion too.
@@ -111,11 +138,51 @@ options:
         description: Seconds the completion may take; V(0) skips the check.
         type: float
         default: 60
+  listener:
+    description:
+      - With O(state=status), also read the process that listens on the server's port, as M(gpuops.fleet.vllm_listener)
+        does, and return it as RV(listener), and as RV(takeover) when it is not the managed server (not the role's own
+        unit, not the PID of the server that runs).
+      - 'When that process may not be taken over (its C(refusal)), the task fails with
+        C(vllm_server: nothing was stopped:) and the refusal.'
+    type: dict
+    suboptions:
+      port:
+        description: The server's port.
+        type: int
+        required: true
+      match:
+        description: What a vLLM server looks like, as M(gpuops.fleet.vllm_listener)'s O(gpuops.fleet.vllm_listener#module:match).
+        type: list
+        elements: str
+        default: ['^VLLM::', 'vllm\.entrypoints\.', '(^|/)vllm\s+serve(\s|$)']
+      unit:
+        description: The collection's own unit of the server (default O(unit) in the systemd mode, none in the process mode).
+        type: str
+      stop_units:
+        description: Another tool's unit is no reason to refuse the listener (see M(gpuops.fleet.vllm_listener)).
+        type: bool
+        default: false
+  decide:
+    description:
+      - With O(state=status), also decide from the reading whether the server must change, and return RV(reason).
+    type: dict
+    suboptions:
+      state:
+        description: The state the caller wants the server in (the role's C(vllm_server_state)).
+        type: str
+        choices: [started, restarted, stopped]
+        default: started
+      force:
+        description: A restart is forced (the role's C(vllm_server_force_restart)).
+        type: bool
+        default: false
   drain_url:
     description:
       - With O(state=stopped), the server's base URL (for example V(http://127.0.0.1:8000)); before the stop, wait up to
         O(drain_timeout) seconds until its C(/metrics) shows no request running or waiting, as M(gpuops.fleet.vllm_drain) does,
-        and return RV(drained). Only when the recorded server runs; in check mode the metrics are read once.
+        and return RV(drained). Only when the server runs; in check mode the metrics are read once.
+      - The same for the server taken over (O(takeover)), returned in RV(takeover_stopped).
       - The drain and the stop in one task save the host a module start-up in a restart.
     type: str
   drain_timeout:
@@ -124,11 +191,12 @@ options:
     default: 60
   takeover:
     description:
-      - With O(state=stopped), stop this process instead of the recorded server - a server taken over, found listening on
-        the server's port (M(gpuops.fleet.vllm_listener)) but never launched by this module. It is drained first with
-        O(drain_url), then its whole tree is stopped as the recorded server's is (SIGTERM, then SIGKILL after
-        O(stop_timeout)); its parent (a shell, tmux, screen) is not signalled. The record, if any, is left as it is.
-      - A process that no longer runs with this start time is not stopped (RV(stopped) is empty).
+      - With O(state=stopped), first stop this server - one taken over, found listening on the server's port
+        (M(gpuops.fleet.vllm_listener), RV(takeover)) but never launched by this module - then the managed server as
+        O(state=stopped) does. Another tool's unit that runs it (O(takeover.how=systemd)) is stopped and disabled first;
+        then it is drained with O(drain_url) and its whole tree is stopped (SIGTERM, then SIGKILL after O(stop_timeout));
+        its parent (a shell, tmux, screen) is not signalled.
+      - A process that no longer runs with this start time is not stopped.
     type: dict
     suboptions:
       pid:
@@ -139,10 +207,46 @@ options:
         description: Its start time (seconds since the epoch, as psutil reads it); another process with the PID is never signalled.
         type: float
         required: true
+      how:
+        description: How it was started, as M(gpuops.fleet.vllm_listener) says (RV(gpuops.fleet.vllm_listener#module:listener.how)).
+        type: str
+      unit:
+        description: The other tool's unit that runs it, stopped and disabled when O(takeover.how=systemd).
+        type: str
+  systemd:
+    description:
+      - The systemd mode's launch (O(state=running)) and stop (O(state=stopped)).
+    type: dict
+    suboptions:
+      content:
+        description:
+          - The unit's text, rendered (it holds no secret; a secret argument is a C(${VAR}) reference set by the environment
+            file). Written to C(/etc/systemd/system/UNIT), mode C(0644), only when it differs, with C(systemctl daemon-reload)
+            then. Required to launch.
+        type: str
+      env_file:
+        description:
+          - The unit's C(EnvironmentFile=), created mode C(0600) before anything is written to it, then written with
+            O(env) and O(systemd.exec_env) as C(KEY="value") lines (C(\), C("), C($) and C(`) escaped). Required to launch.
+        type: path
+      exec_env:
+        description: The variables the unit's C(${VAR}) references name (the secret arguments), written after O(env).
+        type: dict
+        default: {}
+      enabled:
+        description: Launch the unit enabled (it starts at boot) or disabled.
+        type: bool
+        default: true
+      disable:
+        description: With O(state=stopped), also disable the unit (a stop meant to last).
+        type: bool
+        default: false
 requirements:
   - psutil on the managed host.
+  - systemd (C(systemctl)) in the systemd mode.
 seealso:
   - module: gpuops.fleet.vllm_ready
+  - module: gpuops.fleet.vllm_listener
   - module: gpuops.fleet.gpu_reclaim
 """
 
@@ -158,24 +262,45 @@ EXAMPLES = r"""
       NCCL_PROTO: LL
   register: launched
 
-- name: Stop it (by recorded PID and start time)
+- name: Read what runs, what listens on the port, and whether it must change
+  gpuops.fleet.vllm_process:
+    state: status
+    mode: auto
+    unit: gpuops-vllm-8000.service
+    state_file: /var/lib/gpuops-fleet/vllm/vllm-8000.json
+    config_hash: "{{ config_hash }}"
+    health_url: http://127.0.0.1:8000/health
+    listener:
+      port: 8000
+    decide:
+      state: started
+  register: reading
+
+- name: Stop it (by recorded PID and start time), and first the server taken over, if any
   gpuops.fleet.vllm_process:
     state: stopped
     state_file: /var/lib/gpuops-fleet/vllm/vllm-8000.json
+    drain_url: http://127.0.0.1:8000
+    takeover: "{{ reading.takeover if reading.takeover else omit }}"
 """
 
 RETURN = r"""
+mode:
+  description: The launch mode used (O(mode), with V(auto) resolved).
+  returned: always
+  type: str
+  sample: process
 running:
-  description: Whether the recorded server runs at the end of the task (in check mode, whether it would).
+  description: Whether the server runs at the end of the task (in check mode, whether it would).
   returned: always
   type: bool
 pid:
-  description: PID of the server (null when none runs).
+  description: PID of the server (the unit's main PID in the systemd mode; null when none runs).
   returned: always
   type: int
   sample: 41234
 create_time:
-  description: Start time of the server process (seconds since the epoch, as psutil reads it).
+  description: Start time of the server process (seconds since the epoch, as psutil reads it); null when none runs.
   returned: always
   type: float
 config_hash:
@@ -191,15 +316,22 @@ launched:
   returned: always
   type: bool
 log_file:
-  description: The server's log file (from the record when there is one).
+  description: The server's log file (from the record when there is one; null in the systemd mode, whose log is the journal).
   returned: always
   type: str
 healthy:
-  description: With O(health_url), whether the running server answered it with HTTP 200 (null when not asked or not running).
+  description: With O(health_url), whether the server answered it with HTTP 200 (null when not asked, or not running in the process mode).
   returned: always
   type: bool
 health:
   description: With O(health_url), its answer, such as V(HTTP 200), V(HTTP 503) or V(connection refused) (null when not asked).
+  returned: always
+  type: str
+crash_loop:
+  description:
+    - 'In the systemd mode, when the unit does not answer O(health_url) and systemd restarted it after its server failed (or
+      is about to), the crash loop in words (V(crash loop: 3 restarts, last exit status 1 (Result=exit-code\); systemd gave
+      up)); else the empty string.'
   returned: always
   type: str
 generates:
@@ -217,8 +349,8 @@ generation:
   type: dict
 record:
   description:
-    - The record as found at the start of the task (null when there was none). Its C(argv) has secret arguments masked and
-      its C(env_keys) lists the names of the environment, never a value.
+    - The record as found at the start of the task (the unit's configuration record in the systemd mode; null when there was
+      none). Its C(argv) has secret arguments masked and its C(env_keys) lists the names of the environment, never a value.
   returned: always
   type: dict
 env_keys:
@@ -233,8 +365,27 @@ secret_env_keys:
   type: list
   elements: str
   sample: [HF_TOKEN]
+listener:
+  description: With O(listener), the process that listens on the port as M(gpuops.fleet.vllm_listener) returns it (null when none).
+  returned: when O(listener) is given and O(state=status)
+  type: dict
+takeover:
+  description:
+    - With O(listener), that process when it is not the managed server (its C(how) is not C(own_unit) and its PID is not the
+      running server's), the server to take over, to pass to O(takeover) of the stop. Null otherwise.
+  returned: when O(listener) is given and O(state=status)
+  type: dict
+reason:
+  description:
+    - With O(decide), why the server must change, the empty string when it is left alone. In this order V(a stop was asked
+      for), V(no managed server ran) (with the crash loop in brackets), V(a restart was forced), V(its configuration changed),
+      V(it does not answer /health (...)), V(the running server does not generate) and the failure.
+  returned: when O(decide) is given and O(state=status)
+  type: str
 stopped:
-  description: With O(state=stopped), each process of the server's tree that ended.
+  description:
+    - With O(state=stopped), each process that ended, the server taken over's first (see RV(takeover_stopped)), then the
+      managed server's tree (in the systemd mode, the unit's main process and its descendants that ended with the unit).
   returned: always
   type: list
   elements: dict
@@ -248,7 +399,9 @@ stopped:
       type: str
       returned: always
     signal:
-      description: The signal this task sent it before it exited, or V(null) when it exited after its server was signalled.
+      description:
+        - The signal this task sent it before it exited, or V(null) when it exited after its server was signalled (and in
+          the systemd mode, where systemd signals the unit's processes).
       type: str
       returned: always
     seconds:
@@ -257,33 +410,56 @@ stopped:
       returned: always
 drained:
   description:
-    - With O(state=stopped) and O(drain_url), when the recorded server ran, the drain before the stop, with the keys that
+    - With O(state=stopped) and O(drain_url), when the managed server ran, the drain before the stop, with the keys that
       M(gpuops.fleet.vllm_drain) returns (C(answered), C(running_at_start), C(cut), C(drained), C(waited_s), C(msg)).
   returned: when drained
   type: dict
+takeover_stopped:
+  description: With O(state=stopped) and O(takeover), the stop of the server taken over.
+  returned: when O(takeover) is given and O(state=stopped)
+  type: dict
+  contains:
+    stopped:
+      description: Each process of its tree that ended, as in RV(stopped).
+      type: list
+      elements: dict
+    drained:
+      description: Its drain (as RV(drained)), when it ran and O(drain_url) was given, else an empty dict.
+      type: dict
+    unit_disabled:
+      description: Whether the other tool's unit that ran it was stopped or disabled (O(takeover.how=systemd)).
+      type: bool
+unit_changed:
+  description: In the systemd mode with O(state=running), whether the unit file was written (and systemd reloaded).
+  returned: when O(mode) is systemd and O(state=running)
+  type: bool
 """
 
-import os
-import time
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
-from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, http_url
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import GENERATE_OPTIONS, GENERATE_TIMEOUT_MAX_S
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import drain
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.process import LaunchError, launch_detached, read_status, stop_tree
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, finish, http_url
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import ListenerError
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import DEFAULT_MATCH, read_listener
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import (
     hide_only_secrets, masked_argv, secret_argv_values, secret_env_names,
 )
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import (
-    RecordError, carry_last_good, recorded_process, remove_record, same_process, string_env, write_record,
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import GENERATE_OPTIONS
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.mode import MODES, backend, resolve_mode
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import LaunchSpec, ServerError, Target
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.takeover import stop_takeover
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.status import (
+    DECIDE_OPTIONS, check_options, listener_options, read_server,
 )
 
 
 ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "state": {"type": "str", "choices": ["running", "stopped", "status"], "default": "status"},
+    "mode": {"type": "str", "choices": list(MODES), "default": "process"},
+    "unit": {"type": "str"},
     "state_file": {"type": "path", "required": True},
     "argv": {"type": "list", "elements": "str", "no_log": True},
     "env": {"type": "dict", "default": {}, "no_log": True},
@@ -294,131 +470,129 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "metadata": {"type": "dict", "default": {}},
     "stop_timeout": {"type": "float", "default": 30},
     "health_url": {"type": "str"},
+    "generate": {"type": "dict", "options": GENERATE_OPTIONS},
+    "listener": {"type": "dict", "options": listener_options(DEFAULT_MATCH)},
+    "decide": {"type": "dict", "options": DECIDE_OPTIONS},
     "drain_url": {"type": "str"},
     "drain_timeout": {"type": "float", "default": 60},
-    "takeover": {"type": "dict", "options": {"pid": {"type": "int", "required": True}, "create_time": {"type": "float", "required": True}}},
-    "generate": {"type": "dict", "options": GENERATE_OPTIONS},
+    "takeover": {"type": "dict", "options": {
+        "pid": {"type": "int", "required": True},
+        "create_time": {"type": "float", "required": True},
+        "how": {"type": "str"},
+        "unit": {"type": "str"},
+    }},
+    "systemd": {"type": "dict", "options": {
+        "content": {"type": "str"},
+        "env_file": {"type": "path"},
+        "exec_env": {"type": "dict", "default": {}, "no_log": True},
+        "enabled": {"type": "bool", "default": True},
+        "disable": {"type": "bool", "default": False},
+    }},
 }
 
 
-def check_params(params: t.Mapping[str, t.Any], argv: t.Sequence[str]) -> None:
+def check_params(params: t.Mapping[str, t.Any], mode: str) -> None:
     """Raises SpecError naming the option and the value when one cannot be used."""
+    argv = params["argv"] or []
     if params["state"] == "running" and not argv:
         raise SpecError("argv: the command must have at least one word, got %r" % (list(argv),))
+    if params["state"] == "running" and mode == "process" and not params["log_file"]:
+        raise SpecError("log_file: the process mode needs a log file to launch, got none")
+    if params["state"] == "running" and mode == "systemd":
+        for key in ("content", "env_file"):
+            if not (params["systemd"] or {}).get(key):
+                raise SpecError("systemd.%s: the systemd mode needs it to launch, got none" % key)
     between("stop_timeout", params["stop_timeout"], 0, 3600, "seconds")
     between("drain_timeout", params["drain_timeout"], 0, 86400, "seconds")
     if params["drain_url"] is not None:
         http_url("drain_url", params["drain_url"])
     if params["takeover"] is not None:
         between("takeover.pid", params["takeover"]["pid"], 2, 2 ** 22, "")
-    if params["generate"]:
-        http_url("generate.url", params["generate"]["url"])
-        between("generate.timeout", params["generate"]["timeout"], 0, GENERATE_TIMEOUT_MAX_S, "seconds")
+    check_options(dict(params, mode=mode))
 
 
-def _environment(extra):
-    env = dict(os.environ)
-    env.update(string_env(extra))
-    return env
+def _hide_only_secrets(module: AnsibleModule, params: t.Mapping[str, t.Any]) -> t.List[str]:
+    """Keep hidden only the secrets among the no_log options' values; return the secret names of ``env``."""
+    argv = params["argv"] or []
+    env = params["env"]
+    names = secret_env_names(env, params["secret_env"])
+    exec_env = (params["systemd"] or {}).get("exec_env") or {}
+    hide_only_secrets(module, list(argv) + [value for name, value in env.items() if name not in names],
+                      secret_argv_values(argv) + [env[name] for name in names] + list(exec_env.values()))
+    return names
+
+
+def _target(params: t.Mapping[str, t.Any]) -> Target:
+    return Target(params["state_file"], params["unit"], params["config_hash"])
+
+
+def _status(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+    """state=status: what runs, and with listener and decide, what listens on the port and what must change."""
+    options = {key: params[key] for key in ("state_file", "unit", "config_hash", "health_url", "generate", "listener", "decide")}
+    options["mode"] = mode
+    return dict(read_server(module, psutil, options, read_listener), changed=False)
+
+
+def _stop(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+    """state=stopped: the server taken over first (with takeover), then the managed server."""
+    taken = None
+    if params["takeover"] is not None:
+        taken = stop_takeover(module, psutil, params["takeover"], params["drain_url"], params["drain_timeout"], params["stop_timeout"])
+    try:
+        result = backend(mode).stop(module, psutil, _target(params), params["drain_url"], params["drain_timeout"],
+                                    params["stop_timeout"], bool((params["systemd"] or {}).get("disable")))
+    except ServerError as exc:
+        if taken is not None:
+            exc.result = dict(exc.result, takeover_stopped=_taken(taken))
+        raise
+    if taken is not None:
+        result["takeover_stopped"] = _taken(taken)
+        result["stopped"] = taken["stopped"] + result["stopped"]
+        result["changed"] = result["changed"] or taken["changed"]
+        result["msg"] = "taken over: %s; %s" % (taken["msg"], result.get("msg") or "the managed server did not run")
+    return result
+
+
+def _taken(taken: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+    return {"stopped": taken["stopped"], "drained": taken.get("drained") or {}, "unit_disabled": taken["unit_disabled"]}
+
+
+def _launch(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+    """state=running: launch the server unless it runs with this configuration."""
+    argv = [str(word) for word in params["argv"] or []]
+    spec = LaunchSpec(argv=argv, env=dict(params["env"]), shown_argv=masked_argv(argv), log_file=params["log_file"],
+                      chdir=params["chdir"], metadata=params["metadata"], systemd=params["systemd"])
+    return backend(mode).launch(module, psutil, _target(params), spec)
+
+
+STATES = {"status": _status, "stopped": _stop, "running": _launch}
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
-        required_if=[("state", "running", ["argv", "log_file"])],
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
-    argv = params["argv"] or []
-    secret_names = secret_env_names(params["env"], params["secret_env"])
-    hide_only_secrets(module, list(argv) + [value for name, value in params["env"].items() if name not in secret_names],
-                      secret_argv_values(argv) + [params["env"][name] for name in secret_names])
-    shown_argv = masked_argv(argv)
+    secret_names = _hide_only_secrets(module, params)
+    result: t.Dict[str, t.Any] = {"changed": False, "env_keys": sorted(params["env"]), "secret_env_keys": secret_names}
     try:
-        check_params(params, argv)
+        mode = resolve_mode(params["mode"])
+        result["mode"] = mode
+        check_params(params, mode)
     except SpecError as exc:
-        module.fail_json(msg=str(exc))
+        finish(module, dict(result, msg=str(exc)), [], True)
     _deps.require(module, _deps.PSUTIL)
-    psutil = _deps.PSUTIL.module
-    wanted = params["config_hash"]
+    failed = False
     try:
-        # /health (and a completion) only for state=status: the other states act on the record, whatever the server answers
-        reading = params["state"] == "status"
-        # a server taken over is stopped whatever the record holds (in systemd mode, the role's unit configuration record,
-        # not a process record): its record is neither read nor touched
-        taking_over = params["takeover"] is not None and params["state"] == "stopped"
-        status = read_status(psutil, None if taking_over else params["state_file"], wanted, params["health_url"] if reading else None,
-                             params["generate"] if reading else None)
-    except RecordError as exc:
-        module.fail_json(msg=str(exc))
-    record = status["record"]
-    taken = params["takeover"]
-    if taking_over:
-        # a server taken over: this process, not the record's (status read none)
-        proc = same_process(psutil, taken["pid"], taken["create_time"])
-    else:
-        proc = recorded_process(psutil, record)
-    recorded_hash = status["config_hash"]
-    result = dict(status, changed=False, launched=False, stopped=[],
-                  log_file=(record or {}).get("log_file") or params["log_file"],
-                  env_keys=sorted(params["env"]), secret_env_keys=secret_names)
-    if params["state"] == "status":
-        module.exit_json(**result)
-
-    if params["state"] == "stopped":
-        if params["drain_url"] and proc is not None:
-            # the requests in flight finish first (read once in check mode): the stop and its drain in one task
-            result["drained"] = drain(params["drain_url"].rstrip("/"), params["drain_timeout"], 0.5, wait=not module.check_mode)
-            if result["drained"]["cut"] and not module.check_mode:
-                module.warn(result["drained"]["msg"] + ": a restart now cuts them")
-        if proc is None:
-            if record is not None and not module.check_mode:
-                remove_record(params["state_file"])
-                result["msg"] = "the recorded server (PID %s) no longer runs; record removed" % record.get("pid")
-            module.exit_json(**result)
-        result["changed"] = True
-        if module.check_mode:
-            result["running"] = False
-            module.exit_json(msg="would stop PID %d" % proc.pid, **result)
-        stopped = stop_tree(psutil, proc, params["stop_timeout"])
-        result["stopped"] = [s._asdict() for s in stopped]
-        still = same_process(psutil, taken["pid"], taken["create_time"]) if taken is not None else recorded_process(psutil, record)
-        if still is not None:
-            module.fail_json(msg="PID %d survived SIGTERM and SIGKILL (state %s)" % (still.pid, still.status()), **result)
-        if taken is None:
-            remove_record(params["state_file"])
-        result.update(running=False, pid=None, create_time=None)
-        module.exit_json(msg="stopped PID %d and %d process(es) of its tree" % (proc.pid, max(0, len(stopped) - 1)), **result)
-
-    # state == running
-    if proc is not None:
-        if wanted is not None and recorded_hash != wanted:
-            module.fail_json(msg="PID %d already runs from %s with another configuration (hash %s, wanted %s): stop it first"
-                             % (proc.pid, params["state_file"], recorded_hash, wanted), **result)
-        module.exit_json(msg="PID %d already runs with this configuration" % proc.pid, **result)
-    result["changed"] = True
-    if module.check_mode:
-        result["running"] = True
-        module.exit_json(msg="would launch %s" % " ".join(shown_argv), **result)
-    try:
-        pid = launch_detached(argv, _environment(params["env"]), params["log_file"], params["chdir"], shown_argv=shown_argv)
-    except LaunchError as exc:
-        module.fail_json(msg="argv: %s" % exc, **result)
-    try:
-        create_time = psutil.Process(pid).create_time()
-    except psutil.Error:
-        module.fail_json(msg="the server (PID %d) exited at once; see %s" % (pid, params["log_file"]), **result)
-    new_record = {
-        "pid": pid, "create_time": create_time, "config_hash": wanted, "argv": shown_argv,
-        "env_keys": sorted(params["env"]), "log_file": params["log_file"], "launched_at": time.time(),
-        "metadata": params["metadata"],
-        # the last known-good configuration (beside the record) by hash and since when: no value of it
-        "last_good": carry_last_good(params["state_file"]),
-    }
-    write_record(params["state_file"], new_record)
-    result.update(running=True, pid=pid, create_time=create_time, config_hash=wanted, config_matches=True if wanted else None,
-                  launched=True, log_file=params["log_file"])
-    module.exit_json(msg="launched PID %d" % pid, **result)
+        result.update(STATES[params["state"]](module, _deps.PSUTIL.module, mode, params))
+    except ServerError as exc:
+        result.update(exc.result, msg=str(exc))
+        failed = True
+    except (RecordError, ListenerError, SpecError) as exc:
+        result["msg"] = str(exc)
+        failed = True
+    result.setdefault("launched", False)
+    result.setdefault("stopped", [])
+    result.setdefault("log_file", (result.get("record") or {}).get("log_file") or params["log_file"])
+    finish(module, result, [], failed)
 
 
 if __name__ == "__main__":

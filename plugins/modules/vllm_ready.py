@@ -94,8 +94,9 @@ options:
     default: 0.1
   check:
     description:
-      - Once the server is ready, run the launch check of M(gpuops.fleet.vllm_server_check) on O(pid) in the same process (a
-        fresh NVML session of its own, joined with the server's process tree) and return it as RV(check). The task does
+      - Once the server is ready, run the launch check of M(gpuops.fleet.vllm_server_check) on O(pid), or with O(unit) on the
+        unit's main PID read once it is ready, in the same process (a fresh NVML session of its own, joined with the
+        server's process tree) and return it as RV(check). The task does
         not fail on the check; the role's own task judges RV(check) and names what did not hold.
       - The ready step and its check in one task save the host a module start-up in a restart.
     type: dict
@@ -219,6 +220,16 @@ released:
   description: With O(release_lock), whether this task released the lock.
   returned: when ready and O(release_lock) is given
   type: bool
+pid:
+  description:
+    - The PID of the server judged ready (O(pid), or the main PID of O(unit) once ready); null when neither is given or the
+      unit has no main process.
+  returned: when ready
+  type: int
+create_time:
+  description: That process's start time (seconds since the epoch, as psutil reads it); null when unknown.
+  returned: when ready
+  type: float
 """
 
 import time
@@ -236,7 +247,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._server.check import 
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import GENERATE_TIMEOUT_MAX_S, check_generation
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import release
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError, good_config, mark_good, same_process
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.unit import parse_show, show_argv, watch_unit
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.unit import main_pid, parse_show, show_argv, start_time, watch_unit
 
 
 ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
@@ -297,7 +308,7 @@ def main() -> None:
     if module.check_mode:
         module.exit_json(changed=False, ready=False, status="not polled in check mode", elapsed_s=0.0, since=since, alive=None,
                          msg="check mode: not waiting for %s" % url)
-    watcher = _watcher(module, params)
+    watcher, created = _watcher(module, params)
     headers = {"Authorization": "Bearer %s" % params["api_key"]} if params["api_key"] else {}
 
     def log_tail():
@@ -331,7 +342,7 @@ def main() -> None:
         if ready and params["generate_timeout"] > 0:
             _generates(module, params, url, result, log_tail)
         if ready:
-            result.update(_after_ready(module, params))
+            result.update(_after_ready(module, params, created))
             module.exit_json(ready=True, alive=True if watcher else None,
                              msg="%s answered /health after %.1f s" % (url, current - since), **result)
         if watcher is not None:
@@ -389,22 +400,36 @@ def _generates(module, params, url, result, log_tail):
                          **result)
 
 
-def _launch_check(module, params):
-    """The launch check of vllm_server_check, on the watched PID, in a fresh NVML session of this process."""
+def _launch_check(module, params, pid, create_time):
+    """The launch check of vllm_server_check, on the server's PID, in a fresh NVML session of this process."""
     wanted = params["check"]
     _deps.require(module, _deps.PYNVML, _deps.PSUTIL)
-    return run_launch_check(_deps.PYNVML.module, _deps.PSUTIL.module, params["pid"], params["create_time"], wanted["gpus"],
+    return run_launch_check(_deps.PYNVML.module, _deps.PSUTIL.module, pid, create_time, wanted["gpus"],
                             wanted["tensor_parallel_size"], wanted["env"], wanted["secret_env"])
 
 
-def _after_ready(module, params):
+def _judged(module, params, created):
+    """(PID, start time) of the server judged ready: O(pid) as watched, or the unit's main PID now."""
+    if params["pid"] is not None:
+        return params["pid"], created
+    if not params["unit"]:
+        return None, None
+    systemctl = module.get_bin_path("systemctl", required=True)
+    rc, out, _err = module.run_command(show_argv(systemctl, params["unit"]))
+    pid = main_pid(parse_show(out)) if rc == 0 else None
+    psutil = _deps.PSUTIL.module
+    return pid, start_time(psutil, pid) if psutil is not None else None
+
+
+def _after_ready(module, params, created):
     """What follows a ready server in the same process: the launch check, the last known-good mark, the lock's release."""
-    extra = {}
+    pid, create_time = _judged(module, params, created)
+    extra = {"pid": pid, "create_time": create_time}
     passed = True
     if params["check"]:
-        if params["pid"] is None:
-            module.fail_json(msg="check: needs pid (the server's process), got none", ready=True)
-        extra["check"] = _launch_check(module, params)
+        if pid is None:
+            module.fail_json(msg="check: needs the server's process (pid, or a unit with a main PID), got none", ready=True, **extra)
+        extra["check"] = _launch_check(module, params, pid, create_time)
         passed = extra["check"]["ok"]
     if params["mark_good"]:
         extra["marked_good"] = False
@@ -443,7 +468,8 @@ def _port_taken(url):
 
 
 def _watcher(module, params):
-    """A function returning (alive, why_not) for the watched server, or None when nothing is watched."""
+    """(a function returning (alive, why_not) for the watched server, or None when nothing is watched; the watched PID's
+    start time, or None)."""
     if params["pid"] is not None:
         _deps.require(module, _deps.PSUTIL)
         psutil = _deps.PSUTIL.module
@@ -459,15 +485,15 @@ def _watcher(module, params):
         def by_pid():
             proc = same_process(psutil, pid, created)
             return (True, "") if proc is not None else (False, "process %d exited" % pid)
-        return by_pid
+        return by_pid, created
     if params["unit"]:
         systemctl = module.get_bin_path("systemctl", required=True)
 
         def by_unit():
             rc, out, _err = module.run_command(show_argv(systemctl, params["unit"]))
             return watch_unit(params["unit"], parse_show(out) if rc == 0 else {})
-        return by_unit
-    return None
+        return by_unit, None
+    return None, None
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 # Copyright (c) 2026, gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""A server run as a detached process: start it in its own session, stop it by record.
+"""A server run as a detached process: start it in its own session, stop its tree (launch/process.py uses both).
 
 Package rule (_server): one vLLM server's process, record, lock, HTTP answers and checks. It imports the flat files
 of module_utils, _host, _gpu and its own files: never _reclaim, _bench or _report, and never a module; nothing in
@@ -20,9 +20,6 @@ import time
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import START_TIME_TOLERANCE_S
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import reading_generates
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.http_get import http_get
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import read_record, recorded_process
 
 Clock = t.Callable[[], float]
 Sleep = t.Callable[[float], None]
@@ -141,33 +138,3 @@ def stop_tree(psutil: t.Any, proc: t.Any, stop_timeout: float, clock: Clock = ti
         while not collect() and clock() < kill_deadline:
             sleep(0.05)
     return sorted(ended.values(), key=lambda stopped: stopped.pid)
-
-
-def read_status(psutil: t.Any, state_file: t.Optional[str], config_hash: t.Optional[str] = None,
-                health_url: t.Optional[str] = None, generate: t.Optional[t.Mapping[str, t.Any]] = None) -> t.Dict[str, t.Any]:
-    """What runs now by the record at ``state_file``: the recorded process (PID and start time), its configuration
-    hash against ``config_hash``, and its ``health_url`` answer when it runs. With ``generate`` (the options of
-    generation.GENERATE_OPTIONS), a server that runs with this configuration and answers /health is also asked for a
-    short completion: ``generates`` and ``generation`` say how it went (None when not asked). Raises RecordError for
-    an unreadable record. One reading shared by vllm_process (state=status) and vllm_lock (the status read under the
-    lock). With no ``state_file``, the status of no record (nothing is read)."""
-    record = read_record(state_file) if state_file else None
-    proc = recorded_process(psutil, record)
-    recorded_hash = record.get("config_hash") if record else None
-    status = {
-        "record": record, "running": proc is not None,
-        "pid": proc.pid if proc is not None else None,
-        "create_time": record.get("create_time") if proc is not None and record else None,
-        "config_hash": recorded_hash,
-        "config_matches": None if config_hash is None or recorded_hash is None else config_hash == recorded_hash,
-        "healthy": None, "health": None, "generates": None, "generation": None,
-    }
-    if health_url and proc is not None:
-        reply = http_get(health_url, timeout=5.0)
-        status.update(healthy=reply.status == 200, health=reply.describe())
-    # only a server that would otherwise be left alone: one that is not running, differs or fails /health is replaced anyway
-    if proc is not None and status["healthy"] is not False and status["config_matches"] is not False:
-        generation = reading_generates(generate)
-        if generation is not None:
-            status.update(generates=generation.ok, generation=generation.as_result())
-    return status

@@ -55,6 +55,17 @@ def read_record(path: str) -> t.Optional[t.Dict[str, t.Any]]:
     return data
 
 
+def read_unit_record(path: str) -> t.Optional[t.Dict[str, t.Any]]:
+    """The configuration record of a server run by a systemd unit (unit, config_hash, argv, env_keys, env_file) at
+    ``path``; None when there is none."""
+    data = _read_json(path, "unit configuration record")
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise RecordError("%s is not a unit configuration record (a JSON object); move it away" % path)
+    return data
+
+
 def write_record(path: str, data: t.Mapping[str, t.Any]) -> None:
     """Write the record atomically, readable by its owner only (it may hold secrets of the server's configuration)."""
     _write_json(path, data, 0o600, ".record.")

@@ -21,10 +21,23 @@ from __future__ import annotations
 import signal
 import typing as t
 
-# what the role and vllm_ready read with `systemctl show --property=...`
-SHOW_PROPERTIES = ("ActiveState", "SubState", "LoadState", "MainPID", "NRestarts", "Result", "ExecMainCode", "ExecMainStatus")
+# what the launch backend and vllm_ready read with `systemctl show --property=...` (UnitFileState: enabled or not)
+SHOW_PROPERTIES = ("ActiveState", "SubState", "LoadState", "MainPID", "NRestarts", "Result", "ExecMainCode", "ExecMainStatus",
+                   "UnitFileState")
 # a unit in these states still runs its server, or is about to (but see crash_loop: activating may be auto-restart)
 ALIVE_STATES = ("active", "activating", "reloading")
+# a unit file in these states is started at boot; `systemctl disable` ends that
+ENABLED_STATES = ("enabled", "enabled-runtime")
+# what systemctl says of a unit it has no file for
+_UNKNOWN = ("not loaded", "could not find", "not-found", "not found", "does not exist")
+
+
+def unknown_unit(props: t.Mapping[str, str], stderr: str = "") -> bool:
+    """Whether systemd does not know the unit: LoadState=not-found, or systemctl's error says so."""
+    said = (stderr or "").lower()
+    return props.get("LoadState") == "not-found" or any(words in said for words in _UNKNOWN)
+
+
 # ExecMainCode: the si_code of the main process's end (waitid(2))
 _CLD_EXITED, _CLD_KILLED, _CLD_DUMPED = 1, 2, 3
 
@@ -32,6 +45,21 @@ _CLD_EXITED, _CLD_KILLED, _CLD_DUMPED = 1, 2, 3
 def show_argv(systemctl: str, unit: str) -> t.List[str]:
     """``systemctl show`` of every property this file reads."""
     return [systemctl, "show"] + ["--property=" + name for name in SHOW_PROPERTIES] + [unit]
+
+
+def main_pid(props: t.Mapping[str, str]) -> t.Optional[int]:
+    """The unit's main PID (MainPID=); None when it has none (0) or the value is not a number."""
+    return _int(props.get("MainPID")) or None
+
+
+def start_time(psutil: t.Any, pid: t.Optional[int]) -> t.Optional[float]:
+    """The start time of ``pid`` as psutil reads it; None without a PID or such a process."""
+    if pid is None:
+        return None
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
 
 
 def parse_show(text: str) -> t.Dict[str, str]:

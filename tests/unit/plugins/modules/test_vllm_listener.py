@@ -6,6 +6,7 @@ runs a listener named like `vllm serve` (ended by the test's Popen handle and by
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 
 from ansible_collections.gpuops.fleet.plugins.modules import vllm_listener, vllm_lock, vllm_process
 from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import call_main, capture
+from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils.fake_systemctl import FakeSystemctl
 
 psutil = pytest.importorskip("psutil")
 
@@ -79,8 +81,12 @@ def test_nothing_listens():
     assert not result.get("failed") and result["listener"] is None and "nothing listens" in result["msg"]
 
 
-def test_a_server_under_a_live_shell_is_taken_over_and_its_tree_stopped_but_not_its_shell(hand_started, tmp_path):
+def test_a_server_under_a_live_shell_is_taken_over_and_its_tree_stopped_but_not_its_shell(hand_started, tmp_path, monkeypatch):
     shell, server, port = hand_started
+    # the role's own unit, which systemd does not know (a fake systemctl): its stop finds nothing to do
+    fake = FakeSystemctl(str(tmp_path / "systemctl"), str(tmp_path / "units"))
+    monkeypatch.setenv("PATH", fake.bin + ":" + os.environ["PATH"])
+    own = {"mode": "systemd", "unit": "gpuops-vllm-%d.service" % port}
     found = call_main(vllm_listener, {"port": port})["listener"]
     assert (found["pid"], found["how"], found["by"], found["vllm"], found["takeover"]) == (server, "shell", shell.pid, True, True)
     assert "sk-unit-secret" not in json.dumps(found) and "--api-key ********" in found["command"]
@@ -99,14 +105,29 @@ def test_a_server_under_a_live_shell_is_taken_over_and_its_tree_stopped_but_not_
     # the role's record in systemd mode is its unit's configuration, no process record: a takeover neither reads nor touches it
     unit_record = json.dumps({"unit": "gpuops-vllm-%d.service" % port, "config_hash": "c0ffee", "argv": ["vllm", "serve"]})
     record.write_text(unit_record)
-    wrong = call_main(vllm_process, {"state": "stopped", "state_file": str(record),
+    wrong = call_main(vllm_process, {"state": "stopped", "state_file": str(record), **own,
                                      "takeover": {"pid": server, "create_time": found["create_time"] - 100}})
     assert not wrong["changed"] and psutil.pid_exists(server)
-    stopped = call_main(vllm_process, {"state": "stopped", "state_file": str(record), "stop_timeout": 5,
+    stopped = call_main(vllm_process, {"state": "stopped", "state_file": str(record), "stop_timeout": 5, **own,
                                        "takeover": {"pid": server, "create_time": found["create_time"]}})
     assert stopped["changed"] and sorted(s["pid"] for s in stopped["stopped"]) == sorted([server] + found["tree"])
+    assert stopped["takeover_stopped"]["stopped"] == stopped["stopped"] and stopped["takeover_stopped"]["unit_disabled"] is False
     for pid in [server] + found["tree"]:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert shell.poll() is None, "the shell that started the server was ended"
     assert call_main(vllm_listener, {"port": port})["listener"] is None
     assert record.read_text() == unit_record
+
+
+def test_the_lock_refuses_a_listener_it_may_not_take_over_and_releases_itself(hand_started, tmp_path):
+    """The lock's status reading judges the listener: one that is not vLLM fails the task naming it, nothing is stopped
+    and the lock just taken is released."""
+    _shell, server, port = hand_started
+    lock = tmp_path / "s.lock"
+    result = call_main(vllm_lock, {"path": str(lock), "token": "t1",
+                                   "status": {"state_file": str(tmp_path / "s.json"), "listener": {"port": port, "match": ["^nginx"]},
+                                              "decide": {"state": "started"}}})
+    assert result["failed"] and result["msg"].startswith("vllm_server: nothing was stopped: port %d is held by PID %d" % (port, server))
+    assert not lock.exists() and result["released"] and not result["acquired"]
+    assert result["status"]["takeover"]["pid"] == server and result["status"]["reason"] == "no managed server ran"
+    assert psutil.pid_exists(server) and psutil.Process(server).status() != psutil.STATUS_ZOMBIE

@@ -1,0 +1,40 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The launch mode of a server and the backend that runs it: ``process`` (a detached process with a record) or
+``systemd`` (a unit). ``auto`` is systemd where systemd runs the host (/run/systemd/system is a directory), else
+process.
+
+Package rule (_server): one vLLM server's process, record, lock, HTTP answers and checks. It imports the flat files
+of module_utils, _host, _gpu and its own files: never _reclaim, _bench or _report, and never a module; nothing in
+_gpu or _host imports it.
+
+Private to this collection: the API may change without notice.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+import typing as t
+
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch import process, systemd
+
+MODES = ("auto", "process", "systemd")
+SYSTEMD_RUNS = "/run/systemd/system"
+_BACKENDS = {process.MODE: process, systemd.MODE: systemd}
+
+
+def resolve_mode(mode: t.Optional[str], systemd_dir: str = SYSTEMD_RUNS) -> str:
+    """``mode`` itself, or for ``auto`` (and None): systemd when ``systemd_dir`` is a directory, else process."""
+    if mode in (None, "auto"):
+        return systemd.MODE if os.path.isdir(systemd_dir) else process.MODE
+    if mode not in _BACKENDS:
+        raise ValueError("mode: expected one of %s, got %r" % (", ".join(MODES), mode))
+    return str(mode)
+
+
+def backend(mode: str) -> types.ModuleType:
+    """The backend module of a resolved ``mode``: status(), stop() and launch() with the same arguments in each."""
+    return _BACKENDS[resolve_mode(mode)]
