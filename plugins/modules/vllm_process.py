@@ -213,6 +213,12 @@ options:
       unit:
         description: The other tool's unit that runs it, stopped and disabled when O(takeover.how=systemd).
         type: str
+  unchanged_result:
+    description:
+      - With O(state=status) and O(decide), when nothing must change (RV(reason) empty), the fact C(vllm_server_result) is set
+        to this dict with C(action=unchanged), C(reason) (what the reading found) and C(pid): the result of the
+        P(gpuops.fleet.vllm_server#role) role for a server it leaves alone.
+    type: dict
   systemd:
     description:
       - The systemd mode's launch (O(state=running)) and stop (O(state=stopped)).
@@ -288,6 +294,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ansible_facts:
+  description: With O(unchanged_result), when nothing must change, C(vllm_server_result).
+  returned: when O(unchanged_result) is given and RV(reason) is empty
+  type: dict
 mode:
   description: The launch mode used (O(mode), with V(auto) resolved).
   returned: always
@@ -485,6 +495,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
         "how": {"type": "str"},
         "unit": {"type": "str"},
     }},
+    "unchanged_result": {"type": "dict"},
     "systemd": {"type": "dict", "options": {
         "content": {"type": "str"},
         "env_file": {"type": "path"},
@@ -541,6 +552,13 @@ def _status(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[s
         result["changed"] = systemd_backend.set_enabled(module, params["unit"], systemd_backend.show(module, params["unit"]), wanted)
         if result["changed"]:
             result["msg"] = "unit %s %s" % (params["unit"], "enabled" if wanted else "disabled")
+    if params["unchanged_result"] is not None and result.get("reason") == "":
+        generation = result.get("generation")
+        said = "already runs with this configuration and answers /health"
+        if generation:
+            said += ", and generates (%s tokens in %s s)" % (generation.get("tokens"), generation.get("elapsed_s"))
+        result["ansible_facts"] = {"vllm_server_result": dict(params["unchanged_result"], action="unchanged", reason=said,
+                                                              pid=result["pid"])}
     return result
 
 
