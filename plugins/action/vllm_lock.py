@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import secrets
 import socket
 import time
 
@@ -47,6 +48,9 @@ class ActionModule(ActionBase):
         if args.get("state", "locked") != "locked":
             result.update(self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars))
             return result
+        # one token for this lock and every retry of it below, made here when the task gives none
+        args.setdefault("token", None)
+        args["token"] = args["token"] or secrets.token_hex(10)
         here = controller_identity(playbook_pid(), socket.gethostname())
         given = args.get("controller") if isinstance(args.get("controller"), dict) else {}
         args["controller"] = dict(here, **{key: value for key, value in given.items() if value is not None})

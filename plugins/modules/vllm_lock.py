@@ -55,9 +55,11 @@ options:
     choices: [locked, unlocked]
     default: locked
   token:
-    description: Identifies the run that holds the lock (random, one per run).
+    description:
+      - Identifies the run that holds the lock (random, one per run).
+      - Required with O(state=unlocked). With O(state=locked) and no token, a random one is made for this run (by the action
+        plugin, on the controller) and returned as RV(token): pass it to release the lock.
     type: str
-    required: true
   owner:
     description:
       - Who holds it, in words, for the message another run sees. Default from O(controller) and O(play).
@@ -211,6 +213,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+token:
+  description: The run's token (O(token), or the one made for this run when none was given).
+  returned: always
+  type: str
 acquired:
   description: Whether this task created the lock.
   returned: always
@@ -238,6 +244,7 @@ status:
   type: dict
 """
 
+import secrets
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
@@ -255,7 +262,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._server.status import
 ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "path": {"type": "path", "required": True},
     "state": {"type": "str", "choices": ["locked", "unlocked"], "default": "locked"},
-    "token": {"type": "str", "required": True, "no_log": False},
+    "token": {"type": "str", "no_log": False},
     "owner": {"type": "str"},
     "play": {"type": "str"},
     "controller": {"type": "dict", "options": {
@@ -276,8 +283,10 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
 
 def check_params(params: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
     """The controller's details that are set, once every option is usable; raises SpecError naming option and value."""
-    if not params["token"].strip():
-        raise SpecError("token: must not be empty")
+    if params["token"] is None and params["state"] == "locked":
+        params["token"] = secrets.token_hex(10)
+    if not (params["token"] or "").strip():
+        raise SpecError("token: must not be empty%s" % (" to release the lock" if params["state"] == "unlocked" else ""))
     if params["stale_after"] <= 0:
         raise SpecError("stale_after: expected a positive number of seconds, got %r" % params["stale_after"])
     if params["status"]:
@@ -316,7 +325,8 @@ def main() -> None:
         finish(module, {"msg": str(exc), "changed": False, "acquired": False, "released": False, "holder": exc.holder}, [], True)
     except OSError as exc:
         finish(module, {"msg": "path: cannot use the lock file %s: %s" % (params["path"], exc), "changed": False}, [], True)
-    result: t.Dict[str, t.Any] = {"changed": False, "acquired": outcome.acquired, "released": outcome.released, "holder": outcome.holder}
+    result: t.Dict[str, t.Any] = {"changed": False, "acquired": outcome.acquired, "released": outcome.released, "holder": outcome.holder,
+                                  "token": params["token"]}
     if params["state"] == "locked":
         result["took_over"] = outcome.took_over
     failed = False

@@ -213,6 +213,12 @@ options:
       unit:
         description: The other tool's unit that runs it, stopped and disabled when O(takeover.how=systemd).
         type: str
+  unchanged_result:
+    description:
+      - With O(state=status) and O(decide), when nothing must change (RV(reason) empty), the fact C(vllm_server_result) is set
+        to this dict with C(action=unchanged), C(reason) (what the reading found) and C(pid): the result of the
+        P(gpuops.fleet.vllm_server#role) role for a server it leaves alone.
+    type: dict
   systemd:
     description:
       - The systemd mode's launch (O(state=running)) and stop (O(state=stopped)).
@@ -234,7 +240,10 @@ options:
         type: dict
         default: {}
       enabled:
-        description: Launch the unit enabled (it starts at boot) or disabled.
+        description:
+          - Launch the unit enabled (it starts at boot) or disabled.
+          - With O(state=status) and O(decide), a unit that runs this configuration and needs no change (RV(reason) empty) is
+            enabled or disabled as this says, without a restart (RV(changed) then).
         type: bool
         default: true
       disable:
@@ -285,6 +294,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ansible_facts:
+  description: With O(unchanged_result), when nothing must change, C(vllm_server_result).
+  returned: when O(unchanged_result) is given and RV(reason) is empty
+  type: dict
 mode:
   description: The launch mode used (O(mode), with V(auto) resolved).
   returned: always
@@ -450,6 +463,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation im
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.mode import MODES, backend, resolve_mode
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import LaunchSpec, ServerError, Target
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.takeover import stop_takeover
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch import systemd as systemd_backend
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.status import (
     DECIDE_OPTIONS, check_options, listener_options, read_server,
@@ -481,6 +495,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
         "how": {"type": "str"},
         "unit": {"type": "str"},
     }},
+    "unchanged_result": {"type": "dict"},
     "systemd": {"type": "dict", "options": {
         "content": {"type": "str"},
         "env_file": {"type": "path"},
@@ -530,7 +545,21 @@ def _status(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[s
     """state=status: what runs, and with listener and decide, what listens on the port and what must change."""
     options = {key: params[key] for key in ("state_file", "unit", "config_hash", "health_url", "generate", "listener", "decide")}
     options["mode"] = mode
-    return dict(read_server(module, psutil, options, read_listener), changed=False)
+    result = dict(read_server(module, psutil, options, read_listener), changed=False)
+    wanted = (params["systemd"] or {}).get("enabled")
+    if mode == "systemd" and wanted is not None and params["systemd"] is not None and result["running"] and result.get("reason") == "":
+        # a unit that runs this configuration gets the enabled state asked for, without a restart
+        result["changed"] = systemd_backend.set_enabled(module, params["unit"], systemd_backend.show(module, params["unit"]), wanted)
+        if result["changed"]:
+            result["msg"] = "unit %s %s" % (params["unit"], "enabled" if wanted else "disabled")
+    if params["unchanged_result"] is not None and result.get("reason") == "":
+        generation = result.get("generation")
+        said = "already runs with this configuration and answers /health"
+        if generation:
+            said += ", and generates (%s tokens in %s s)" % (generation.get("tokens"), generation.get("elapsed_s"))
+        result["ansible_facts"] = {"vllm_server_result": dict(params["unchanged_result"], action="unchanged", reason=said,
+                                                              pid=result["pid"])}
+    return result
 
 
 def _stop(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
@@ -560,6 +589,9 @@ def _taken(taken: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
 def _launch(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
     """state=running: launch the server unless it runs with this configuration."""
     argv = [str(word) for word in params["argv"] or []]
+    if module.check_mode:
+        # the stop before the launch was only previewed: whatever runs now stays, so say what would be launched
+        return {"changed": True, "running": True, "msg": "would launch %s" % " ".join(masked_argv(argv))}
     spec = LaunchSpec(argv=argv, env=dict(params["env"]), shown_argv=masked_argv(argv), log_file=params["log_file"],
                       chdir=params["chdir"], metadata=params["metadata"], systemd=params["systemd"])
     return backend(mode).launch(module, psutil, _target(params), spec)

@@ -134,6 +134,17 @@ options:
         description: The configuration to keep (argv, env, gpus, config_hash, model, served_name, mode, tensor_parallel_size, port, name).
         type: dict
         required: true
+  mode:
+    description:
+      - The launch mode of the server to watch, instead of O(pid) or O(unit) alone (V(auto) is systemd when C(/run/systemd/system)
+        exists, else process). V(process) watches the process of the record at O(state_file) (its PID and start time);
+        V(systemd) watches O(unit) (its main PID for O(check)).
+      - The last known-good configuration of O(mark_good) is kept with this mode.
+    type: str
+    choices: [auto, process, systemd]
+  state_file:
+    description: With O(mode=process) and no O(pid), the record (JSON) of the server, as M(gpuops.fleet.vllm_process) writes it.
+    type: path
   release_lock:
     description:
       - When the server is ready and O(check) (if given) held, release this run's lock of the server (as
@@ -220,6 +231,10 @@ released:
   description: With O(release_lock), whether this task released the lock.
   returned: when ready and O(release_lock) is given
   type: bool
+released_token:
+  description: With O(release_lock), the token of the lock this task released.
+  returned: when this task released the lock
+  type: str
 pid:
   description:
     - The PID of the server judged ready (O(pid), or the main PID of O(unit) once ready); null when neither is given or the
@@ -247,7 +262,8 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import hide_
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.check import run_launch_check
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import GENERATE_TIMEOUT_MAX_S, check_generation
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import release
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError, good_config, mark_good, same_process
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.mode import MODES, resolve_mode
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError, good_config, mark_good, read_record, same_process
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.unit import main_pid, parse_show, show_argv, start_time, watch_unit
 
 
@@ -259,6 +275,8 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "pid": {"type": "int"},
     "create_time": {"type": "float"},
     "unit": {"type": "str"},
+    "mode": {"type": "str", "choices": list(MODES)},
+    "state_file": {"type": "path"},
     "log_file": {"type": "path"},
     "log_lines": {"type": "int", "default": 30},
     "timeout": {"type": "float", "default": 900},
@@ -302,7 +320,8 @@ def main() -> None:
     _hide_only_secrets(module, params)
     try:
         url = check_params(params)
-    except SpecError as exc:
+        _server_of_mode(params)
+    except (SpecError, RecordError) as exc:
         module.fail_json(msg=str(exc))
     now = time.time()
     since = params["since"] if params["since"] is not None else now
@@ -401,6 +420,24 @@ def _generates(module, params, url, result, log_tail):
                          **result)
 
 
+def _server_of_mode(params):
+    """With O(mode), the server to watch in that launch mode: the process of the record at O(state_file), or O(unit)."""
+    if not params["mode"]:
+        return
+    params["mode"] = resolve_mode(params["mode"])
+    if params["mode"] == "systemd":
+        if not params["unit"]:
+            raise SpecError("unit: mode=systemd needs the unit's name, got none")
+        params["pid"] = params["create_time"] = None
+        return
+    params["unit"] = None
+    if params["pid"] is None and params["state_file"]:
+        record = read_record(params["state_file"]) or {}
+        params["pid"], params["create_time"] = record.get("pid"), record.get("create_time")
+        if params["since"] is None:
+            params["since"] = params["create_time"]
+
+
 def _launch_check(module, params, pid, create_time):
     """The launch check of vllm_server_check, on the server's PID, in a fresh NVML session of this process."""
     wanted = params["check"]
@@ -436,7 +473,10 @@ def _after_ready(module, params, created):
         extra["marked_good"] = False
         if passed and not module.check_mode:
             try:
-                mark_good(params["mark_good"]["state_file"], good_config(params["mark_good"]["config"], "mark_good.config"), time.time())
+                config = dict(params["mark_good"]["config"])
+                # the mode the server runs in, not "auto"
+                config["mode"] = params["mode"] or resolve_mode(str(config.get("mode") or "process"))
+                mark_good(params["mark_good"]["state_file"], good_config(config, "mark_good.config"), time.time())
             except RecordError as exc:
                 module.fail_json(msg=str(exc), ready=True, **extra)
             extra["marked_good"] = True
@@ -444,6 +484,8 @@ def _after_ready(module, params, created):
         extra["released"] = False
         if passed:
             extra["released"] = release(params["release_lock"]["path"], params["release_lock"]["token"]).released
+            if extra["released"]:
+                extra["released_token"] = params["release_lock"]["token"]
     return extra
 
 

@@ -1,15 +1,17 @@
 # Copyright (c) gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What a restart costs the host in module executions, counted independently of the role.
+"""What a restart costs the host in module executions and shows in task results, counted independently of the role.
 
 The host's ansible_python_interpreter is bench/_host_python.py: it runs the real interpreter as a child and logs a line
-per module execution, whatever the role says of itself. A forced restart_vllm.yml of one host makes at most 6, a rerun
-where nothing changes at most 2; both still end with a verified server (its own workers hold its GPUs).
+per module execution, whatever the role says of itself. A forced restart_vllm.yml of one host makes at most 6 module
+executions and shows at most 20 task results (the play recap's ok + skipped + failed), each step once by name; a rerun
+where nothing changes makes 1 and shows at most 8; both still end with a verified server (its own workers hold its GPUs).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import typing as t
 from pathlib import Path
@@ -31,6 +33,15 @@ def _modules(log: Path) -> t.List[str]:
     return [json.loads(line)["module"] for line in log.read_text().splitlines() if line.strip()]
 
 
+def _results(output: str, host: str) -> int:
+    counters = recap(output)[host]
+    return counters["ok"] + counters["skipped"] + counters["failed"]
+
+
+def _role_tasks(output: str) -> t.List[str]:
+    return re.findall(r"^TASK \[gpuops\.fleet\.vllm_server : (.*?)\] \*", output, re.M)
+
+
 def test_forced_restart_and_rerun_module_executions(fleet, tmp_path):
     (node,) = fleet("gpu-node-01")
     inventory = inventory_for(tmp_path, [node], {"gpu-node-01": {"vllm_server_tensor_parallel_size": 2}},
@@ -50,9 +61,15 @@ def test_forced_restart_and_rerun_module_executions(fleet, tmp_path):
     assert "?" not in ran, ran
     assert len(ran) <= 6, "a forced restart made %d module executions: %s" % (len(ran), ran)
     # every step still shows by name, with its own result
-    for step in ("Stop the recorded server process", "Every GPU of the server is free", "Launch the server as a detached process",
-                 "Wait for /health and the model on the server", "Check that the new server's own workers hold its GPUs"):
-        assert "TASK [gpuops.fleet.vllm_server : %s" % step in forced.stdout, step
+    for step in ("Lock the server for this run", "Look for holders that a stop would leave", "Stop the server",
+                 "Reclaim the server's GPUs", "Every GPU of the server is free", "Launch the server",
+                 "Wait for /health and the model on the server", "Check that the new server's own workers hold its GPUs",
+                 "Release the server's lock", "Sum up this host"):
+        assert any(name.startswith(step) for name in _role_tasks(forced.stdout)), step
+    # each step once: no twin of a step for another launch mode or another merge of module runs
+    names = _role_tasks(forced.stdout)
+    assert len(names) == len(set(names)), names
+    assert _results(forced.stdout, "gpu-node-01") <= 20, (recap(forced.stdout), names)
 
     started = {pid: starttime(pid) for pid in [server, *workers]}
     log.write_text("")
@@ -61,6 +78,7 @@ def test_forced_restart_and_rerun_module_executions(fleet, tmp_path):
     assert recap(rerun.stdout)["gpu-node-01"]["changed"] == 0
     assert all(pid_alive(pid, start) for pid, start in started.items())
     ran = _modules(log)
-    assert len(ran) <= 2, "a rerun where nothing changes made %d module executions: %s" % (len(ran), ran)
+    assert len(ran) <= 1, "a rerun where nothing changes made %d module executions: %s" % (len(ran), ran)
+    assert _results(rerun.stdout, "gpu-node-01") <= 8, (recap(rerun.stdout), _role_tasks(rerun.stdout))
     # the rerun took no lock, and the forced restart left none behind
     assert not list((node.state / "role").glob("*.lock"))

@@ -238,6 +238,16 @@ def write_if_changed(path: str, content: str, mode: int) -> bool:
     return True
 
 
+def set_enabled(module: t.Any, unit: str, props: t.Mapping[str, str], enabled: bool) -> bool:
+    """Enable or disable the unit as ``enabled`` says; return whether that changed it (check mode changes nothing)."""
+    now = props.get("UnitFileState", "") in ENABLED_STATES
+    if now == bool(enabled):
+        return False
+    if not module.check_mode:
+        systemctl(module, "enable" if enabled else "disable", unit)
+    return True
+
+
 def launch(module: t.Any, psutil: t.Any, target: Target, spec: LaunchSpec, unit_dir: t.Optional[str] = None) -> t.Dict[str, t.Any]:
     """Write the environment file, the unit (``spec.systemd['content']``, only when it differs, then daemon-reload),
     clear the unit's failed state, start it, enable or disable it (``spec.systemd['enabled']``), read its main PID and
@@ -277,11 +287,7 @@ def launch(module: t.Any, psutil: t.Any, target: Target, spec: LaunchSpec, unit_
     # an earlier crash loop's failed state (start limit hit) refuses a start; a unit not loaded yet has none
     systemctl(module, "reset-failed", unit, tolerate_unknown=True)
     props = show(module, unit)
-    enabled = options.get("enabled", True)
-    if enabled and props.get("UnitFileState", "") not in ENABLED_STATES:
-        systemctl(module, "enable", unit)
-    elif not enabled and props.get("UnitFileState", "") in ENABLED_STATES:
-        systemctl(module, "disable", unit)
+    set_enabled(module, unit, props, options.get("enabled", True))
     if props.get("ActiveState", "") not in ALIVE_STATES:
         try:
             systemctl(module, "start", unit)

@@ -1,0 +1,85 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The role reads as its steps: read from its files, not from a run.
+
+main.yml lists the steps in order; no include names a file by an expression; includes nest at most 3 deep; the lock is
+taken and released in one block; the role keeps at most 30 internal names and 8 set_fact tasks.
+"""
+
+from __future__ import annotations
+
+import re
+import typing as t
+from pathlib import Path
+
+import yaml
+
+ROLE = Path(__file__).resolve().parents[2] / "roles" / "vllm_server"
+TASKS = ROLE / "tasks"
+INCLUDES = ("ansible.builtin.include_tasks", "ansible.builtin.import_tasks")
+
+
+def _tasks(items: t.Iterable[t.Mapping[str, t.Any]]) -> t.Iterator[t.Mapping[str, t.Any]]:
+    for task in items or []:
+        yield task
+        for part in ("block", "rescue", "always"):
+            yield from _tasks(task.get(part))
+
+
+def _file_tasks(name: str) -> t.List[t.Mapping[str, t.Any]]:
+    return list(_tasks(yaml.safe_load((TASKS / name).read_text())))
+
+
+def _included(task: t.Mapping[str, t.Any]) -> t.Optional[str]:
+    for key in INCLUDES:
+        if key in task:
+            value = task[key]
+            return value["file"] if isinstance(value, dict) else value
+    return None
+
+
+def _depth(name: str, seen: t.Tuple[str, ...] = ()) -> int:
+    children = [_included(task) for task in _file_tasks(name)]
+    nested = [_depth(child, seen + (name,)) for child in children if child and child not in seen]
+    return 1 + max(nested, default=0)
+
+
+def test_no_include_names_its_file_by_an_expression():
+    computed = [(path.name, _included(task)) for path in sorted(TASKS.glob("*.yml")) for task in _file_tasks(path.name)
+                if _included(task) and "{{" in _included(task)]
+    assert not computed, computed
+
+
+def test_includes_nest_at_most_three_deep():
+    depths = {path.name: _depth(path.name) for path in TASKS.glob("*.yml")}
+    assert max(depths.values()) <= 3, depths
+
+
+def test_main_lists_the_steps_in_order():
+    text = (TASKS / "main.yml").read_text()
+    text = text[text.index("\n- name:"):]  # the tasks, not the comment above them
+    steps = ["_variables.yml", "Read what runs now", "Leave the running server alone", "gpuops.fleet.vllm_lock:", "_preflight.yml",
+             "_stop.yml", "_verify.yml", "_launch.yml", "_ready.yml", "Release the server's lock", "_summary.yml"]
+    where = [text.find(step) for step in steps]
+    assert -1 not in where, dict(zip(steps, where))
+    assert where == sorted(where), dict(zip(steps, where))
+
+
+def test_the_lock_is_taken_and_released_in_one_block():
+    locks = [(path.name, task) for path in sorted(TASKS.glob("*.yml")) for task in _file_tasks(path.name)
+             if "gpuops.fleet.vllm_lock" in task]
+    assert [name for name, _ in locks] == ["main.yml", "main.yml"], locks
+    (block,) = [task for task in _file_tasks("main.yml") if "always" in task]
+    assert "gpuops.fleet.vllm_lock" in block["block"][0]
+    assert block["always"][0]["gpuops.fleet.vllm_lock"]["state"] == "unlocked"
+    # the lock file's name is written once
+    text = "".join(path.read_text() for path in ROLE.rglob("*.yml"))
+    assert text.count(".lock\"") + text.count(".lock'") == 1, "the lock file is named more than once"
+
+
+def test_internal_names_and_set_facts_stay_few():
+    text = "".join(path.read_text() for path in ROLE.rglob("*.yml")) + "".join(path.read_text() for path in ROLE.rglob("*.j2"))
+    names = sorted(set(re.findall(r"\b__vllm_server_[a-z_]+", text)))
+    assert len(names) <= 30, names
+    set_facts = [task for path in TASKS.glob("*.yml") for task in _file_tasks(path.name) if "ansible.builtin.set_fact" in task]
+    assert len(set_facts) <= 8, [task.get("name") for task in set_facts]
