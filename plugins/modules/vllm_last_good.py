@@ -50,6 +50,13 @@ options:
     type: list
     elements: str
     default: []
+  mode:
+    description:
+      - The launch mode the server runs in (V(auto) is systemd when C(/run/systemd/system) exists, else process), returned
+        as RV(mode). With O(state=marked), kept as the configuration's C(mode) when O(config) gives none or V(auto).
+    type: str
+    choices: [auto, process, systemd]
+    default: auto
   include_values:
     description:
       - With O(state=read), also return RV(config), the whole configuration with the environment's values and the argv's
@@ -74,6 +81,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+mode:
+  description: The launch mode O(mode) resolves to on this host (V(process) or V(systemd)).
+  returned: always
+  type: str
 present:
   description: Whether a last known-good configuration is kept for this server.
   returned: always
@@ -116,6 +127,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import failure, finish
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import hide_only_secrets, masked_argv, secret_argv_values, secret_env_names
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.mode import MODES, resolve_mode
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import (
     GOOD_KEYS, RecordError, good_config, good_summary, mark_good, read_last_good, same_process,
 )
@@ -126,6 +138,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "config": {"type": "dict", "no_log": True},
     "include_values": {"type": "bool", "default": False},
     "secret_env": {"type": "list", "elements": "str", "default": [], "no_log": False},
+    "mode": {"type": "str", "choices": list(MODES), "default": "auto"},
 }
 
 
@@ -168,20 +181,25 @@ def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]
     psutil = _deps.PSUTIL.module
     state_file = params["state_file"]
     try:
+        mode = resolve_mode(params["mode"])
         good = read_last_good(state_file)
         changed = False
         if params["state"] == "marked":
-            wanted = _config(params["config"])
+            raw_config = dict(params["config"] or {})
+            if raw_config and raw_config.get("mode") in (None, "auto"):
+                # the mode the server runs in, not "auto"
+                raw_config["mode"] = mode
+            wanted = _config(raw_config)
             changed = good is None or any(good.get(key) != wanted.get(key) for key in GOOD_KEYS)
             if changed and not module.check_mode:
                 good = mark_good(state_file, wanted, time.time())
             elif changed:
                 good = dict(wanted, since=time.time())
-    except RecordError as exc:
+    except (RecordError, ValueError) as exc:
         return failure(str(exc))
     runs, pid, running_hash = _running(state_file, psutil)
     result: t.Dict[str, t.Any] = {
-        "changed": changed, "present": good is not None, "summary": good_summary(good, masked_argv),
+        "changed": changed, "mode": mode, "present": good is not None, "summary": good_summary(good, masked_argv),
         "running": runs, "running_pid": pid, "running_config_hash": running_hash,
         "running_is_good": good is not None and running_hash is not None and running_hash == good["config_hash"],
     }
