@@ -23,7 +23,7 @@ class Dependency:
     """One optional Python import and the PyPI package that provides it, imported on first use.
 
     A module pays for an import only when it reads ``module`` or ``found``: vllm_lock and vllm_process never load
-    nvidia-ml-py, and a module run is a fresh interpreter on the host (issue 15 counts its CPU).
+    nvidia-ml-py, and each module run is a fresh interpreter on the host, paying its imports again.
     """
 
     def __init__(self, import_name: str, package: str, reason: str, importer: t.Callable[[], t.Any]) -> None:
