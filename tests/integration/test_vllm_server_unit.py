@@ -13,10 +13,15 @@ import shlex
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from ansible_run import PROBES as PLAYBOOKS, run_playbook
+
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.systemd import (
+    create_private, env_file_text, PRIVATE_MODE, write_if_changed,
+)
 
 MODEL = 'org/my model; touch /tmp/gpuops-injected $HOME `id` %h "q" \\ end'
 ARGS = [";", "--served-model-name", "a$(id)", "--max-model-len", "8192"]
@@ -36,6 +41,11 @@ def render(tmp_path, **extra):
     vars_file.write_text(json.dumps(extra_vars))
     run = run_playbook(PLAYBOOKS / "render_unit_files.yml", tmp_path / "none", "-e", "@%s" % vars_file)
     assert run.returncode == 0, run.stdout + run.stderr
+    # the environment file as vllm_process writes it in systemd mode, from what the role hands it
+    env = Path(extra_vars["env_out"])
+    inputs = json.loads(Path(str(env) + ".inputs.json").read_text())
+    create_private(str(env))
+    write_if_changed(str(env), env_file_text("vllm-8000", inputs["env"], inputs["exec_env"]), PRIVATE_MODE)
     return unit
 
 
