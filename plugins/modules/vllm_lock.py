@@ -58,7 +58,7 @@ options:
     description:
       - Identifies the run that holds the lock (random, one per run).
       - Required with O(state=unlocked). With O(state=locked) and no token, a random one is made for this run (by the action
-        plugin, on the controller) and returned as RV(token): pass it to release the lock.
+        plugin, on the controller) and returned as RV(token), which releases the lock.
     type: str
   owner:
     description:

@@ -216,7 +216,7 @@ options:
   unchanged_result:
     description:
       - With O(state=status) and O(decide), when nothing must change (RV(reason) empty), the fact C(vllm_server_result) is set
-        to this dict with C(action=unchanged), C(reason) (what the reading found) and C(pid): the result of the
+        to this dict with C(action=unchanged), C(reason) (what the reading found) and C(pid), which makes the result of the
         P(gpuops.fleet.vllm_server#role) role for a server it leaves alone.
     type: dict
   systemd:
