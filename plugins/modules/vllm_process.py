@@ -243,7 +243,7 @@ options:
         description:
           - Launch the unit enabled (it starts at boot) or disabled.
           - With O(state=status) and O(decide), a unit that runs this configuration and needs no change (RV(reason) empty) is
-            enabled or disabled as this says, without a restart (RV(changed) then).
+            enabled or disabled as this says, without a restart (C(changed=true) then).
         type: bool
         default: true
       disable:
