@@ -58,7 +58,7 @@ options:
     description:
       - Identifies the run that holds the lock (random, one per run).
       - Required with O(state=unlocked). With O(state=locked) and no token, a random one is made for this run (by the action
-        plugin, on the controller) and returned as RV(token): pass it to release the lock.
+        plugin, on the controller) and returned as RV(token), which releases the lock.
     type: str
   owner:
     description:
@@ -249,7 +249,7 @@ import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, finish
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, failure, finish
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import ListenerError
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import DEFAULT_MATCH, read_listener
@@ -303,16 +303,13 @@ def _read(module: AnsibleModule, options: t.Mapping[str, t.Any]) -> t.Dict[str, 
     return read_server(module, _deps.PSUTIL.module, options, read_listener)
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
-        supports_check_mode=True,
-    )
+def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+    """The options checked, then the lock taken (with status, what runs read under it) or released."""
     params = module.params
     try:
         controller = check_params(params)
     except SpecError as exc:
-        finish(module, {"msg": str(exc)}, [], True)
+        return failure(str(exc))
     details = {"controller": controller or None, "play": params["play"]}
     owner = params["owner"] or who(details, with_run=False)
     try:
@@ -322,9 +319,9 @@ def main() -> None:
         else:
             outcome = release(params["path"], params["token"])
     except LockHeld as exc:
-        finish(module, {"msg": str(exc), "changed": False, "acquired": False, "released": False, "holder": exc.holder}, [], True)
+        return failure(str(exc), changed=False, acquired=False, released=False, holder=exc.holder)
     except OSError as exc:
-        finish(module, {"msg": "path: cannot use the lock file %s: %s" % (params["path"], exc), "changed": False}, [], True)
+        return failure("path: cannot use the lock file %s: %s" % (params["path"], exc), changed=False)
     result: t.Dict[str, t.Any] = {"changed": False, "acquired": outcome.acquired, "released": outcome.released, "holder": outcome.holder,
                                   "token": params["token"]}
     if params["state"] == "locked":
@@ -340,7 +337,13 @@ def main() -> None:
             result.update(msg=str(exc), acquired=False,
                           released=release(params["path"], params["token"]).released if outcome.acquired else False)
             failed = True
-    finish(module, result, [outcome.warning] if outcome.warning else [], failed)
+    return result, [outcome.warning] if outcome.warning else [], failed
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    result, warnings, failed = run(module)
+    finish(module, result, warnings, failed)
 
 
 if __name__ == "__main__":

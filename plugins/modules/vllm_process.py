@@ -216,7 +216,7 @@ options:
   unchanged_result:
     description:
       - With O(state=status) and O(decide), when nothing must change (RV(reason) empty), the fact C(vllm_server_result) is set
-        to this dict with C(action=unchanged), C(reason) (what the reading found) and C(pid): the result of the
+        to this dict with C(action=unchanged), C(reason) (what the reading found) and C(pid), which makes the result of the
         P(gpuops.fleet.vllm_server#role) role for a server it leaves alone.
     type: dict
   systemd:
@@ -243,7 +243,7 @@ options:
         description:
           - Launch the unit enabled (it starts at boot) or disabled.
           - With O(state=status) and O(decide), a unit that runs this configuration and needs no change (RV(reason) empty) is
-            enabled or disabled as this says, without a restart (RV(changed) then).
+            enabled or disabled as this says, without a restart (C(changed=true) then).
         type: bool
         default: true
       disable:
@@ -600,8 +600,8 @@ def _launch(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[s
 STATES = {"status": _status, "stopped": _stop, "running": _launch}
 
 
-def main() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+    """Only the secrets hidden, the options checked, then the state's function run."""
     params = module.params
     secret_names = _hide_only_secrets(module, params)
     result: t.Dict[str, t.Any] = {"changed": False, "env_keys": sorted(params["env"]), "secret_env_keys": secret_names}
@@ -610,7 +610,7 @@ def main() -> None:
         result["mode"] = mode
         check_params(params, mode)
     except SpecError as exc:
-        finish(module, dict(result, msg=str(exc)), [], True)
+        return dict(result, msg=str(exc)), [], True
     _deps.require(module, _deps.PSUTIL)
     failed = False
     try:
@@ -624,7 +624,13 @@ def main() -> None:
     result.setdefault("launched", False)
     result.setdefault("stopped", [])
     result.setdefault("log_file", (result.get("record") or {}).get("log_file") or params["log_file"])
-    finish(module, result, [], failed)
+    return result, [], failed
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    result, warnings, failed = run(module)
+    finish(module, result, warnings, failed)
 
 
 if __name__ == "__main__":

@@ -254,7 +254,7 @@ from urllib.parse import urlsplit
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
-from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, http_url
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, failure, finish, http_url
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.log_tail import file_tail, journal_tail
 from ansible_collections.gpuops.fleet.plugins.module_utils._http.request import http_get
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.answers import listed_models
@@ -309,25 +309,36 @@ def check_params(params: t.Mapping[str, t.Any]) -> str:
     return url
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
-        mutually_exclusive=[("pid", "unit")],
-        required_by={"create_time": "pid"},
-        supports_check_mode=True,
-    )
+class _Failed(Exception):
+    """The run fails with ``msg`` and the rest of ``result``: raised where a step ends the run early."""
+
+    def __init__(self, msg: str, **result: t.Any) -> None:
+        super().__init__(msg)
+        self.result = dict(result, msg=msg)
+
+
+def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+    """Only the secrets hidden, the options checked, then /health polled until the server is ready, dies, or time runs out."""
     params = module.params
     _hide_only_secrets(module, params)
     try:
         url = check_params(params)
         _server_of_mode(params)
     except (SpecError, RecordError) as exc:
-        module.fail_json(msg=str(exc))
+        return failure(str(exc))
     now = time.time()
     since = params["since"] if params["since"] is not None else now
     if module.check_mode:
-        module.exit_json(changed=False, ready=False, status="not polled in check mode", elapsed_s=0.0, since=since, alive=None,
-                         msg="check mode: not waiting for %s" % url)
+        return {"changed": False, "ready": False, "status": "not polled in check mode", "elapsed_s": 0.0, "since": since, "alive": None,
+                "msg": "check mode: not waiting for %s" % url}, [], False
+    try:
+        return _poll(module, params, url, since)
+    except _Failed as exc:
+        return exc.result, [], True
+
+
+def _poll(module, params, url, since):
+    """(result, warnings, failed) of polling /health at ``url``; a step that fails the run early raises _Failed."""
     watcher, created = _watcher(module, params)
     headers = {"Authorization": "Bearer %s" % params["api_key"]} if params["api_key"] else {}
 
@@ -348,35 +359,34 @@ def main() -> None:
             models = http_get(url + "/v1/models", timeout=5.0, headers=headers)
             listed = listed_models(models.body) if models.status == 200 else []
             if models.status == 401:  # up, and a key will not change by waiting: say so now
-                module.fail_json(ready=False, alive=None, status="HTTP 401 on /v1/models", since=since, changed=False,
-                                 elapsed_s=round(time.time() - since, 2),
-                                 msg="api_key: %s answers /health but refuses /v1/models (HTTP 401): %s" % (
-                                     url, "it does not accept the API key given" if params["api_key"] else
-                                     "it was started with an API key (--api-key or VLLM_API_KEY) and none was given"
-                                     " (the role's vllm_server_api_key)"))
+                return failure("api_key: %s answers /health but refuses /v1/models (HTTP 401): %s" % (
+                    url, "it does not accept the API key given" if params["api_key"] else
+                    "it was started with an API key (--api-key or VLLM_API_KEY) and none was given"
+                    " (the role's vllm_server_api_key)"),
+                    ready=False, alive=None, status="HTTP 401 on /v1/models", since=since, changed=False,
+                    elapsed_s=round(time.time() - since, 2))
             if params["model"] not in listed:
                 ready = False
                 status = "HTTP 200 on /health, but /v1/models lists %s, not %s" % (", ".join(listed) or "nothing", params["model"])
         current = time.time()
         result = {"changed": False, "status": status, "since": since, "elapsed_s": round(current - since, 2)}
         if ready and params["generate_timeout"] > 0:
-            _generates(module, params, url, result, log_tail)
+            _generates(params, url, result, log_tail)
         if ready:
             result.update(_after_ready(module, params, created))
-            module.exit_json(ready=True, alive=True if watcher else None,
-                             msg="%s answered /health after %.1f s" % (url, current - since), **result)
+            return dict(result, ready=True, alive=True if watcher else None,
+                        msg="%s answered /health after %.1f s" % (url, current - since)), [], False
         if watcher is not None:
             alive, why = watcher()
             if not alive:
-                module.fail_json(ready=False, alive=False, log_tail=log_tail(),
-                                 msg="the server %s while starting, after %.1f s (last /health: %s)%s; see log_tail"
-                                 % (why, current - since, status, _port_taken(url)), **result)
+                return failure("the server %s while starting, after %.1f s (last /health: %s)%s; see log_tail"
+                               % (why, current - since, status, _port_taken(url)),
+                               ready=False, alive=False, log_tail=log_tail(), **result)
         if current >= deadline:
-            module.fail_json(ready=False, alive=alive, log_tail=log_tail(),
-                             msg="%s was not ready after %g s (last /health: %s); see log_tail" % (url, params["timeout"], status),
-                             **result)
+            return failure("%s was not ready after %g s (last /health: %s); see log_tail" % (url, params["timeout"], status),
+                           ready=False, alive=alive, log_tail=log_tail(), **result)
         if current >= call_end:
-            module.exit_json(ready=False, alive=alive, msg="still waiting for %s (%s)" % (url, status), **result)
+            return dict(result, ready=False, alive=alive, msg="still waiting for %s (%s)" % (url, status)), [], False
         time.sleep(min(params["interval"], max(0.0, min(deadline, call_end) - current)))
 
 
@@ -410,14 +420,13 @@ def _hide_only_secrets(module, params):
     hide_only_secrets(module, shown, secrets)
 
 
-def _generates(module, params, url, result, log_tail):
-    """The generation check (one short completion); fails the task with the server's answer when no token came."""
+def _generates(params, url, result, log_tail):
+    """The generation check (one short completion); raises _Failed with the server's answer when no token came."""
     generation = check_generation(url, params["model"], params["generate_timeout"], params["api_key"])
     result["generation"] = generation.as_result()
     if not generation.ok:
         result["elapsed_s"] = round(time.time() - result["since"], 2)
-        module.fail_json(ready=False, alive=None, log_tail=log_tail(), msg=generation.describe(url, params["generate_timeout"]),
-                         **result)
+        raise _Failed(generation.describe(url, params["generate_timeout"]), ready=False, alive=None, log_tail=log_tail(), **result)
 
 
 def _server_of_mode(params):
@@ -460,13 +469,14 @@ def _judged(module, params, created):
 
 
 def _after_ready(module, params, created):
-    """What follows a ready server in the same process: the launch check, the last known-good mark, the lock's release."""
+    """What follows a ready server in the same process: the launch check, the last known-good mark, the lock's release;
+    raises _Failed when the check has no process to judge or the mark cannot be written."""
     pid, create_time = _judged(module, params, created)
     extra = {"pid": pid, "create_time": create_time}
     passed = True
     if params["check"]:
         if pid is None:
-            module.fail_json(msg="check: needs the server's process (pid, or a unit with a main PID), got none", ready=True, **extra)
+            raise _Failed("check: needs the server's process (pid, or a unit with a main PID), got none", ready=True, **extra)
         extra["check"] = _launch_check(module, params, pid, create_time)
         passed = extra["check"]["ok"]
     if params["mark_good"]:
@@ -478,7 +488,7 @@ def _after_ready(module, params, created):
                 config["mode"] = params["mode"] or resolve_mode(str(config.get("mode") or "process"))
                 mark_good(params["mark_good"]["state_file"], good_config(config, "mark_good.config"), time.time())
             except RecordError as exc:
-                module.fail_json(msg=str(exc), ready=True, **extra)
+                raise _Failed(str(exc), ready=True, **extra) from exc
             extra["marked_good"] = True
     if params["release_lock"]:
         extra["released"] = False
@@ -512,7 +522,7 @@ def _port_taken(url):
 
 def _watcher(module, params):
     """(a function returning (alive, why_not) for the watched server, or None when nothing is watched; the watched PID's
-    start time, or None)."""
+    start time, or None); raises _Failed when the PID to watch runs no process."""
     if params["pid"] is not None:
         _deps.require(module, _deps.PSUTIL)
         psutil = _deps.PSUTIL.module
@@ -521,9 +531,9 @@ def _watcher(module, params):
         if created is None:
             try:
                 created = psutil.Process(pid).create_time()
-            except psutil.Error:
-                module.fail_json(msg="pid: no process %d runs (the server exited before the wait began)" % pid, ready=False,
-                                 log_tail=file_tail(params["log_file"], params["log_lines"]) if params["log_file"] else [])
+            except psutil.Error as exc:
+                raise _Failed("pid: no process %d runs (the server exited before the wait began)" % pid, ready=False,
+                              log_tail=file_tail(params["log_file"], params["log_lines"]) if params["log_file"] else []) from exc
 
         def by_pid():
             proc = same_process(psutil, pid, created)
@@ -537,6 +547,17 @@ def _watcher(module, params):
             return watch_unit(params["unit"], parse_show(out) if rc == 0 else {})
         return by_unit, None
     return None, None
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=ARGUMENT_SPEC,
+        mutually_exclusive=[("pid", "unit")],
+        required_by={"create_time": "pid"},
+        supports_check_mode=True,
+    )
+    result, warnings, failed = run(module)
+    finish(module, result, warnings, failed)
 
 
 if __name__ == "__main__":
