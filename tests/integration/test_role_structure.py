@@ -68,7 +68,7 @@ def test_main_lists_the_steps_in_order():
 def test_the_lock_is_taken_and_released_in_one_block():
     locks = [(path.name, task) for path in sorted(TASKS.glob("*.yml")) for task in _file_tasks(path.name)
              if "gpuops.fleet.vllm_lock" in task]
-    assert [name for name, _ in locks] == ["main.yml", "main.yml"], locks
+    assert [name for name, _task in locks] == ["main.yml", "main.yml"], locks
     (block,) = [task for task in _file_tasks("main.yml") if "always" in task]
     assert "gpuops.fleet.vllm_lock" in block["block"][0]
     assert block["always"][0]["gpuops.fleet.vllm_lock"]["state"] == "unlocked"
