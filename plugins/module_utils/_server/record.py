@@ -147,10 +147,15 @@ def read_last_good(state_file: str) -> t.Optional[t.Dict[str, t.Any]]:
 
 
 def mark_good(state_file: str, config: t.Mapping[str, t.Any], since: float) -> t.Dict[str, t.Any]:
-    """Keep ``config`` (the keys of GOOD_KEYS) as the last known-good configuration, since ``since``; return it."""
+    """Keep ``config`` (the keys of GOOD_KEYS) as the last known-good configuration, since ``since``, unless it is kept
+    already (then the file stays as it is); return what is kept."""
     good = {key: config.get(key) for key in GOOD_KEYS}
-    good["since"] = since
     path = good_path(state_file)
+    kept = read_last_good(state_file)
+    if kept is not None and all(kept.get(key) == good[key] for key in GOOD_KEYS):
+        # the same configuration stays good since it first was: the file is not rewritten
+        return kept
+    good["since"] = since
     check_good(good, path)
     _write_json(path, good, GOOD_MODE, ".last-good.")
     return good

@@ -93,6 +93,8 @@ def status(module: t.Any, psutil: t.Any, target: Target, health_url: t.Optional[
     reading = with_health(_reading(psutil, target, props, read_unit_record(target.state_file)), health_url, generate)
     if reading["healthy"] is not True:
         reading["crash_loop"] = crash_loop(props)
+        if reading["crash_loop"]:
+            module.warn("unit %s: %s (journalctl -u %s shows why)" % (unit, reading["crash_loop"], unit))
     return reading
 
 

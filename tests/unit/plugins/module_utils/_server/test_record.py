@@ -102,3 +102,18 @@ def test_a_broken_file_is_an_error_but_not_for_the_launch(tmp_path):
     with pytest.raises(RecordError):
         read_last_good(state)
     assert carry_last_good(state) is None
+
+
+def test_marking_the_kept_configuration_again_leaves_the_file_as_it_is(tmp_path):
+    state_file = str(tmp_path / "vllm-8000.json")
+    config = {"argv": ["vllm", "serve", "m"], "env": {"NCCL_PROTO": "LL"}, "gpus": [0, 1], "config_hash": "abc", "mode": "systemd",
+              "tensor_parallel_size": 2, "port": 8000, "name": "vllm-8000", "model": "m", "served_name": "m"}
+    first = mark_good(state_file, config, 100.0)
+    before = os.stat(good_path(state_file))
+    again = mark_good(state_file, config, 200.0)
+    after = os.stat(good_path(state_file))
+    assert again["since"] == first["since"] == 100.0
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    # another configuration is kept anew, since its own time
+    changed = mark_good(state_file, dict(config, env={"NCCL_PROTO": "LL128"}), 300.0)
+    assert changed["since"] == 300.0 and read_last_good(state_file)["env"] == {"NCCL_PROTO": "LL128"}

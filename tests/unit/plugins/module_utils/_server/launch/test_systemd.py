@@ -179,14 +179,19 @@ def test_status_reads_the_unit_the_record_health_and_a_crash_loop(fake, where):
     os.makedirs(os.path.dirname(where["state_file"]))
     with open(where["state_file"], "w", encoding="utf-8") as handle:
         json.dump({"unit": UNIT, "config_hash": "h1"}, handle)
-    looping = systemd.status(FakeModule(), psutil, target, "http://127.0.0.1:9/health")
+    module = FakeModule()
+    looping = systemd.status(module, psutil, target, "http://127.0.0.1:9/health")
+    # the operator is told, naming the unit, and where to look
+    assert module.warnings == ["unit %s: %s (journalctl -u %s shows why)" % (UNIT, looping["crash_loop"], UNIT)]
     assert looping["running"] and looping["config_matches"] and looping["healthy"] is False and looping["mode"] == "systemd"
     assert looping["crash_loop"].startswith("crash loop: 2 restarts, last exit status 1 (Result=exit-code)")
     server = LoopbackServer(lambda handler, body: (200, b""))
     try:
-        healthy = systemd.status(FakeModule(), psutil, target._replace(config_hash="h2"), server.url + "/health")
+        quiet = FakeModule()
+        healthy = systemd.status(quiet, psutil, target._replace(config_hash="h2"), server.url + "/health")
     finally:
         server.close()
+    assert not quiet.warnings
     assert healthy["healthy"] and healthy["health"] == "HTTP 200" and healthy["crash_loop"] == "" and healthy["config_matches"] is False
 
 
