@@ -115,9 +115,9 @@ import os, sys, time
 child = os.fork()
 if child == 0:
     os.setsid()  # as an ansible task worker does
+    print(os.getpid(), flush=True)  # once it leads its own session
     time.sleep(60)
     os._exit(0)
-print(child, flush=True)
 time.sleep(60)
 """
 
