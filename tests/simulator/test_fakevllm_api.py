@@ -102,6 +102,8 @@ def test_sim_sent_records_each_write_and_when(packed: FakeServer) -> None:
     chat = {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 6}
     status, _body = packed.request("POST", "/v1/chat/completions", chat)
     assert streamed.done and status == 200
+    # a request counts as done (and is recorded) just after its last byte is written: the client may read first
+    assert wait_for(lambda: len(packed.sent(after=last)) >= 2, timeout=10)
     first, whole = packed.sent(after=last)
     assert first["id"] == last + 1 and whole["id"] == last + 2 and packed.sent(after=whole["id"]) == []
     assert (first["endpoint"], first["stream"], first["output_tokens"]) == ("completions", True, 10)
