@@ -1,19 +1,21 @@
 # Copyright (c) gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What both benches share: the simulated host, the collection's import path, probes, medians, tables."""
+"""What the benches share: a simulated host (tests/support's SimHost) in a temporary directory, probes run on it,
+medians, tables, saved results."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
-from gpusim.api import SIM_BIN_DIR, SIM_LIB_DIR, GpusimError, Host  # simulator/ is on PYTHONPATH (bench/run.py)
+from gpusim.api import SIM_BIN_DIR, SIM_LIB_DIR, GpusimError  # simulator/ is on PYTHONPATH (bench/run.py)
+from simhost import SimHost  # tests/support/ is on PYTHONPATH (bench/run.py)
 
 REPO = Path(__file__).resolve().parent.parent
 SIM_DIR = REPO / "simulator"
@@ -33,61 +35,31 @@ def ensure_simulator() -> None:
     subprocess.run(["make", "-C", str(SIM_DIR / "nvml")], check=True, stdout=sys.stderr)
 
 
-class SimHost(Host):
-    """A simulated host (gpusim.api.Host) in a temporary directory, with the collection importable as
-    ansible_collections.gpuops.fleet.
+@contextlib.contextmanager
+def bench_host() -> Iterator[SimHost]:
+    """A simulated host (tests/support's SimHost) in a temporary directory of its own.
 
-    Use as a context manager: on exit every process gpusim recorded is killed and the directory removed.
+    On exit every process gpusim recorded is killed and the directory removed; a `gpusim` command that fails in the
+    block is a BenchError.
     """
-
-    def __init__(self) -> None:
-        self._tmp = tempfile.TemporaryDirectory(prefix="gpuops-bench-")  # pylint: disable=consider-using-with
-        root = Path(self._tmp.name)
-        super().__init__(root / "state")
-        self.collections = root / "collections"
-        (self.collections / "ansible_collections" / "gpuops").mkdir(parents=True)
-        (self.collections / "ansible_collections" / "gpuops" / "fleet").symlink_to(REPO)
-
-    def __enter__(self) -> "SimHost":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
+    with tempfile.TemporaryDirectory(prefix="gpuops-bench-") as tmp:
+        host = SimHost("bench", Path(tmp) / "state")
         try:
-            if self.state.exists():
-                self.cleanup()
-        finally:
-            self._tmp.cleanup()
-
-    def env(self) -> Dict[str, str]:
-        """What a module on this host sees: the fake NVML first on the library path, the fake nvidia-smi first on PATH."""
-        env = dict(os.environ)
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(SIM_LIB_DIR), env.get("LD_LIBRARY_PATH")]))
-        env["PATH"] = os.pathsep.join([str(SIM_BIN_DIR), env.get("PATH", "")])
-        env["GPUOPS_SIM_STATE"] = str(self.state)
-        env["PYTHONPATH"] = os.pathsep.join([str(self.collections), str(SIM_DIR)])
-        return env
-
-    def gpusim(self, command: str, *args: str, check: bool = True,  # type: ignore[override]  # a bench wants the output
-               env: Optional[Dict[str, str]] = None) -> str:
-        """Run `python -m gpusim COMMAND --state DIR ARGS...` (gpusim.api.Host.gpusim) and return its stdout."""
-        try:
-            done = super().gpusim(command, *args, check=check, env=self.env() if env is None else env)
+            yield host
         except GpusimError as error:
             raise BenchError(str(error)) from None
-        return done.stdout
+        finally:
+            if host.state.exists():
+                host.cleanup()
 
-    def vllm(self, *args: str) -> Dict[str, Any]:
-        """Start a fake vLLM tree; gpusim's description of it (parent, workers, ...)."""
-        result: Dict[str, Any] = json.loads(self.gpusim("vllm", *args))
-        return result
 
-    def probe(self, script: str, *args: str, timeout: float = 120) -> Any:
-        """Run bench/<script> in a fresh interpreter on this host (LD_LIBRARY_PATH is read at its start) and parse its JSON."""
-        argv = [sys.executable, str(REPO / "bench" / script), *args]
-        done = subprocess.run(argv, env=self.env(), capture_output=True, text=True, timeout=timeout, check=False)
-        if done.returncode != 0:
-            raise BenchError(f"{script} failed ({done.returncode}):\n{done.stderr.strip()}")
-        return json.loads(done.stdout)
+def run_probe(host: SimHost, script: str, *args: str, timeout: float = 120) -> Any:
+    """Run bench/<script> in a fresh interpreter on ``host`` (LD_LIBRARY_PATH is read at its start) and parse its JSON."""
+    argv = [sys.executable, str(REPO / "bench" / script), *args]
+    done = subprocess.run(argv, env=host.process_env(), capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise BenchError(f"{script} failed ({done.returncode}):\n{done.stderr.strip()}")
+    return json.loads(done.stdout)
 
 
 def median(values: Sequence[float]) -> float:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from _benchlib import REPO, BenchError, save_results, table
+from gpusim.api import free_port  # simulator/ is on PYTHONPATH (bench/run.py)
 
 BUILD = REPO / "build" / "aiperf-mock"
 PYTHON = BUILD / "venv" / "bin" / "python"
@@ -52,12 +52,6 @@ core = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
 core.pre_tokenizer = pre_tokenizers.Whitespace()
 PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]").save_pretrained(sys.argv[1])
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def make_tokenizer() -> None:

@@ -14,8 +14,9 @@ import os
 import sys
 from typing import Any, Dict, List
 
-from _benchlib import BenchError, SimHost, ensure_simulator, median, save_results, table
+from _benchlib import BenchError, bench_host, ensure_simulator, median, run_probe, save_results, table
 from _light_holders import LightHolders
+from simhost import SimHost
 
 TARGET_MS = 30.0
 TARGET_FLOOR_RATIO = 1.5  # gpu_facts' time over the bare loop's
@@ -26,7 +27,7 @@ LIGHT_MIB = 1024
 
 
 def measure(host: SimHost, scenario: str, holders: str, runs: int) -> Dict[str, Any]:
-    probe = host.probe("_facts_probe.py", "--runs", str(runs))
+    probe = run_probe(host, "_facts_probe.py", "--runs", str(runs))
     facts_ms, smi_ms = median(probe["gpu_facts_ms"]), median(probe["smi_pair_ms"])
     ratios = [facts / bare for facts, bare in zip(probe["gpu_facts_ms"], probe["bare_ms"])]
     row = {
@@ -53,11 +54,11 @@ def measure(host: SimHost, scenario: str, holders: str, runs: int) -> Dict[str, 
 def real_trees(runs: int) -> List[Dict[str, Any]]:
     """The incident host: fake vLLM trees (API server + VLLM::Worker_TP<i> interpreters)."""
     rows = []
-    with SimHost() as host:
+    with bench_host() as host:
         host.gpusim("create", "--gpus", "8")
-        host.vllm("--tp", "8", "--mib", str(INCIDENT_MIB))
+        host.gpusim_json("vllm", "--tp", "8", "--mib", str(INCIDENT_MIB))
         rows.append(measure(host, "incident: 1 x TP=8", "vllm", runs))
-        host.vllm("--tp", "8", "--mib", str(SECOND_SERVER_MIB))
+        host.gpusim_json("vllm", "--tp", "8", "--mib", str(SECOND_SERVER_MIB))
         rows.append(measure(host, "2 x TP=8 on the same GPUs", "vllm", runs))
     return rows
 
@@ -65,11 +66,11 @@ def real_trees(runs: int) -> List[Dict[str, Any]]:
 def light_sweep(runs: int) -> List[Dict[str, Any]]:
     """The growth: `sleep` holders (see _light_holders.py), first on the target shape to compare with real trees."""
     rows = []
-    with SimHost() as host, LightHolders(host.state) as light:
+    with bench_host() as host, LightHolders(host.state) as light:
         host.gpusim("create", "--gpus", "8")
         light.add(8, 2, LIGHT_MIB)
         rows.append(measure(host, "2 holders per GPU", "sleep", runs))
-    with SimHost() as host, LightHolders(host.state) as light:
+    with bench_host() as host, LightHolders(host.state) as light:
         host.gpusim("create", "--gpus", "64")
         for per_gpu, added in ((1, 1), (8, 7)):
             light.add(64, added, LIGHT_MIB)

@@ -44,9 +44,10 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from _benchlib import BenchError, SimHost, ensure_simulator, median, save_results, table
+from _benchlib import BenchError, bench_host, ensure_simulator, median, run_probe, save_results, table
 from _light_holders import LightHolders
 from gpusim.api import pid_alive
+from simhost import SimHost
 
 INCIDENT_MIB = 93029
 TREES = ("incident", "full tree")
@@ -111,12 +112,12 @@ def floor_run(host: SimHost, tree: List[int]) -> Dict[str, Any]:
 def module_run(host: SimHost, settle: Optional[float], grace: float, timeout: float) -> Dict[str, Any]:
     """gpu_reclaim in a fresh interpreter; ``settle`` None: the module's default."""
     extra = [] if settle is None else ["--settle", str(settle)]
-    result: Dict[str, Any] = host.probe("_reclaim_probe.py", "--grace", str(grace), "--timeout", str(timeout), *extra)
+    result: Dict[str, Any] = run_probe(host, "_reclaim_probe.py", "--grace", str(grace), "--timeout", str(timeout), *extra)
     return result
 
 
 def shell_run(host: SimHost, grace: float) -> Dict[str, Any]:
-    env = dict(host.env(), THRESHOLD=str(THRESHOLD_MIB), GRACE=str(int(max(1, grace))))
+    env = dict(host.process_env(), THRESHOLD=str(THRESHOLD_MIB), GRACE=str(int(max(1, grace))))
     start = time.perf_counter()
     done = subprocess.run(["bash", "-c", SHELL], env=env, capture_output=True, text=True, timeout=4 * grace + 60,
                           check=False)
@@ -149,7 +150,7 @@ def measure_trees(args: argparse.Namespace, results: Dict[str, List[Dict[str, Di
     for repetition in range(args.repeats):
         for scenario in TREES:
             with contextlib.ExitStack() as stack:
-                hosts = {name: stack.enter_context(SimHost()) for name in runners}
+                hosts = {name: stack.enter_context(bench_host()) for name in runners}
                 print(f"bench_gpu_reclaim: {scenario}, repetition {repetition + 1}: preparing {len(hosts)} hosts",
                       file=sys.stderr)
                 with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
@@ -170,7 +171,7 @@ def measure_shapes(args: argparse.Namespace, results: Dict[str, List[Dict[str, D
             print(f"bench_gpu_reclaim: {scenario}, repetition {repetition + 1} of {repeats}", file=sys.stderr)
             runs: Dict[str, Dict[str, Any]] = {}
             for name, runner in runners.items():
-                with SimHost() as host, LightHolders(host.state) as light:
+                with bench_host() as host, LightHolders(host.state) as light:
                     host.gpusim("create", "--gpus", "8")
                     light.add(8, per_gpu, LIGHT_MIB)
                     runs[name] = run_one(name, runner, host, light.pids, scenario)

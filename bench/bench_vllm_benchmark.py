@@ -16,8 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
-from _benchlib import REPO, BenchError, SimHost, ensure_simulator, median, save_results, table
+from _benchlib import REPO, BenchError, bench_host, ensure_simulator, median, save_results, table
 from gpusim.api import FakeVllm, GpusimError
+from simhost import SimHost
 MODEL = "org/ingest"
 CLIENTS = ("gpuops", "aiohttp")
 TARGET_TOK_S = 20000.0
@@ -57,7 +58,7 @@ def measure(levels: List[int], seconds: float, rounds: int, pace: float) -> List
     cpus = sorted(os.sched_getaffinity(0))
     client_cpu, server_cpu = cpus[0], cpus[-1]
     rows = []
-    with SimHost() as host:
+    with bench_host() as host:
         host.gpusim("create", "--gpus", "1")
         log = Path(host.state).parent / "fakevllm.log"
         server = FakeServer(host, server_cpu, pace, 20.0, log)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from gpusim_helpers import LIB_DIR, SIMULATOR, FakeServers, SimHost
+from gpusim_helpers import LIB_DIR, SIMULATOR, FakeServers, SimHost, sim_host
 
 
 @pytest.fixture(scope="session")
@@ -21,7 +21,7 @@ def nvml_lib() -> Path:
 
 @pytest.fixture
 def simhost(tmp_path: Path, nvml_lib: Path) -> Iterator[SimHost]:  # pylint: disable=unused-argument
-    host = SimHost(tmp_path / "host")
+    host = sim_host(tmp_path / "host")
     host.gpusim("create")
     try:
         yield host

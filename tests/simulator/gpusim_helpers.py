@@ -1,17 +1,15 @@
 # Copyright (c) gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Helpers for the gpusim tests: a simulated host driven by its command line, /proc readers, an NVML probe."""
+"""Helpers for the gpusim tests: simulated hosts (tests/support's SimHost) with a short shutdown grace, /proc readers,
+the fake vLLM server read as a streaming client reads it."""
 
 from __future__ import annotations
 
 import contextlib
 import http.client
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,43 +18,12 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 from gpusim import api  # simulator/ is on sys.path through pytest.ini's pythonpath
 from gpusim.api import pid_alive as is_running  # noqa: F401  # pylint: disable=unused-import  # re-exported
 from gpusim.api import FAKE_VLLM, SIMULATOR_DIR as SIMULATOR, free_port  # noqa: F401  # pylint: disable=unused-import  # re-exported
+from simhost import SimHost  # tests/support/ is on sys.path through pytest.ini's pythonpath
 
 REPO = SIMULATOR.parent
 
 LIB_DIR = api.SIM_LIB_DIR
 GRACE_S = 0.5  # vLLM's 5 s shutdown grace, shortened so the suite stays fast
-
-# Runs in a subprocess with the fake library first on LD_LIBRARY_PATH: the REAL nvidia-ml-py.
-NVML_PROBE = r"""
-import json
-import pynvml as nvml
-
-def mib(value):
-    return None if value is None else value // (1024 * 1024)
-
-try:
-    nvml.nvmlInit()
-except nvml.NVMLError as error:
-    print(json.dumps({"init_error": error.value}))
-    raise SystemExit(0)
-gpus = []
-for index in range(nvml.nvmlDeviceGetCount()):
-    handle = nvml.nvmlDeviceGetHandleByIndex(index)
-    try:
-        v2 = nvml.nvmlDeviceGetMemoryInfo(handle, version=nvml.nvmlMemory_v2)
-        v1 = nvml.nvmlDeviceGetMemoryInfo(handle)
-        procs = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
-        gpus.append({
-            "index": index, "uuid": nvml.nvmlDeviceGetUUID(handle), "name": nvml.nvmlDeviceGetName(handle),
-            "total_mib": mib(v2.total), "used_mib": mib(v2.used), "reserved_mib": mib(v2.reserved),
-            "v1_used_mib": mib(v1.used),
-            "processes": [{"pid": p.pid, "used_mib": mib(p.usedGpuMemory)} for p in procs],
-        })
-    except nvml.NVMLError as error:
-        gpus.append({"index": index, "error": error.value})
-nvml.nvmlShutdown()
-print(json.dumps({"gpus": gpus}))
-"""
 
 
 def read_proc(pid: int, name: str) -> Optional[str]:
@@ -87,44 +54,9 @@ def wait_for(condition: Any, timeout: float = 5.0) -> bool:
     return api.wait_for(condition, timeout)
 
 
-class SimHost(api.Host):
-    """One simulated host in a test's tmp_path: gpusim's API (gpusim.api.Host) and its real command line."""
-
-    def __init__(self, state: Path) -> None:
-        super().__init__(state, {"GPUOPS_SIM_SHUTDOWN_GRACE_S": str(GRACE_S)})
-        self.env = dict(os.environ)
-        self.env.update({
-            "PYTHONPATH": str(SIMULATOR),
-            "GPUOPS_SIM_STATE": str(state),
-            "GPUOPS_SIM_SHUTDOWN_GRACE_S": str(GRACE_S),
-            "LD_LIBRARY_PATH": str(LIB_DIR),
-        })
-
-    def gpusim(self, command: str, *args: str, check: bool = True,  # pylint: disable=useless-parent-delegation  # env differs
-               env: Optional[Dict[str, str]] = None) -> "subprocess.CompletedProcess[str]":
-        """The real command line on this host (gpusim.api.Host.gpusim), with this host's whole environment."""
-        return super().gpusim(command, *args, check=check, env=self.env if env is None else env)
-
-    def nvml(self) -> Dict[str, Any]:
-        result = subprocess.run([sys.executable, "-c", NVML_PROBE], env=self.env, text=True,
-                                capture_output=True, timeout=30, check=True)
-        probe: Dict[str, Any] = json.loads(result.stdout)
-        return probe
-
-    def nvml_gpus(self) -> List[Dict[str, Any]]:
-        gpus: List[Dict[str, Any]] = self.nvml()["gpus"]
-        return gpus
-
-    def records(self) -> List[Tuple[int, int, str]]:  # type: ignore[override]
-        """(pid, start time, role) of every process this host's simulator recorded."""
-        return [(record.pid, record.starttime, record.role) for record in super().records()]
-
-    def kill(self, pid: int, sig: int = signal.SIGKILL) -> None:
-        """Signal a process this test's simulator started (refuses any other PID, and a reused one)."""
-        try:
-            super().kill(pid, sig)
-        except api.StateError as error:
-            raise AssertionError(str(error)) from None
+def sim_host(state: Path) -> SimHost:
+    """A simulated host in a test's tmp_path (named after its directory) whose trees shut down within GRACE_S."""
+    return SimHost(state.name, state, {"GPUOPS_SIM_SHUTDOWN_GRACE_S": str(GRACE_S)})
 
 
 # -- the fake vLLM server, launched as a role would launch vLLM: `vllm serve MODEL ...` -----------------------
@@ -230,7 +162,7 @@ class FakeServers:
 def host_with_servers(root: Path, gpus: int) -> Iterator[FakeServers]:
     """A simulated host of its own (root/host, `gpus` GPUs) and the FakeServers a module's tests share on it: every
     server stopped, then the host cleaned up by record, whatever happened."""
-    host = SimHost(root / "host")
+    host = sim_host(root / "host")
     host.gpusim("create", "--gpus", str(gpus))
     servers = FakeServers(host, root)
     try:

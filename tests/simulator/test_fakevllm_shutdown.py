@@ -23,7 +23,7 @@ def held(simhost: SimHost) -> List[int]:
 
 
 def tree(simhost: SimHost) -> List[int]:
-    return [pid for pid, _start, role in simhost.records() if role in ("api_server", "engine_core", "worker")]
+    return [record.pid for record in simhost.records() if record.role in ("api_server", "engine_core", "worker")]
 
 
 def long_stream(server: FakeServer, results: List[StreamResult], first_token: threading.Event) -> threading.Thread:
@@ -102,7 +102,7 @@ def test_streams_are_cut_before_the_grace_of_stubborn_workers(simhost: SimHost, 
 def test_a_worker_that_dies_takes_the_server_down(simhost: SimHost, servers: FakeServers) -> None:
     server = servers.start(gpus="7,0")
     server.wait_ready()
-    workers = [pid for pid, _start, role in simhost.records() if role == "worker"]
+    workers = [record.pid for record in simhost.records() if record.role == "worker"]
     simhost.kill(workers[0], signal.SIGKILL)
     assert server.proc is not None and server.proc.wait(30) == 1  # woken by SIGCHLD, not by a poll
     assert wait_for(lambda: not any(is_running(pid) for pid in workers), timeout=10)

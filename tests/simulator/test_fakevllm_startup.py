@@ -20,7 +20,7 @@ def used_mib(simhost: SimHost) -> List[int]:
 
 
 def tree_pids(simhost: SimHost, roles: tuple = ("api_server", "engine_core", "worker")) -> List[int]:
-    return [pid for pid, _start, role in simhost.records() if role in roles]
+    return [record.pid for record in simhost.records() if record.role in roles]
 
 
 def test_port_bound_at_once_health_503_until_the_delay(simhost: SimHost, servers: FakeServers) -> None:

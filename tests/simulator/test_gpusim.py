@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-from gpusim_helpers import GRACE_S, SimHost, cmdline, is_running, ppid, proc_state, read_proc, wait_for
+from gpusim_helpers import GRACE_S, SimHost, cmdline, free_port, is_running, ppid, proc_state, read_proc, sim_host, wait_for
 
 INCIDENT_MIB = 93029
 TOTAL_MIB = 97887
@@ -51,7 +50,7 @@ def test_create_writes_a_host_nvml_can_read(simhost: SimHost, tmp_path: Path) ->
     assert {(gpu["total_mib"], gpu["used_mib"], gpu["reserved_mib"], gpu["v1_used_mib"]) for gpu in gpus} == {
         (TOTAL_MIB, 0, 512, 512)}
 
-    other = SimHost(tmp_path / "other-host")
+    other = sim_host(tmp_path / "other-host")
     other.gpusim("create", "--gpus", "2", "--topology", "nvlink")
     other_uuids = [gpu["uuid"] for gpu in other.nvml_gpus()]
     assert len(other_uuids) == 2 and not set(other_uuids) & {row[1] for row in rows}
@@ -114,7 +113,7 @@ def test_v1_tree_with_engine_core(simhost: SimHost) -> None:
     assert ppid(core) == tree["parent"]
     assert [ppid(pid) for pid in tree["workers"]] == [core] * 4
     assert [title(pid) for pid in tree["workers"]] == [f"VLLM::Worker_TP{rank}" for rank in range(4)]
-    roles = {pid: role for pid, _start, role in simhost.records()}
+    roles = {record.pid: record.role for record in simhost.records()}
     assert [roles[tree["parent"]], roles[core]] == ["api_server", "engine_core"]
     assert {roles[pid] for pid in tree["workers"]} == {"worker"}
 
@@ -226,7 +225,7 @@ def test_two_servers_tp4(simhost: SimHost) -> None:
     clash = simhost.gpusim("vllm", "--gpus", "3-4", check=False)  # like vLLM: the memory is taken
     # both workers find their GPU taken; whichever fails first is reported (it raced once in CI)
     assert clash.returncode == 1 and re.search(r"Free memory on device cuda:[01]\b", clash.stderr), clash.stderr
-    running = {pid for pid, _start, _role in simhost.records() if is_running(pid)}
+    running = {record.pid for record in simhost.records() if is_running(record.pid)}
     assert running - {first["reaper"], second["reaper"]} == {
         first["parent"], second["parent"], *first["workers"], *second["workers"]}
 
@@ -236,9 +235,7 @@ def test_two_servers_tp4(simhost: SimHost) -> None:
 
 
 def test_health_endpoint(simhost: SimHost) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     simhost.gpusim_json("vllm", "--gpus", "0-1", "--port", str(port), "--model", "m")
     assert wait_for(lambda: _health(port) == 200)
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as response:
@@ -289,7 +286,7 @@ def test_cleanup_ends_every_recorded_process_and_nothing_else(simhost: SimHost) 
 
             result = json.loads(simhost.gpusim("cleanup").stdout)
             assert result["left"] == [] and result["killed"]
-            assert not any(is_running(pid) for pid, _start, _role in recorded)
+            assert not any(is_running(record.pid) for record in recorded)
             assert canary.poll() is None
             assert list((simhost.state / "procs").iterdir()) == []
             assert list((simhost.state / "allocs").iterdir()) == []
@@ -301,7 +298,7 @@ def test_cleanup_ends_every_recorded_process_and_nothing_else(simhost: SimHost) 
 
 
 def test_state_option_before_or_after_the_command(tmp_path: Path) -> None:
-    env = {key: value for key, value in SimHost(tmp_path).env.items() if key != "GPUOPS_SIM_STATE"}
+    env = {key: value for key, value in sim_host(tmp_path).process_env().items() if key != "GPUOPS_SIM_STATE"}
     state = tmp_path / "explicit"
 
     def gpusim(*args: str) -> "subprocess.CompletedProcess[str]":
@@ -322,7 +319,7 @@ def test_workers_start_untitled_through_spawn_main(simhost: SimHost) -> None:
     assert all(re.fullmatch(r"\S*python3? (-\S+ )*-c from multiprocessing\.spawn import spawn_main; "
                             r"spawn_main\(tracker_fd=\d+, pipe_handle=\d+\) --multiprocessing-fork", t) for t in early), early
     assert [gpu["used_mib"] for gpu in simhost.nvml_gpus()[:2]] == [500, 500]
-    assert {role for pid, _start, role in simhost.records() if pid in tree["workers"]} == {"worker"}
+    assert {record.role for record in simhost.records() if record.pid in tree["workers"]} == {"worker"}
     assert wait_for(lambda: [title(pid) for pid in tree["workers"]] == ["VLLM::Worker_TP0", "VLLM::Worker_TP1"], 20)
     assert wait_for(lambda: simhost.used_mib()[:2] == [20000, 20000])
     assert [holders(gpu) for gpu in simhost.nvml_gpus()[:2]] == [[pid] for pid in tree["workers"]]
@@ -344,7 +341,7 @@ def test_respawning_node_forks_a_holder_as_it_ends(simhost: SimHost, detach: boo
     simhost.kill(worker, signal.SIGTERM)
 
     def respawned() -> List[int]:
-        return [pid for pid, _start, role in simhost.records() if role == "tree_respawned" and is_running(pid)]
+        return [record.pid for record in simhost.records() if record.role == "tree_respawned" and is_running(record.pid)]
 
     assert wait_for(lambda: len(respawned()) == 1 and not is_running(worker)), (respawned(), proc_state(worker))
     child = respawned()[0]

@@ -167,10 +167,3 @@ def chunk(chat: bool, text: str = "", finish: t.Optional[str] = None, role: bool
         delta = {"role": "assistant", "content": ""} if role else {"content": text}
         return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
     return {"object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": finish}]}
-
-
-def free_port() -> int:
-    """A port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

@@ -1,15 +1,24 @@
 # Copyright (c) 2026, gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A loopback HTTP server for unit tests of the code that reads a server: each GET or POST is answered by
-``answer(handler, body) -> (status, body bytes)`` and kept in ``seen`` as (method, path, headers, body)."""
+"""Loopback helpers for unit tests of the code that reads a server: a free port (free_port), and an HTTP server whose
+each GET or POST is answered by ``answer(handler, body) -> (status, body bytes)`` and kept in ``seen`` as
+(method, path, headers, body)."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import typing as t
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 Answer = t.Callable[[BaseHTTPRequestHandler, bytes], t.Tuple[int, bytes]]
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on right now (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 class LoopbackServer:

@@ -1,6 +1,7 @@
 # Copyright (c) 2026, gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""One way for unit tests to run a module's main() as Ansible would, and read what it returns.
+"""One way for unit tests to run a module's main() as Ansible would, and read what it returns (run_printed: what it
+prints, through Ansible's own exit_json and fail_json).
 
 exit_json and fail_json end the run with ``Exit``; the result always carries ``failed`` (True or False) and
 ``warnings``: the warnings that run gave through ``module.warn``, on success and on failure alike (Ansible shows
@@ -59,3 +60,12 @@ def run_module(module: t.Any, args: t.Mapping[str, t.Any], monkeypatch: pytest.M
     """capture() and call_main() in one step."""
     capture(monkeypatch)
     return call_main(module, args)
+
+
+def run_printed(module: t.Any, args: t.Mapping[str, t.Any], capsys: pytest.CaptureFixture) -> t.Tuple[t.Dict[str, t.Any], str]:
+    """Run ``module.main()`` with Ansible's own exit_json/fail_json (no capture()): the JSON it printed, and its text."""
+    with patch_module_args(dict(args)):
+        with pytest.raises(SystemExit):
+            module.main()
+    text = capsys.readouterr().out
+    return json.loads(text), text

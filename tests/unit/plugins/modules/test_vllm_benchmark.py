@@ -12,7 +12,8 @@ import yaml
 from ansible_collections.gpuops.fleet.plugins.modules import vllm_benchmark
 from ansible_collections.gpuops.fleet.plugins.modules.vllm_benchmark import ARGUMENT_SPEC
 from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import run_module as harness_run
-from ansible_collections.gpuops.fleet.tests.unit.plugins.bench_sse_server import ScriptedServer, free_port
+from ansible_collections.gpuops.fleet.tests.unit.plugins.bench_sse_server import ScriptedServer
+from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import free_port
 
 
 def run_module(args, monkeypatch):

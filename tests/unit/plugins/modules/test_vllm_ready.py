@@ -1,23 +1,28 @@
 # Copyright (c) 2026, gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""vllm_ready with a systemd unit (a fake systemctl on PATH): the launch check, the last known-good mark and the lock's
-release run on the unit's main PID read once it is ready, and the task returns the PID it judged."""
+"""vllm_ready as Ansible runs it: bad input fails naming the option; the generation check (a dead engine fails the task
+and keeps nothing as good); the API key sent and never shown; with a systemd unit (a fake systemctl on PATH), the launch
+check, the last known-good mark and the lock's release run on the unit's main PID read once it is ready, and the task
+returns the PID it judged."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import time
 
 import pytest
 
 from ansible_collections.gpuops.fleet.plugins.modules import vllm_ready
-from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import call_main, capture
+from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import call_main, capture, run_printed
+from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.vllm_answers import DEAD_BODY, GOOD_BODY
 from ansible_collections.gpuops.fleet.tests.unit.plugins.fake_systemctl import FakeSystemctl
 from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import LoopbackServer
 
 psutil = pytest.importorskip("psutil")
 
+KEY = "sk-secret456"
 UNIT = "gpuops-vllm-8000.service"
 
 
@@ -71,3 +76,104 @@ def test_a_ready_unit_without_a_main_pid_cannot_be_checked(unit_running, monkeyp
     result = call_main(vllm_ready, {"url": server.url, "unit": UNIT, "generate_timeout": 0,
                                     "check": {"gpus": [0], "tensor_parallel_size": 1}})
     assert result["failed"] and result["msg"].startswith("check: needs the server's process") and result["pid"] is None
+
+
+@pytest.mark.usefixtures("captured")
+@pytest.mark.parametrize("args, needle", [
+    ({"url": "127.0.0.1:8000"}, "url"),
+    ({"url": "http://127.0.0.1:8000", "timeout": -5}, "timeout"),
+    ({"url": "http://127.0.0.1:8000", "interval": 0}, "interval"),
+    ({"url": "http://127.0.0.1:8000", "pid": 1, "unit": "x.service"}, "pid"),
+    ({"url": "http://127.0.0.1:8000", "create_time": 3.0}, "create_time"),
+    ({"url": "http://127.0.0.1:8000", "generate_timeout": -1}, "generate_timeout"),
+])
+def test_bad_input_names_the_option(args, needle):
+    result = call_main(vllm_ready, args)
+    assert result["failed"] and needle in result["msg"], result
+
+
+@pytest.mark.usefixtures("captured")
+def test_ready_fails_on_a_dead_engine_and_keeps_nothing_as_good(api_server, tmp_path):
+    """/health and /v1/models answer, the completion is HTTP 500 EngineDeadError: the task fails naming the generation
+    check and the answer, the key masked; the last known-good file is not written and the lock is not released."""
+    state_file = tmp_path / "vllm-8000.json"
+    lock = tmp_path / "vllm-8000.lock"
+    lock.write_text(json.dumps({"token": "t1"}))
+    config = {"argv": ["vllm", "serve", "m"], "env": {"NCCL_PROTO": "LL"}, "gpus": [0], "config_hash": "abc", "model": "m",
+              "served_name": "m", "mode": "process", "tensor_parallel_size": 1, "port": 8000, "name": "vllm-8000"}
+    args = {"url": api_server["url"], "model": "m", "api_key": "k-secret", "generate_timeout": 10,
+            "mark_good": {"state_file": str(state_file), "config": config},
+            "release_lock": {"path": str(lock), "token": "t1"}}
+    api_server["answers"] = [(500, DEAD_BODY)]
+    result = call_main(vllm_ready, args)
+    assert result["failed"] and result["ready"] is False, result
+    assert result["msg"].startswith("generation check failed: a completion of 4 tokens from %s/v1/completions" % api_server["url"])
+    assert "got HTTP 500" in result["msg"] and "EngineDeadError" in result["msg"]
+    assert result["generation"]["status"] == 500 and result["generation"]["tokens"] == 0
+    assert api_server["asked"] == 1 and api_server["keys"] == ["Bearer k-secret"]
+    assert not (tmp_path / "vllm-8000.last-good").exists() and "marked_good" not in result
+    assert lock.exists() and "released" not in result
+
+    api_server["answers"] = [(200, GOOD_BODY)]
+    result = call_main(vllm_ready, args)
+    assert not result["failed"] and result["ready"] and result["generation"]["tokens"] == 4, result
+    assert result["marked_good"] and json.loads((tmp_path / "vllm-8000.last-good").read_text())["config_hash"] == "abc"
+
+    # generate_timeout=0: no completion is sent (a server that cannot generate)
+    result = call_main(vllm_ready, dict(args, generate_timeout=0, mark_good=None, release_lock=None))
+    assert result["ready"] and "generation" not in result and api_server["asked"] == 2
+
+
+@pytest.mark.usefixtures("captured")
+def test_ready_without_a_wait_is_one_generation_check(api_server):
+    """The systemd reading's use of vllm_ready (timeout 0, after /health answered): one poll and one completion, the
+    dead engine's answer in the failed result's generation, nothing waited for."""
+    api_server["answers"] = [(500, DEAD_BODY), (200, GOOD_BODY)]
+    args = {"url": api_server["url"], "model": "m", "timeout": 0, "generate_timeout": 10}
+    dead = call_main(vllm_ready, args)
+    assert dead["failed"] and dead["generation"]["ok"] is False and dead["generation"]["problem"] == "HTTP 500", dead
+    assert "EngineDeadError" in dead["generation"]["answer"] and dead["elapsed_s"] < 5
+    good = call_main(vllm_ready, args)
+    assert good["ready"] and good["generation"]["ok"] and api_server["asked"] == 2, good
+
+
+def keyed_answer(handler, raw):
+    """As vLLM with --api-key: /health open, /v1/models and the ready step's completion only with the key."""
+    if handler.command == "GET" and handler.path == "/health":
+        return 200, b""
+    if handler.headers.get("Authorization") != "Bearer " + KEY:
+        return 401, b'{"error": "Unauthorized"}'
+    if handler.command == "POST":
+        return 200, b'{"choices": [{"text": " a b"}], "usage": {"completion_tokens": 2}}'
+    return 200, b'{"data": [{"id": "org/m"}]}'
+
+
+def asked(server):
+    """What the keyed server was asked: (path, Authorization header), a POST's path prefixed with "POST "."""
+    return [(request[1] if request[0] == "GET" else "%s %s" % request[:2], request[2].get("Authorization")) for request in server.seen]
+
+
+@pytest.fixture
+def keyed():
+    server = LoopbackServer(keyed_answer)
+    yield server
+    server.close()
+
+
+def test_ready_sends_the_key_and_never_shows_it(keyed, capsys):
+    result, text = run_printed(vllm_ready, {"url": keyed.url, "model": "org/m", "api_key": KEY, "timeout": 10}, capsys)
+    assert result["ready"] and KEY not in text
+    assert ("/v1/models", "Bearer " + KEY) in asked(keyed)
+    assert ("POST /v1/completions", "Bearer " + KEY) in asked(keyed) and result["generation"]["tokens"] == 2
+    assert ("/health", None) in asked(keyed)  # /health needs no key: none is sent there
+
+
+@pytest.mark.parametrize("key, needle", [(None, "none was given"), ("wrong-key", "does not accept")])
+def test_ready_fails_at_once_on_401_naming_api_key(keyed, capsys, key, needle):
+    args = {"url": keyed.url, "model": "org/m", "timeout": 60}
+    if key:
+        args["api_key"] = key
+    started = time.monotonic()
+    result, text = run_printed(vllm_ready, args, capsys)
+    assert result["failed"] and result["msg"].startswith("api_key:") and needle in result["msg"]
+    assert time.monotonic() - started < 10 and KEY not in text and "wrong-key" not in text

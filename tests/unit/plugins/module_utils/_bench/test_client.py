@@ -17,7 +17,8 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._bench.run import _Op
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.server import Server
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.spec import build_spec
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.stats import mean
-from ansible_collections.gpuops.fleet.tests.unit.plugins.bench_sse_server import free_port, ScriptedServer
+from ansible_collections.gpuops.fleet.tests.unit.plugins.bench_sse_server import ScriptedServer
+from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import free_port
 
 
 def approx(value):

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._http.request import http_get, http_post_json
-from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import LoopbackServer
+from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import LoopbackServer, free_port
 
 
 def _serve(answer):
@@ -34,10 +34,7 @@ def test_http_get_returns_statuses(server):
 
 
 def test_http_get_refused_is_a_reply_without_status():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    reply = http_get("http://127.0.0.1:%d/health" % port, 2)
+    reply = http_get("http://127.0.0.1:%d/health" % free_port(), 2)
     assert reply.status is None and reply.describe() == "connection refused"
 
 

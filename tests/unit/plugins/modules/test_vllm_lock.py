@@ -1,0 +1,72 @@
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""vllm_lock as Ansible runs it: bad input fails naming the option, before the lock is taken; the status it reads under
+the lock (the server's generation, the listener on its port) and the lock released when that listener may not be
+taken over."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.gpuops.fleet.plugins.modules import vllm_lock
+from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import call_main
+from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.vllm_answers import DEAD_BODY
+
+psutil = pytest.importorskip("psutil")
+
+pytestmark = pytest.mark.usefixtures("captured")
+
+
+@pytest.mark.parametrize("args, needle", [
+    ({"path": "/tmp/l", "token": "  "}, "token"),
+    ({"path": "/tmp/l", "token": "t", "stale_after": 0}, "stale_after"),
+    ({"path": "/tmp/l", "token": "t", "state": "open"}, "state"),
+])
+def test_bad_input_names_the_option(args, needle):
+    result = call_main(vllm_lock, args)
+    assert result["failed"] and needle in result["msg"], result
+
+
+def test_the_lock_reads_generation_under_it(api_server, recorded_server, tmp_path):
+    url = api_server["url"]
+    api_server["answers"] = [(500, DEAD_BODY)]
+    status = {"state_file": recorded_server, "config_hash": "h1", "health_url": url + "/health",
+              "generate": {"url": url, "model": "m", "timeout": 10}}
+    result = call_main(vllm_lock, {"path": str(tmp_path / "l"), "token": "t1", "status": status})
+    assert result["acquired"] and result["status"]["generates"] is False, result
+    assert "EngineDeadError" in result["status"]["generation"]["answer"] and api_server["asked"] == 1
+    call_main(vllm_lock, {"path": str(tmp_path / "l"), "token": "t1", "state": "unlocked"})
+
+
+@pytest.mark.parametrize("args, needle", [
+    ({"token": "t", "status": {"state_file": "/tmp/x.json", "generate": {"url": "h:1"}}}, "status.generate.url"),
+    ({"token": "t", "status": {"state_file": "/tmp/x.json", "generate": {"url": "http://h:1", "timeout": 1e9}}},
+     "status.generate.timeout"),
+])
+def test_a_bad_generate_option_is_named(args, needle, tmp_path):
+    lock = tmp_path / "never.lock"
+    result = call_main(vllm_lock, dict(args, path=str(lock)))
+    assert result["failed"] and needle in result["msg"], result
+    assert not lock.exists()  # refused before the lock
+
+
+def test_the_lock_status_reads_the_listener(hand_started, tmp_path):
+    """The lock's status reads the server that listens on the port (vllm_listener's reading), in its own call."""
+    _shell, server, port = hand_started
+    lock = call_main(vllm_lock, {"path": str(tmp_path / "s.lock"), "token": "t1",
+                                 "status": {"state_file": str(tmp_path / "s.json"), "listener": {"port": port}}})
+    assert lock["acquired"] and lock["status"]["listener"]["pid"] == server and lock["status"]["running"] is False
+
+
+def test_the_lock_refuses_a_listener_it_may_not_take_over_and_releases_itself(hand_started, tmp_path):
+    """The lock's status reading judges the listener: one that is not vLLM fails the task naming it, nothing is stopped
+    and the lock just taken is released."""
+    _shell, server, port = hand_started
+    lock = tmp_path / "s.lock"
+    result = call_main(vllm_lock, {"path": str(lock), "token": "t1",
+                                   "status": {"state_file": str(tmp_path / "s.json"), "listener": {"port": port, "match": ["^nginx"]},
+                                              "decide": {"state": "started"}}})
+    assert result["failed"] and result["msg"].startswith("vllm_server: nothing was stopped: port %d is held by PID %d" % (port, server))
+    assert not lock.exists() and result["released"] and not result["acquired"]
+    assert result["status"]["takeover"]["pid"] == server and result["status"]["reason"] == "no managed server ran"
+    assert psutil.pid_exists(server) and psutil.Process(server).status() != psutil.STATUS_ZOMBIE
