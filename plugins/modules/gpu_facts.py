@@ -317,6 +317,49 @@ ansible_facts:
               type: bool
               returned: always
               sample: false
+            container:
+              description:
+                - The container the process runs in, from its cgroup (C(/proc/PID/cgroup)) as the host shows it; V(null) when its
+                  cgroup names none (a systemd service, a login session), or the process is not visible or is unverified.
+                - PIDs stay the host's, as NVML reports them; the process's PID inside its container is not shown.
+                - docker (C(docker-ID.scope), C(/docker/ID)), podman (C(libpod-ID.scope), C(/libpod_parent/libpod-ID); podman's
+                  C(conmon) is no container) and Kubernetes (a container's cgroup below its pod's, under C(kubepods), for
+                  containerd, CRI-O or cri-dockerd, with the systemd or the cgroupfs driver).
+              type: dict
+              returned: always
+              sample: {"runtime": "podman", "id": "1e030a3033f4c66d3f8c1ab292f8490c5dff37766b14782381b20143b1d85617",
+                       "name": "vllm-llama", "image": "docker.io/vllm/vllm-openai:v0.11.0"}
+              contains:
+                runtime:
+                  description: V(docker), V(podman) or V(kubernetes).
+                  type: str
+                  returned: always
+                  sample: podman
+                id:
+                  description: The container's full id (64 hex digits).
+                  type: str
+                  returned: always
+                  sample: 1e030a3033f4c66d3f8c1ab292f8490c5dff37766b14782381b20143b1d85617
+                name:
+                  description:
+                    - The container's name, as C(docker inspect) or C(podman inspect) gives it (each asked once per container, for
+                      at most 5 seconds); V(null) when the command is missing, fails, does not answer in time or does not know
+                      the container (a rootless podman container of another user), and for Kubernetes.
+                  type: str
+                  returned: always
+                  sample: vllm-llama
+                image:
+                  description: The container's image, as its runtime names it; V(null) as for RV(ansible_facts.gpus[].processes[].container.name).
+                  type: str
+                  returned: always
+                  sample: docker.io/vllm/vllm-openai:v0.11.0
+                pod_uid:
+                  description:
+                    - The UID of the container's pod, with its dashes (a systemd slice writes them as underscores).
+                    - V(null) when no pod's cgroup is above the container's.
+                  type: str
+                  returned: when RV(ansible_facts.gpus[].processes[].container.runtime=kubernetes)
+                  sample: 1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901
         error:
           description: V(null), or why this GPU could not be read, for example a lost GPU.
           type: str
@@ -398,7 +441,7 @@ def main() -> None:
     deps = {"pynvml": _deps.PYNVML, "psutil": _deps.PSUTIL}
     result, warnings, failed = run_facts(module.params, _deps.PYNVML.module, _deps.PSUTIL.module,
                                          lambda name: _deps.require(module, deps[name]),
-                                         lambda: module.get_bin_path("nvidia-smi"), module.run_command)
+                                         lambda: module.get_bin_path("nvidia-smi"), module.run_command, module.get_bin_path)
     finish(module, result, warnings, failed)
 
 

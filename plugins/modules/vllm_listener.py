@@ -14,7 +14,8 @@ description:
     server started by hand, in tmux, by C(nohup) or by another tool's unit is found the same way as one this collection
     launched.
   - Says whether it looks like vLLM (O(match)), and how it was started, from its cgroup and its ancestors - in this order
-    a container (its cgroup names C(docker-ID.scope), C(/docker/ID), C(libpod-ID) or C(cri-containerd-ID.scope)); a
+    a container (its cgroup names C(docker-ID.scope), C(/docker/ID), C(libpod-ID), or a Kubernetes pod's container
+    C(cri-containerd-ID.scope), C(crio-ID.scope) or C(/kubepods/QOS/podUID/ID)); a
     systemd service (its cgroup is C(NAME.service); O(unit) is this role's own); nohup'd (its parent is gone, or PID 1 or
     an init system adopted it); by hand in tmux or screen (one of its ancestors is their server); by hand in a shell; or
     by another live process.

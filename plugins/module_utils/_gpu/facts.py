@@ -15,6 +15,7 @@ from __future__ import annotations
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import pid_trust as _pid_trust
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import ContainerReader
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu import smi as _smi
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import mask_cmdlines
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import Holder, NvmlSession, open_nvml
@@ -45,8 +46,11 @@ class Options(t.NamedTuple):
 
 
 def _attach_processes(psutil: t.Any, devices: t.List[t.Dict[str, t.Any]], holders: t.Mapping[int, t.List[Holder]],
-                      reread: t.Optional[t.Callable[[int], t.List[Holder]]] = None) -> None:
+                      containers: ContainerReader, reread: t.Optional[t.Callable[[int], t.List[Holder]]] = None) -> None:
     """Set each device's ``processes``; a PID on several GPUs is described once.
+
+    ``containers``: the container of each visible holder, from its cgroup (None for a PID this namespace does not have,
+    or that is not taken for the GPU process: its cgroup would be another process's).
 
     ``reread(index)``: a second NVML reading of a GPU, asked for when a listed PID is not in this namespace; a PID
     that it no longer lists exited during the reading and is left out (it is not another namespace's process).
@@ -67,12 +71,13 @@ def _attach_processes(psutil: t.Any, devices: t.List[t.Dict[str, t.Any]], holder
         info["unverified"] = bool(info["visible"] and not trust.verified(pid))
         if info["unverified"]:
             info.update(name=None, cmdline=None, username=None, state=None, ppid=None, create_time=None, visible=False)
+        info["container"] = containers.describe(pid) if info["visible"] else None
     for device in devices:
         found = holders.get(device["index"])
         device["processes"] = None if found is None else [process_fact(holder, infos[holder.pid]) for holder in found]
 
 
-def from_nvml(session: NvmlSession, options: Options, psutil: t.Any) -> t.Dict[str, t.Any]:
+def from_nvml(session: NvmlSession, options: Options, psutil: t.Any, containers: ContainerReader) -> t.Dict[str, t.Any]:
     """ansible_facts read through NVML. Raises SelectionError (bad ``gpus``) or NvmlError (NVML as a whole fails).
     Values NVML refused with NVML_ERROR_NO_PERMISSION are null and named in ``session.denied``."""
     indices = resolve_gpus(options.gpus, session.count, session.inventory)
@@ -90,13 +95,14 @@ def from_nvml(session: NvmlSession, options: Options, psutil: t.Any) -> t.Dict[s
         devices.append(device)
     facts: t.Dict[str, t.Any] = {"gpus": devices, "gpu_driver": driver}
     if options.processes:
-        _attach_processes(psutil, devices, holders, session.holders)
+        _attach_processes(psutil, devices, holders, containers, session.holders)
     if options.topology:
         facts["gpu_topology"] = read_topology(session, {device["index"]: device["pci_bus_id"] for device in devices})
     return facts
 
 
-def from_smi(run: _smi.RunCommand, smi: str, options: Options, psutil: t.Any) -> t.Tuple[t.Dict[str, t.Any], t.List[str]]:
+def from_smi(run: _smi.RunCommand, smi: str, options: Options, psutil: t.Any,
+             containers: ContainerReader) -> t.Tuple[t.Dict[str, t.Any], t.List[str]]:
     """ansible_facts read from nvidia-smi's CSV output, and warnings. Raises SelectionError, or SmiError when nvidia-smi fails."""
     rows, other = _smi.query_gpus(run, smi)
     warnings = ["nvidia-smi: " + line for line in other]
@@ -116,7 +122,7 @@ def from_smi(run: _smi.RunCommand, smi: str, options: Options, psutil: t.Any) ->
         for uuid, holder in _smi.parse_apps(_smi.run_csv(run, _smi.apps_command(smi))):
             if uuid in by_uuid:
                 by_uuid[uuid].append(holder)
-        _attach_processes(psutil, devices, {device["index"]: by_uuid[device["uuid"]] for device in devices})
+        _attach_processes(psutil, devices, {device["index"]: by_uuid[device["uuid"]] for device in devices}, containers)
     facts: t.Dict[str, t.Any] = {
         "gpus": devices,
         "gpu_driver": {"driver_version": driver_version, "cuda_driver_version": None, "nvml_version": None, "count": len(rows), "source": "nvidia-smi"},
@@ -133,13 +139,16 @@ SMI_WARNING = ("nvidia-ml-py is not installed: facts come from nvidia-smi, which
 
 def run_facts(params: t.Mapping[str, t.Any], pynvml: t.Any, psutil: t.Any, require: t.Callable[[str], None],
               find_smi: t.Callable[[], t.Optional[str]] = lambda: None,
-              run_command: t.Optional[_smi.RunCommand] = None) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+              run_command: t.Optional[_smi.RunCommand] = None,
+              find_cli: t.Optional[t.Callable[[str], t.Optional[str]]] = None) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
     """One gpu_facts run, from its parameters: (result, warnings, failed), the result as the module returns it.
 
     ``pynvml``, ``psutil``: the imported modules, or None when missing; ``require(name)`` ("psutil", "pynvml") is
     called for one that is missing but needed (a module fails there, naming the package; if it returns, the run
     fails saying what is missing). Without nvidia-ml-py,
-    ``find_smi()`` gives nvidia-smi's path (None: not installed) and ``run_command`` runs it.
+    ``find_smi()`` gives nvidia-smi's path (None: not installed) and ``run_command`` runs it. ``find_cli(name)``: the
+    path of a container runtime's command (docker, podman), asked a holder's container's name and image (default: the
+    PATH's).
     Bad input fails before anything is read.
     """
     try:
@@ -157,14 +166,14 @@ def run_facts(params: t.Mapping[str, t.Any], pynvml: t.Any, psutil: t.Any, requi
     try:
         if smi is None:
             with open_nvml(pynvml) as session:
-                facts = from_nvml(session, options, psutil)
+                facts = from_nvml(session, options, psutil, ContainerReader(find_cli))
                 warnings.extend("NVML_ERROR_NO_PERMISSION: %s was refused, so its value is null: run the task with become: true,"
                                 " or as a user with access to /dev/nvidia*" % denied for denied in session.denied)
         else:
             if run_command is None:
                 raise _smi.SmiError("nvidia-smi: no way to run it was given")
             warnings.append(SMI_WARNING)
-            facts, smi_warnings = from_smi(run_command, smi, options, psutil)
+            facts, smi_warnings = from_smi(run_command, smi, options, psutil, ContainerReader(find_cli))
             warnings.extend(smi_warnings)
     except (NvmlError, SelectionError, _smi.SmiError) as exc:
         return {"msg": str(exc)}, warnings, True

@@ -17,9 +17,10 @@ Private to this collection: the API may change without notice.
 from __future__ import annotations
 
 import os
-import re
 import typing as t
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._host import procfs
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import container_in_path
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
 
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
@@ -110,22 +111,8 @@ def read_environ(pid: int, proc_root: str = "/proc") -> t.Optional[t.Dict[str, s
 
 def read_cgroup(pid: int, proc_root: str = "/proc") -> t.Optional[str]:
     """The process's cgroup path (the unified hierarchy's line, else the first named one); None when unreadable."""
-    try:
-        with open("%s/%d/cgroup" % (proc_root, pid), "r", encoding="utf-8", errors="replace") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
-        return None
-    paths = {}
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) == 3:
-            paths[parts[1]] = parts[2]
-    if "" in paths:
-        return paths[""]
-    for controller in ("name=systemd", "pids", "memory", "cpu,cpuacct"):
-        if controller in paths:
-            return paths[controller]
-    return next(iter(paths.values()), None)
+    paths = procfs.cgroup_paths(pid, proc_root)
+    return paths[0] if paths else None
 
 
 # ---- how the listener was started ------------------------------------------------------------------------------
@@ -143,12 +130,6 @@ OWN_UNIT = "own_unit"
 TAKEN_OVER = (BY_HAND_TMUX, BY_HAND_SCREEN, BY_HAND_SHELL, NOHUP, PARENT, OWN_UNIT)
 
 _SHELLS = ("bash", "sh", "dash", "zsh", "ksh", "mksh", "fish", "tcsh", "csh", "busybox")
-_CONTAINER_CGROUPS = (
-    ("docker", r"docker-([0-9a-f]{12,64})\.scope"),
-    ("docker", r"/docker/([0-9a-f]{12,64})(/|$)"),
-    ("podman", r"libpod-(?!conmon-)([0-9a-f]{12,64})(\.scope)?(/|$)"),
-    ("containerd", r"cri-containerd-([0-9a-f]{12,64})\.scope"),
-)
 
 
 class Proc(t.NamedTuple):
@@ -172,12 +153,10 @@ class Started(t.NamedTuple):
 
 
 def cgroup_container(cgroup: t.Optional[str]) -> t.Optional[str]:
-    """``runtime <id>`` when the cgroup path is a container's (docker, podman, containerd); None otherwise."""
-    for runtime, pattern in _CONTAINER_CGROUPS:
-        found = re.search(pattern, cgroup or "")
-        if found:
-            return "%s %s" % (runtime, found.group(1)[:12])
-    return None
+    """``runtime <short id>`` when the cgroup path is a container's (docker, podman; containerd, crio or kubernetes
+    below kubepods: see container.py); None otherwise."""
+    found = container_in_path(cgroup or "")
+    return "%s %s" % (found.engine or found.runtime, found.container_id[:12]) if found else None
 
 
 def cgroup_unit(cgroup: t.Optional[str]) -> t.Optional[str]:

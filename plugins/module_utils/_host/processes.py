@@ -28,6 +28,15 @@ def trim_cmdline(cmdline: t.Optional[t.List[str]]) -> t.Optional[t.List[str]]:
     return cmdline
 
 
+def program_names(name: t.Optional[str], cmdline: t.Optional[t.Sequence[str]]) -> t.List[str]:
+    """The process name and the base name of its program (the first word of its command line, or of its title)."""
+    names = [name] if name else []
+    words = " ".join(cmdline or []).split()
+    if words:
+        names.append(words[0].rsplit("/", 1)[-1])
+    return names
+
+
 def describe_process(psutil: t.Any, pid: int) -> t.Dict[str, t.Any]:
     """name, cmdline (list), username, state, ppid, create_time and visible for one PID.
 

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 """The files of /proc read straight, where psutil would read more than asked: a process's stat line, its command
-line, its status, its kernel wait channel; the PIDs there; this boot's id and this process's PID namespace.
+line, its status, its kernel wait channel, its cgroups; the PIDs there; this boot's id and this process's PID namespace.
 
 A process that exits while it is read is ``Gone`` (or None where the function says so); a file this user may not read
 raises PermissionError (or another OSError) to the caller, who decides whether psutil takes over.
@@ -138,6 +138,26 @@ def _text(path: str) -> t.Optional[str]:
 def wchan(pid: int, proc: str = PROC) -> t.Optional[str]:
     """The kernel function a process waits in (/proc/PID/wchan); None when unknown or unreadable."""
     return _text("%s/%d/wchan" % (proc, pid))
+
+
+# the cgroup v1 hierarchies whose paths stand for a process's cgroup when there is no unified line, in this order
+_V1_ORDER = ("name=systemd", "pids", "memory", "cpu,cpuacct")
+
+
+def cgroup_paths(pid: int, proc: str = PROC) -> t.Optional[t.List[str]]:
+    """The cgroup paths of /proc/PID/cgroup (``ID:CONTROLLERS:PATH`` lines), each once: the unified hierarchy's
+    (cgroup v2, ``0::PATH``) first, then name=systemd's, pids', memory's and cpu,cpuacct's, then the other lines' in
+    file order. None when the file cannot be read (the process is gone, or another user's without the rights)."""
+    text = _text("%s/%d/cgroup" % (proc, pid))
+    if text is None:
+        return None
+    paths: t.Dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            paths.setdefault(parts[1], parts[2])
+    ordered = [paths[key] for key in ("",) + _V1_ORDER if key in paths] + list(paths.values())
+    return list(dict.fromkeys(ordered))
 
 
 def boot_id(proc: str = PROC) -> t.Optional[str]:

@@ -19,6 +19,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.selection import GpuRef, SelectionError, parse_gpus
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import program_names
 
 # A holder's launcher is found by climbing from its parent through an unbroken chain of
 # processes that match one of these (see _reclaim/plan.py). Anchored at the program: a wrapper
@@ -255,15 +256,6 @@ def build_spec(params: t.Mapping[str, t.Any]) -> ReclaimSpec:
         subreapers=regexes("subreapers", get("subreapers")),
         keep_live_jobs=live_jobs == LIVE_JOBS_KEEP,
     )
-
-
-def program_names(name: t.Optional[str], cmdline: t.Optional[t.Sequence[str]]) -> t.List[str]:
-    """The process name and the base name of its program (the first word of its command line, or of its title)."""
-    names = [name] if name else []
-    words = " ".join(cmdline or []).split()
-    if words:
-        names.append(words[0].rsplit("/", 1)[-1])
-    return names
 
 
 def always_excluded(name: t.Optional[str], cmdline: t.Optional[t.Sequence[str]]) -> bool:

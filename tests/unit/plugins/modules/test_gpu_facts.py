@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -13,6 +14,7 @@ from ansible.module_utils import basic
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import pid_trust as _pid_trust
+from ansible_collections.gpuops.fleet.plugins.module_utils._host import procfs
 from ansible_collections.gpuops.fleet.plugins.doc_fragments import nvml as nvml_fragment
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.facts import run_facts
 from ansible_collections.gpuops.fleet.plugins.modules import gpu_facts
@@ -261,3 +263,79 @@ def test_run_facts_is_the_module_without_ansible(nvml, monkeypatch):
     result, warnings, failed = run_facts({"processes": False}, None, None, missing.append)
     assert missing == ["pynvml"], "without nvidia-ml-py nor nvidia-smi, the caller is told which library is missing"
     assert failed is True and "nvidia-ml-py" in result["msg"]
+
+
+CONTAINER_ID = "1e030a3033f4c66d3f8c1ab292f8490c5dff37766b14782381b20143b1d85617"
+POD_UID = "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901"
+
+
+@pytest.fixture
+def podman(tmp_path, monkeypatch):
+    """A podman on the PATH (a script) that knows the container CONTAINER_ID, as `podman inspect` prints it; each of its
+    runs is a line of the returned file."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "podman-calls"
+    answer = tmp_path / "inspect.json"
+    answer.write_text(json.dumps([{"Id": CONTAINER_ID, "Name": "vllm-llama", "ImageName": "localhost/gpuops-sim:test",
+                                   "Config": {"Image": "localhost/gpuops-sim:test"}}]))
+    script = bin_dir / "podman"
+    script.write_text('#!/bin/sh\necho "$*" >> %s\n[ "$6" = "%s" ] && exec cat %s\nexit 125\n' % (calls, CONTAINER_ID, answer))
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir) + os.pathsep + os.environ.get("PATH", ""))
+    calls.write_text("")
+    return calls
+
+
+@pytest.mark.parametrize("cgroup, container", [
+    ("/machine.slice/libpod-%s.scope/container" % CONTAINER_ID,
+     {"runtime": "podman", "id": CONTAINER_ID, "name": "vllm-llama", "image": "localhost/gpuops-sim:test"}),
+    ("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod%s.slice/cri-containerd-%s.scope" % (POD_UID.replace("-", "_"), CONTAINER_ID),
+     {"runtime": "kubernetes", "id": CONTAINER_ID, "name": None, "image": None, "pod_uid": POD_UID}),
+    ("/machine.slice/libpod-conmon-%s.scope" % CONTAINER_ID, None),
+    ("/system.slice/vllm-llama.service", None),
+])
+def test_each_holder_names_its_container(nvml, monkeypatch, podman, cgroup, container):
+    """NVML reports the host's PID (this test process, which holds every GPU); its cgroup, faked here, names the
+    container, whose runtime's command line (podman on the PATH) is asked once for its name and image."""
+    seen = []
+
+    def cgroup_paths(pid, proc=procfs.PROC):
+        seen.append(pid)
+        return [cgroup] if pid == os.getpid() else None
+
+    monkeypatch.setattr(procfs, "cgroup_paths", cgroup_paths)
+    gpus = run_module({}, monkeypatch)["ansible_facts"]["gpus"]
+    holders = [process for gpu in gpus for process in gpu["processes"] if process["pid"] == os.getpid()]
+    assert len(holders) == 8 and all(holder["container"] == container for holder in holders)
+    assert holders[0]["visible"] is True and holders[0]["name"], "the PID is the host's, described as it is"
+    invisible = gpus[2]["processes"][1]
+    assert invisible["pid"] == MISSING_PID and invisible["container"] is None and MISSING_PID not in seen
+    assert seen == [os.getpid()], "a PID on several GPUs is read once"
+    asked = podman.read_text().splitlines()
+    assert asked == (["inspect --type container --format json %s" % CONTAINER_ID] if container and container["runtime"] == "podman" else [])
+
+
+def test_an_unverified_holder_has_no_container(nvml, monkeypatch, device_file, podman):
+    """A local process that may only share NVML's number with the real holder: its cgroup is not read as the holder's."""
+    device_file.close()
+    monkeypatch.setattr(procfs, "cgroup_paths", lambda pid, proc=procfs.PROC: ["/machine.slice/libpod-%s.scope" % CONTAINER_ID])
+    holder = run_module({}, monkeypatch)["ansible_facts"]["gpus"][0]["processes"][0]
+    assert holder["unverified"] is True and holder["container"] is None
+    assert podman.read_text() == ""
+
+
+def test_run_facts_asks_the_runtime_found_by_find_cli(nvml, monkeypatch, podman):
+    monkeypatch.setattr(procfs, "cgroup_paths", lambda pid, proc=procfs.PROC: ["/libpod_parent/libpod-%s" % CONTAINER_ID])
+    psutil = pytest.importorskip("psutil")
+    looked_up = []
+
+    def find_cli(name):
+        looked_up.append(name)
+
+    result, _warnings, failed = run_facts({"gpus": ["0"]}, nvml, psutil, lambda name: None, find_cli=find_cli)
+    holder = result["ansible_facts"]["gpus"][0]["processes"][0]
+    assert failed is False and looked_up == ["podman"] and podman.read_text() == ""
+    assert holder["container"] == {"runtime": "podman", "id": CONTAINER_ID, "name": None, "image": None}
+    result, _warnings, failed = run_facts({"gpus": ["0"]}, nvml, psutil, lambda name: None)
+    assert result["ansible_facts"]["gpus"][0]["processes"][0]["container"]["name"] == "vllm-llama", "the PATH's podman by default"

@@ -119,6 +119,10 @@ def adopts(proc: L.Proc) -> bool:
      "podman 0123456789ab"),
     ("/kubepods.slice/kubepods-burstable.slice/cri-containerd-89abcdef0123456789abcdef0123456789abcdef0123456789abcdef01234567.scope",
      "containerd 89abcdef0123"),
+    ("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/"
+     "crio-89abcdef0123456789abcdef0123456789abcdef0123456789abcdef01234567.scope", "crio 89abcdef0123"),
+    ("/kubepods/burstable/pod1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901/89abcdef0123456789abcdef0123456789abcdef0123456789abcdef01234567",
+     "kubernetes 89abcdef0123"),
 ])
 def test_a_container_is_named_by_its_runtime_and_short_id_whatever_its_parents(cgroup, container):
     started = L.classify(cgroup, [BASH, TMUX, INIT], adopts=adopts)

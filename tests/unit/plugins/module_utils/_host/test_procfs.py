@@ -72,3 +72,15 @@ def test_boot_id_and_pid_namespace_are_the_kernels():
         assert procfs.boot_id() == handle.read().strip()
     assert procfs.pid_namespace() == os.readlink("/proc/self/ns/pid")
     assert procfs.boot_id(proc="/nonexistent") is None and procfs.pid_namespace(proc="/nonexistent") is None
+
+
+def test_cgroup_paths_put_the_unified_line_first_then_the_named_hierarchies(tmp_path):
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "cgroup").write_text("12:hugetlb:/a\n4:memory:/b\n3:pids:/c\n1:name=systemd:/d\n0::/e\n")
+    assert procfs.cgroup_paths(7, str(tmp_path)) == ["/e", "/d", "/c", "/b", "/a"]
+    (tmp_path / "7" / "cgroup").write_text("4:memory:/x\n2:cpu,cpuacct:/x\n1:name=systemd:/\n0::/\nnot a line\n")
+    assert procfs.cgroup_paths(7, str(tmp_path)) == ["/", "/x"], "each path once"
+    assert procfs.cgroup_paths(8, str(tmp_path)) is None
+    with open("/proc/self/cgroup", encoding="utf-8") as handle:
+        own = [line.split(":", 2)[2] for line in handle.read().splitlines()]
+    assert sorted(procfs.cgroup_paths(os.getpid())) == sorted(set(own)), "this process's own file, every path once"

@@ -1,0 +1,233 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The container a host process belongs to, read from its /proc/PID/cgroup, and the container runtimes' own processes.
+
+A runtime puts each container's processes in a cgroup named after the container's id (64 hex digits), which every
+process of the container keeps, whatever it runs and whatever PID it has inside:
+
+- docker: ``/system.slice/docker-ID.scope`` (systemd cgroup driver), ``/docker/ID`` (cgroupfs driver, cgroup v1 or v2);
+- podman: ``/machine.slice/libpod-ID.scope`` (rootful, systemd), ``.../user@UID.service/user.slice/libpod-ID.scope``
+  (rootless), ``/libpod_parent/libpod-ID`` (cgroupfs), a sub-cgroup such as ``libpod-ID.scope/container`` included.
+  ``libpod-conmon-ID.scope`` (and cgroupfs' ``/libpod_parent/conmon``) is podman's container monitor, not the container;
+- Kubernetes (containerd, CRI-O, or docker through cri-dockerd) below a ``kubepods`` cgroup, one cgroup per pod
+  (``kubepods-burstable-podUID.slice`` with the UID's dashes written as underscores, or ``/kubepods/besteffort/podUID``;
+  a guaranteed pod sits right below kubepods) and one per container below it (``cri-containerd-ID.scope``,
+  ``crio-ID.scope``, ``docker-ID.scope``, or the bare ``ID`` with the cgroupfs driver). ``crio-conmon-ID.scope`` is
+  CRI-O's container monitor, not the container. A ``cri-containerd-ID.scope`` or ``crio-ID.scope`` elsewhere is a
+  Kubernetes container too (only the CRI names cgroups so), with no pod UID when no pod's cgroup is above it.
+
+The cgroup paths read are the ones /proc shows this process: the host's, when this process runs in the host's cgroup
+namespace. The first container found from the root wins (the container that the host's runtime knows, when one runs
+inside another). PIDs are never translated: the PID asked about is the one NVML reports, the host's.
+
+A container's name and image are asked of its runtime's command line (``docker inspect``, ``podman inspect``): once per
+container per ContainerReader, within INSPECT_TIMEOUT_S; after one that does not answer in time, that runtime is not asked
+again by the same reader. A command that is missing, fails, times out or answers something else leaves both None. A
+Kubernetes container's name and image are not asked (the kubelet's API knows them; the pod UID names the pod).
+Rootless podman's containers are known only to their user's podman: asked as another user, podman does not know them.
+
+Package rule (_host): this package reads the local host (the process table, PID trust, device files). It imports
+only the flat files of module_utils (_deps, _argspec, _secrets) and its own files: never _gpu, _reclaim, _bench,
+_server or _report, and never a module.
+
+Private to this collection: the API may change without notice.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import typing as t
+
+from ansible_collections.gpuops.fleet.plugins.module_utils._host import procfs
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import program_names
+
+DOCKER = "docker"
+PODMAN = "podman"
+KUBERNETES = "kubernetes"
+INSPECT_TIMEOUT_S = 5.0
+
+# a runtime's command line, and the arguments before the container's id that make it print the container as JSON
+_INSPECT = {
+    DOCKER: ("docker", ["inspect", "--type", "container"]),
+    PODMAN: ("podman", ["inspect", "--type", "container", "--format", "json"]),
+}
+
+_ID = r"([0-9a-f]{64})"
+_BARE_ID = re.compile(r"^%s$" % _ID)
+# docker-ID.scope (docker's systemd driver, or cri-dockerd's below kubepods), cri-containerd-ID.scope and crio-ID.scope
+# (Kubernetes' runtimes; CRI-O's cgroupfs driver writes crio-ID); crio-conmon-ID.scope does not match
+_SCOPE = re.compile(r"^(docker|cri-containerd|crio)-%s(?:\.scope)?$" % _ID)
+_ENGINES = {"cri-containerd": "containerd", "crio": "crio", DOCKER: DOCKER}
+# libpod-conmon-ID.scope does not match: "conmon-" is no hex digit
+_LIBPOD = re.compile(r"^libpod-%s(?:\.scope)?$" % _ID)
+_KUBEPODS = "kubepods"
+# a pod's cgroup: kubepods-[QOS-]podUID.slice (systemd driver, dashes as underscores), podUID (cgroupfs); a static pod's
+# UID is 32 hex digits without dashes
+_POD = re.compile(r"^(?:\S*-)?pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32})(?:\.slice)?$")
+
+# The runtimes' own processes, by program (see is_runtime_process): the CLIs (podman, docker), the container monitors
+# (conmon, conmonrs), the OCI runtimes (runc, with runc:[N:STAGE] while it sets a container up, crun), the daemons and
+# their shims (containerd, containerd-shim-runc-v2, dockerd, docker-proxy, crio) and the inits they put in containers
+# (catatonit; podman-init and docker-init: catatonit and tini as `run --init` mounts them in a container).
+RUNTIME_PROGRAMS = re.compile(
+    r"^(podman|docker|conmon|conmonrs|runc|runc:\[\d:\w+\]|crun|containerd|containerd-shim\S*|dockerd|docker-proxy|crio"
+    r"|catatonit|podman-init|docker-init)$")
+
+
+class ContainerRef(t.NamedTuple):
+    """A container as a cgroup path names it. ``engine``: the runtime that named the cgroup (docker, podman,
+    containerd, crio; "" for a Kubernetes container whose cgroup is its bare id)."""
+
+    runtime: str  # DOCKER, PODMAN or KUBERNETES
+    container_id: str  # the full id, 64 hex digits
+    pod_uid: t.Optional[str] = None  # KUBERNETES only: the pod's UID, with its dashes (None: the path names no pod)
+    engine: str = ""
+
+
+class CliAnswer(t.NamedTuple):
+    """What a command said: ``rc`` None when it did not end within its time (or could not be started)."""
+
+    rc: t.Optional[int]
+    out: str
+    timed_out: bool = False
+
+
+RunCli = t.Callable[[t.Sequence[str], float], CliAnswer]
+FindCli = t.Callable[[str], t.Optional[str]]
+
+
+def container_in_path(path: str) -> t.Optional[ContainerRef]:
+    """The container a cgroup path names (see the module doc), the first from the root; None for any other cgroup (a
+    systemd service, a user's session, a runtime's monitor, a pod's own cgroup)."""
+    parts = [part for part in path.split("/") if part]
+    kubepods = False
+    pod_uid: t.Optional[str] = None
+    for index, part in enumerate(parts):
+        kubepods = kubepods or _KUBEPODS in part
+        pod = _POD.match(part) if kubepods else None
+        if pod:
+            pod_uid = pod.group(1).replace("_", "-")
+            continue
+        found = _SCOPE.match(part)
+        if found and (kubepods or found.group(1) != DOCKER):
+            return ContainerRef(KUBERNETES, found.group(2), pod_uid, _ENGINES[found.group(1)])
+        if found:
+            return ContainerRef(DOCKER, found.group(2), engine=DOCKER)
+        if kubepods:
+            if pod_uid and _BARE_ID.match(part):  # the cgroupfs driver: /kubepods/QOS/podUID/ID
+                return ContainerRef(KUBERNETES, part, pod_uid)
+            continue
+        if part == DOCKER and index + 1 < len(parts) and _BARE_ID.match(parts[index + 1]):
+            return ContainerRef(DOCKER, parts[index + 1], engine=DOCKER)
+        found = _LIBPOD.match(part)
+        if found:
+            return ContainerRef(PODMAN, found.group(1), engine=PODMAN)
+    return None
+
+
+def container_of(pid: int, proc: str = procfs.PROC) -> t.Optional[ContainerRef]:
+    """The container of host process ``pid``, from its /proc/PID/cgroup (each path in procfs.cgroup_paths' order); None
+    when it is in none, or its cgroups cannot be read."""
+    for path in procfs.cgroup_paths(pid, proc) or []:
+        found = container_in_path(path)
+        if found:
+            return found
+    return None
+
+
+def is_runtime_process(name: t.Optional[str], cmdline: t.Optional[t.Sequence[str]]) -> bool:
+    """True for a container runtime's own process, by program (its name, or the base name of its first command-line
+    word; never its arguments): never to be signalled.
+
+    Ending one does not free a GPU and breaks what the runtime manages: a daemon, a shim or a container's monitor ends
+    or orphans its containers, and a CLI started in the foreground (``docker run``, ``podman run``) passes a signal on
+    to its container. catatonit (podman-init) and docker-init are a container's init (PID 1 inside it, ``--init``; catatonit is also
+    the pause process of a podman pod, and rootless podman's that keeps its user's namespaces): they hold no GPU
+    themselves, and ending one ends its whole container (which a restart policy starts again) or, for rootless podman's,
+    every container of that user. The GPU holder below such an init is an ordinary process."""
+    return any(RUNTIME_PROGRAMS.match(program) for program in program_names(name, cmdline))
+
+
+def run_cli(argv: t.Sequence[str], timeout: float) -> CliAnswer:
+    """Run ``argv`` (no shell, no input), wait at most ``timeout`` seconds (then it is killed): its exit code and
+    output."""
+    try:
+        done = subprocess.run(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return CliAnswer(None, "", timed_out=True)
+    except (OSError, subprocess.SubprocessError):
+        return CliAnswer(None, "")
+    return CliAnswer(done.returncode, done.stdout.decode("utf-8", "replace"))
+
+
+def parse_inspect(text: str, container_id: str) -> t.Tuple[t.Optional[str], t.Optional[str]]:
+    """(name, image) from ``docker inspect`` or ``podman inspect`` output for the container ``container_id``: a JSON list
+    of one object whose ``Id`` is that id. Anything else gives (None, None)."""
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return None, None
+    if not isinstance(found, list) or len(found) != 1 or not isinstance(found[0], dict) or found[0].get("Id") != container_id:
+        return None, None
+    item = found[0]
+    config = item.get("Config") if isinstance(item.get("Config"), dict) else {}
+    name = item.get("Name")
+    image = item.get("ImageName") or config.get("Image")  # podman's ImageName; docker's Config.Image
+    name = name.lstrip("/") if isinstance(name, str) else None  # docker's Name starts with a slash
+    return name or None, image if isinstance(image, str) and image else None
+
+
+class ContainerReader:
+    """describe() for host PIDs, during one module run: each container's runtime is asked once for its name and image.
+
+    ``find(name)``: the path of a runtime's command (None: not installed), ``run``: how it is run (run_cli),
+    ``proc``: where /proc is."""
+
+    def __init__(self, find: t.Optional[FindCli] = None, run: RunCli = run_cli, timeout: float = INSPECT_TIMEOUT_S,
+                 proc: str = procfs.PROC) -> None:
+        self._find = find or shutil.which
+        self._run = run
+        self._timeout = timeout
+        self._proc = proc
+        self._clis: t.Dict[str, t.Optional[str]] = {}
+        self._seen: t.Dict[t.Tuple[str, str], t.Tuple[t.Optional[str], t.Optional[str]]] = {}
+
+    def describe(self, pid: int) -> t.Optional[t.Dict[str, t.Any]]:
+        """``{runtime, id, name, image}`` (and ``pod_uid`` for Kubernetes) of the container of host process ``pid``;
+        None when it is in none."""
+        ref = container_of(pid, self._proc)
+        if ref is None:
+            return None
+        name, image = self._inspect(ref)
+        fact: t.Dict[str, t.Any] = {"runtime": ref.runtime, "id": ref.container_id, "name": name, "image": image}
+        if ref.runtime == KUBERNETES:
+            fact["pod_uid"] = ref.pod_uid
+        return fact
+
+    def _inspect(self, ref: ContainerRef) -> t.Tuple[t.Optional[str], t.Optional[str]]:
+        key = (ref.runtime, ref.container_id)
+        if key not in self._seen:
+            self._seen[key] = self._ask(ref)
+        return self._seen[key]
+
+    def _ask(self, ref: ContainerRef) -> t.Tuple[t.Optional[str], t.Optional[str]]:
+        if ref.runtime not in _INSPECT:
+            return None, None
+        command, args = _INSPECT[ref.runtime]
+        if ref.runtime not in self._clis:
+            self._clis[ref.runtime] = self._find(command)
+        cli = self._clis[ref.runtime]
+        if cli is None:
+            return None, None
+        answer = self._run([cli] + args + [ref.container_id], self._timeout)
+        if answer.timed_out:
+            self._clis[ref.runtime] = None  # a runtime that did not answer in time is not asked again
+        if answer.rc != 0:
+            return None, None
+        return parse_inspect(answer.out, ref.container_id)
