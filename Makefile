@@ -39,9 +39,11 @@ PYTEST := $(PY) -m pytest -p no:cacheprovider -ra --timeout=900
 TEST_STEPS := units sanity lint docs-lint simtests integration molecule build-test fleet systemd-tests
 # steps of TEST_STEPS that `make test` runs side by side, after the others: they share no resource (fleet: its nodes'
 # named network namespaces and veths, /tmp/gpuops-fleet-*; systemd-tests: an nspawn container with a private network,
-# build/systemd-test/), and each mostly waits on its own nodes or container. Each writes tests/output/STEP.log, shown
-# whole when it ends; each step's time and result are its own, as for the others.
-TEST_SIDE_BY_SIDE := fleet systemd-tests
+# build/systemd-test/; molecule: its own simulated host and loopback port 18230; lint, docs-lint and build-test only
+# read the tree, build-test building into its own temporary folder), and fleet and systemd-tests mostly wait on their
+# own nodes or container, which leaves room for the short ones. Each writes tests/output/STEP.log, shown whole when it
+# ends; each step's time and result are its own, as for the others.
+TEST_SIDE_BY_SIDE := lint docs-lint molecule build-test fleet systemd-tests
 # what those steps install with apt-get, installed first, one at a time (two apt-get runs at once fail on dpkg's lock)
 TEST_SIDE_BY_SIDE_TOOLS := fleet-tools systemd-tools
 # the integration suite in parallel (pytest-xdist): its tests mostly wait on ansible-playbook and servers; each test is
