@@ -16,13 +16,9 @@ description:
   - The same rule decides "free" in the fleet report of M(gpuops.fleet.gpu_report).
 author:
   - gpuops maintainers (@gpuops)
+extends_documentation_fragment:
+  - gpuops.fleet.gpu_facts_input
 options:
-  _input:
-    description:
-      - The host's C(ansible_facts) after M(gpuops.fleet.gpu_facts) or M(gpuops.fleet.gpu_report_facts), a registered result of
-        either, or the list C(ansible_facts.gpus) itself.
-    type: raw
-    required: true
   threshold_mib:
     description: The most memory in MiB a GPU with no process may use and still be free (an idle GPU is not at zero).
     type: int

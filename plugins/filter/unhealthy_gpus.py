@@ -15,13 +15,8 @@ description:
   - Clock slowdowns are not counted (the fleet report shows them).
 author:
   - gpuops maintainers (@gpuops)
-options:
-  _input:
-    description:
-      - The host's C(ansible_facts) after M(gpuops.fleet.gpu_facts) or M(gpuops.fleet.gpu_report_facts), a registered result of
-        either, or the list C(ansible_facts.gpus) itself.
-    type: raw
-    required: true
+extends_documentation_fragment:
+  - gpuops.fleet.gpu_facts_input
 seealso:
   - plugin: gpuops.fleet.free_gpus
     plugin_type: filter

@@ -91,3 +91,12 @@ def require(module: AnsibleModule, *deps: Dependency) -> None:
     for dep in deps:
         if not dep.found:
             module.fail_json(msg=dep.message(), exception=dep.traceback)
+
+
+def gpu_reader_hooks(module: AnsibleModule) -> t.Tuple[t.Any, t.Any, t.Callable[[str], None], t.Callable[[], t.Optional[str]], t.Any]:
+    """What a module hands a reading of the host's GPUs (_gpu.facts.run_facts, _report.reading.run_reading), after its
+    params: pynvml and psutil (None when missing), ``require(name)`` ("pynvml", "psutil"), which fails the module naming
+    the package, nvidia-smi's path (None when it is not installed) and the module's run_command."""
+    deps = {"pynvml": PYNVML, "psutil": PSUTIL}
+    return (PYNVML.module, PSUTIL.module, lambda name: require(module, deps[name]), lambda: module.get_bin_path("nvidia-smi"),
+            module.run_command)

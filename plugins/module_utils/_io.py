@@ -27,3 +27,19 @@ def write_atomic(path: str, content: t.Union[str, bytes], mode: int = 0o644, pre
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_if_changed(path: str, content: t.Union[str, bytes], check_mode: bool = False, prefix: str = ".gpuops.") -> bool:
+    """Write ``content`` (a str as UTF-8) to ``path`` with write_atomic (mode 0644, the folder made first when missing),
+    unless the file already holds it; whether it changed. In check mode nothing is written: whether it would change."""
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    try:
+        with open(path, "rb") as handle:
+            if handle.read() == data:
+                return False
+    except OSError:
+        pass
+    if not check_mode:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        write_atomic(path, content, prefix=prefix)
+    return True

@@ -438,10 +438,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    deps = {"pynvml": _deps.PYNVML, "psutil": _deps.PSUTIL}
-    result, warnings, failed = run_facts(module.params, _deps.PYNVML.module, _deps.PSUTIL.module,
-                                         lambda name: _deps.require(module, deps[name]),
-                                         lambda: module.get_bin_path("nvidia-smi"), module.run_command, module.get_bin_path)
+    result, warnings, failed = run_facts(module.params, *_deps.gpu_reader_hooks(module), module.get_bin_path)
     finish(module, result, warnings, failed)
 
 

@@ -114,6 +114,7 @@ options:
       - When the reading fails (an unreadable record, a listener that may not be taken over, ...), the lock just taken is
         released again and the task fails.
     type: dict
+    # listener, generate and decide: word for word as vllm_process's own options (tests/unit/plugins/modules/test_vllm_lock.py)
     suboptions:
       mode:
         description: The launch mode, as M(gpuops.fleet.vllm_process)'s O(gpuops.fleet.vllm_process#module:mode).
@@ -152,7 +153,7 @@ options:
             elements: str
             default: ['^VLLM::', 'vllm\.entrypoints\.', '(^|/)vllm\s+serve(\s|$)']
           unit:
-            description: This collection's own systemd unit of the server (default O(status.unit) in the systemd mode).
+            description: This collection's own systemd unit of the server (default O(status.unit) in the systemd mode, none in the process mode).
             type: str
           stop_units:
             description: Another tool's unit is no reason to refuse the listener (see M(gpuops.fleet.vllm_listener)).
@@ -185,12 +186,12 @@ options:
         type: dict
         suboptions:
           state:
-            description: The state the caller wants the server in.
+            description: The state the caller wants the server in (the role's C(vllm_server_state)).
             type: str
             choices: [started, restarted, stopped]
             default: started
           force:
-            description: A restart is forced.
+            description: A restart is forced (the role's C(vllm_server_force_restart)).
             type: bool
             default: false
 requirements:

@@ -157,7 +157,7 @@ options:
         elements: str
         default: ['^VLLM::', 'vllm\.entrypoints\.', '(^|/)vllm\s+serve(\s|$)']
       unit:
-        description: The collection's own unit of the server (default O(unit) in the systemd mode, none in the process mode).
+        description: This collection's own systemd unit of the server (default O(unit) in the systemd mode, none in the process mode).
         type: str
       stop_units:
         description: Another tool's unit is no reason to refuse the listener (see M(gpuops.fleet.vllm_listener)).

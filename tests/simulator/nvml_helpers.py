@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from child_processes import started_children  # tests/support/, on sys.path through pytest.ini's pythonpath
 from gpusim import api  # simulator/ is on sys.path through pytest.ini's pythonpath
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -233,18 +234,8 @@ def nvml(sim: SimState, session_factory: Callable[..., PynvmlSession]) -> Pynvml
 @pytest.fixture
 def holders() -> Iterator[Callable[[], subprocess.Popen[bytes]]]:
     """Starts `sleep` children; kills and reaps each by its own PID at the end."""
-    started: list[subprocess.Popen[bytes]] = []
-
-    def start() -> subprocess.Popen[bytes]:
-        child = subprocess.Popen(["sleep", "600"])
-        started.append(child)
-        return child
-
-    yield start
-    for child in started:
-        if child.poll() is None:
-            child.kill()
-        child.wait(timeout=10)
+    with started_children() as start:
+        yield lambda: start("sleep", "600")
 
 
 def kill_unreaped(child: subprocess.Popen[bytes]) -> None:

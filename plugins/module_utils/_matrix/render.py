@@ -204,14 +204,32 @@ def left_running_lines(report: Report, left: t.Sequence[t.Dict[str, t.Any]]) -> 
     return lines
 
 
-def chart_png(report: Report) -> t.Tuple[t.Optional[bytes], str]:
-    """chart.png's bytes, or (None, why) when matplotlib is not importable or nothing was measured."""
+def chart_pyplot() -> t.Tuple[t.Any, str]:
+    """(matplotlib's pyplot on the Agg backend, ''), or (None, why) when matplotlib is not importable."""
     try:
         import matplotlib  # pylint: disable=import-outside-toplevel
         matplotlib.use("Agg")
         from matplotlib import pyplot  # pylint: disable=import-outside-toplevel
     except ImportError as exc:
         return None, "skipped: matplotlib is not importable on the controller (%s); pip install matplotlib" % exc
+    return pyplot, ""
+
+
+def chart_bytes(pyplot: t.Any, figure: t.Any, axes: t.Any) -> t.Tuple[bytes, str]:
+    """(the PNG's bytes, ''): the chart with its legend, laid out tight at 100 dpi; the figure is closed."""
+    axes.legend(fontsize="small")
+    figure.tight_layout()
+    out = io.BytesIO()
+    figure.savefig(out, format="png", dpi=100)
+    pyplot.close(figure)
+    return out.getvalue(), ""
+
+
+def chart_png(report: Report) -> t.Tuple[t.Optional[bytes], str]:
+    """chart.png's bytes, or (None, why) when matplotlib is not importable or nothing was measured."""
+    pyplot, why = chart_pyplot()
+    if pyplot is None:
+        return None, why
     names, hosts = report["names"], report["hosts"]
     if not any(report["fleet"][n]["decode_tok_s"] is not None for n in names):
         return None, "skipped: nothing was measured"
@@ -236,9 +254,4 @@ def chart_png(report: Report) -> t.Tuple[t.Optional[bytes], str]:
     axes.set_xticklabels(["%s%s" % (n, " (baseline)" if n == report["baseline"] else "") for n in names])
     axes.set_ylabel("median decode tok/s per stream (min-max over rounds)")
     axes.set_title("vLLM benchmark matrix" + (": %s wins" % report["winner"]["config"] if report["winner"]["config"] else ""))
-    axes.legend(fontsize="small")
-    figure.tight_layout()
-    out = io.BytesIO()
-    figure.savefig(out, format="png", dpi=100)
-    pyplot.close(figure)
-    return out.getvalue(), ""
+    return chart_bytes(pyplot, figure, axes)

@@ -23,7 +23,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._matrix import analysis
 from ansible_collections.gpuops.fleet.plugins.module_utils._matrix import render
-from ansible_collections.gpuops.fleet.plugins.module_utils._io import write_atomic
+from ansible_collections.gpuops.fleet.plugins.module_utils._io import write_if_changed
 
 STEPS = ("report", "left_running")  # the first is the default
 LEFT_KEYS = ("host", "config", "status")
@@ -39,20 +39,6 @@ def _read_json(path: str, what: str) -> t.Any:
             return json.load(handle)
     except (OSError, ValueError) as exc:
         raise MatrixError("path: cannot read %s %s: %s" % (what, path, exc)) from exc
-
-
-def _write(path: str, content: bytes, check_mode: bool) -> bool:
-    """Write ``content`` to ``path`` atomically (mode 0644); False when the file already holds it."""
-    try:
-        with open(path, "rb") as handle:
-            if handle.read() == content:
-                return False
-    except OSError:
-        pass
-    if check_mode:
-        return True
-    write_atomic(path, content, prefix=".report.")
-    return True
 
 
 def _json_bytes(data: t.Any) -> bytes:
@@ -89,7 +75,8 @@ def report_step(run_dir: str, check_mode: bool) -> t.Dict[str, t.Any]:
     summary = render.markdown(report)
     files["summary.md"] = summary.encode("utf-8")
     files["report.json"] = _json_bytes(report)
-    changed = [name for name, content in files.items() if _write(os.path.join(run_dir, name), content, check_mode)]
+    changed = [name for name, content in files.items()
+               if write_if_changed(os.path.join(run_dir, name), content, check_mode, prefix=".report.")]
     return {"report": report, "summary_md": summary, "files": sorted(files), "changed_files": changed}
 
 
@@ -104,7 +91,8 @@ def left_running_step(run_dir: str, left: t.Optional[t.List[t.Dict[str, t.Any]]]
     report["left_running"] = left
     summary = render.markdown(report) + "\n" + "\n".join(render.left_running_lines(report, left)) + "\n"
     files = {"left_running.json": _json_bytes(left), "summary.md": summary.encode("utf-8"), "report.json": _json_bytes(report)}
-    changed = [name for name, content in files.items() if _write(os.path.join(run_dir, name), content, check_mode)]
+    changed = [name for name, content in files.items()
+               if write_if_changed(os.path.join(run_dir, name), content, check_mode, prefix=".report.")]
     return {"report": report, "summary_md": summary, "files": sorted(files), "changed_files": changed}
 
 

@@ -20,7 +20,7 @@ import typing as t
 from ansible_collections.gpuops.fleet.plugins.module_utils._report import gpu_state
 from ansible_collections.gpuops.fleet.plugins.module_utils._report import model
 from ansible_collections.gpuops.fleet.plugins.module_utils._report import render
-from ansible_collections.gpuops.fleet.plugins.module_utils._io import write_atomic
+from ansible_collections.gpuops.fleet.plugins.module_utils._io import write_if_changed
 
 # gpu_report's defaults, for a parameter that is missing (the module's ARGUMENT_SPEC names them from here)
 DEFAULTS: t.Dict[str, t.Any] = {"threshold_mib": gpu_state.DEFAULT_THRESHOLD_MIB, "title": "GPU fleet report"}
@@ -28,18 +28,6 @@ DEFAULTS: t.Dict[str, t.Any] = {"threshold_mib": gpu_state.DEFAULT_THRESHOLD_MIB
 
 class ReportError(ValueError):
     """An option that cannot be used; the message names it and its value."""
-
-
-def _write(path: str, content: str) -> bool:
-    """Write ``content`` to ``path`` atomically (mode 0644); False when the file already holds it."""
-    try:
-        with open(path, "r", encoding="utf-8") as handle:
-            if handle.read() == content:
-                return False
-    except (OSError, UnicodeDecodeError):
-        pass
-    write_atomic(path, content, prefix=".report.")
-    return True
 
 
 def run_report(params: t.Mapping[str, t.Any], check_mode: bool, now: t.Optional[float] = None) -> t.Dict[str, t.Any]:
@@ -69,7 +57,7 @@ def run_report(params: t.Mapping[str, t.Any], check_mode: bool, now: t.Optional[
         os.makedirs(dest, exist_ok=True)
         for name in render.FILES:
             # the time stamp differs on every run: a file counts as changed when more than that differs
-            changed = _write(paths[name], files[name])
+            changed = write_if_changed(paths[name], files[name], prefix=".report.")
             result["changed"] = result["changed"] or changed
     except OSError as exc:
         raise ReportError("dest: cannot write the report into %r: %s" % (dest, exc)) from None

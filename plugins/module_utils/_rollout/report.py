@@ -13,13 +13,12 @@ Private to this collection: the API may change without notice.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import typing as t
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._io import write_atomic
-from ansible_collections.gpuops.fleet.plugins.module_utils._matrix.render import fmt
+from ansible_collections.gpuops.fleet.plugins.module_utils._io import write_if_changed
+from ansible_collections.gpuops.fleet.plugins.module_utils._matrix.render import chart_bytes, chart_pyplot, fmt
 from ansible_collections.gpuops.fleet.plugins.module_utils._rollout.decision import RolloutError, judge_batch
 
 HOST_NAME_SAFE = str.maketrans({"/": "_", "\\": "_", "\0": "_"})
@@ -41,17 +40,7 @@ def read_json(path: str) -> t.Optional[t.Any]:
 
 def write(path: str, content: t.Union[str, bytes], check_mode: bool) -> bool:
     """Write ``content`` atomically (0644) unless the file already holds it; whether it changed."""
-    data = content.encode("utf-8") if isinstance(content, str) else content
-    try:
-        with open(path, "rb") as handle:
-            if handle.read() == data:
-                return False
-    except OSError:
-        pass
-    if not check_mode:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_atomic(path, data, prefix=".rollout.")
-    return True
+    return write_if_changed(path, content, check_mode, prefix=".rollout.")
 
 
 def judge(run_dir: str, batch: int, hosts: t.Sequence[str], failures: t.Sequence[t.Mapping[str, t.Any]],
@@ -177,12 +166,9 @@ def markdown(report: t.Mapping[str, t.Any]) -> str:
 
 def chart_png(report: t.Mapping[str, t.Any]) -> t.Tuple[t.Optional[bytes], str]:
     """chart.png: baseline and canary decode tok/s per gated host, with min - max bars; or (None, why)."""
-    try:
-        import matplotlib  # pylint: disable=import-outside-toplevel
-        matplotlib.use("Agg")
-        from matplotlib import pyplot  # pylint: disable=import-outside-toplevel
-    except ImportError as exc:
-        return None, "skipped: matplotlib is not importable on the controller (%s); pip install matplotlib" % exc
+    pyplot, why = chart_pyplot()
+    if pyplot is None:
+        return None, why
     rows = [(h["host"], m) for v in report["batches"] for h in v["hosts"] for m in h["metrics"] if m["metric"] == "decode_tok_s"]
     if not rows:
         return None, "skipped: nothing was measured"
@@ -201,9 +187,4 @@ def chart_png(report: t.Mapping[str, t.Any]) -> t.Tuple[t.Optional[bytes], str]:
     axes.set_xticklabels([h for h, _m in rows])
     axes.set_ylabel("median decode tok/s per stream (min-max over repeats)")
     axes.set_title("vLLM rollout: %s" % report["outcome"].get("status", "?"))
-    axes.legend(fontsize="small")
-    figure.tight_layout()
-    out = io.BytesIO()
-    figure.savefig(out, format="png", dpi=100)
-    pyplot.close(figure)
-    return out.getvalue(), ""
+    return chart_bytes(pyplot, figure, axes)

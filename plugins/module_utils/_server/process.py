@@ -2,7 +2,8 @@
 # Copyright (c) 2026, gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""A server run as a detached process: start it in its own session, stop its tree (launch/process.py uses both).
+"""A server run as a detached process: start it in its own session, stop its tree (launch/process.py uses both;
+launch/systemd.py reads a unit's tree with snapshot() and alive()).
 
 Package rule (_server): one vLLM server's process, record, lock, HTTP answers and checks. It imports the flat files
 of module_utils, _host, _gpu and its own files: never _reclaim, _bench or _report, and never a module; nothing in
@@ -76,8 +77,12 @@ class Stopped(t.NamedTuple):
     seconds: float
 
 
-def _snapshot(psutil: t.Any, proc: t.Any) -> t.List[t.Tuple[t.Any, float, t.Optional[str]]]:
-    """The server and its descendants, with their start times (so a later signal hits only them)."""
+Member = t.Tuple[t.Any, float, t.Optional[str]]  # a process, its start time and its name, as snapshot() found it
+
+
+def snapshot(psutil: t.Any, proc: t.Any) -> t.List[Member]:
+    """``proc`` and its descendants, with their start times and names (so a later signal or check hits only them);
+    a process that ends while it is read is left out."""
     members = [proc]
     try:
         members += proc.children(recursive=True)
@@ -92,7 +97,8 @@ def _snapshot(psutil: t.Any, proc: t.Any) -> t.List[t.Tuple[t.Any, float, t.Opti
     return result
 
 
-def _alive(psutil: t.Any, proc: t.Any, create_time: float) -> bool:
+def alive(psutil: t.Any, proc: t.Any, create_time: float) -> bool:
+    """Whether ``proc`` still runs with the start time ``create_time`` (a zombie does not)."""
     try:
         return abs(proc.create_time() - create_time) <= START_TIME_TOLERANCE_S and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -100,7 +106,7 @@ def _alive(psutil: t.Any, proc: t.Any, create_time: float) -> bool:
 
 
 def _send(psutil: t.Any, proc: t.Any, create_time: float, signum: int) -> bool:
-    if not _alive(psutil, proc, create_time):
+    if not alive(psutil, proc, create_time):
         return False
     try:
         proc.send_signal(signum)
@@ -113,14 +119,14 @@ def stop_tree(psutil: t.Any, proc: t.Any, stop_timeout: float, clock: Clock = ti
               sleep: Sleep = time.sleep) -> t.List[Stopped]:
     """SIGTERM the server (vLLM then ends its own engine and workers), wait up to ``stop_timeout``,
     then SIGKILL whatever is left of the tree as it was before the stop. Returns each process that ended."""
-    members = _snapshot(psutil, proc)
+    members = snapshot(psutil, proc)
     start = clock()
     last_signal: t.Dict[int, str] = {}
     ended: t.Dict[int, Stopped] = {}
 
     def collect() -> bool:
         for member, created, name in members:
-            if member.pid not in ended and not _alive(psutil, member, created):
+            if member.pid not in ended and not alive(psutil, member, created):
                 ended[member.pid] = Stopped(member.pid, name, last_signal.get(member.pid), round(clock() - start, 3))
         return len(ended) == len(members)
 

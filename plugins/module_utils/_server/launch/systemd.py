@@ -29,6 +29,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._io import write_atom
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import (
     LaunchSpec, ServerError, Target, drain_first, matches, with_health,
 )
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.process import Member, alive, snapshot
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import read_unit_record, string_env, write_record
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.unit import (
     ALIVE_STATES, ENABLED_STATES, crash_loop, main_pid, parse_show, show_argv, start_time, unknown_unit,
@@ -98,34 +99,21 @@ def status(module: t.Any, psutil: t.Any, target: Target, health_url: t.Optional[
     return reading
 
 
-def _snapshot(psutil: t.Any, pid: t.Optional[int]) -> t.List[t.Tuple[t.Any, float, str]]:
-    """The unit's main process and its descendants, with their start times and names."""
+def _snapshot(psutil: t.Any, pid: t.Optional[int]) -> t.List[Member]:
+    """The unit's main process and its descendants, with their start times and names (none without a main process)."""
     if pid is None:
         return []
     try:
         main = psutil.Process(pid)
-        members = [main] + main.children(recursive=True)
     except psutil.Error:
         return []
-    found = []
-    for member in members:
-        try:
-            found.append((member, member.create_time(), member.name()))
-        except psutil.Error:
-            continue
-    return found
+    return snapshot(psutil, main)
 
 
-def _ended(psutil: t.Any, members: t.Sequence[t.Tuple[t.Any, float, str]], seconds: float) -> t.List[t.Dict[str, t.Any]]:
+def _ended(psutil: t.Any, members: t.Sequence[Member], seconds: float) -> t.List[t.Dict[str, t.Any]]:
     """Each process of ``members`` that no longer runs (systemd signalled it: ``signal`` is null)."""
-    ended = []
-    for member, created, name in members:
-        try:
-            alive = abs(member.create_time() - created) <= 1.0 and member.status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            alive = False
-        if not alive:
-            ended.append({"pid": member.pid, "name": name, "signal": None, "seconds": seconds})
+    ended = [{"pid": member.pid, "name": name, "signal": None, "seconds": seconds}
+             for member, created, name in members if not alive(psutil, member, created)]
     return sorted(ended, key=lambda entry: entry["pid"])
 
 

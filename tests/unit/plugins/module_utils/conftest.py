@@ -4,23 +4,14 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
+
+from ansible_collections.gpuops.fleet.tests.support.child_processes import started_children
 
 
 @pytest.fixture
 def child():
-    """Start a real process of this test (ended and reaped by its own Popen handle, even on failure)."""
-    started = []
-
-    def start(*argv):
-        proc = subprocess.Popen(list(argv))
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+    """Start a real process of this test: child(*argv, **popen_kwargs) -> its Popen (ended and reaped by that handle,
+    even on failure)."""
+    with started_children() as start:
+        yield start

@@ -1,7 +1,8 @@
 # Copyright (c) 2026, gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """One way for unit tests to run a module's main() as Ansible would, and read what it returns (run_printed: what it
-prints, through Ansible's own exit_json and fail_json).
+prints, through Ansible's own exit_json and fail_json); and one way to check that a module documents the options of
+its argument spec.
 
 exit_json and fail_json end the run with ``Exit``; the result always carries ``failed`` (True or False) and
 ``warnings``: the warnings that run gave through ``module.warn``, on success and on failure alike (Ansible shows
@@ -14,6 +15,7 @@ import json
 import typing as t
 
 import pytest
+import yaml
 
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
@@ -69,3 +71,24 @@ def run_printed(module: t.Any, args: t.Mapping[str, t.Any], capsys: pytest.Captu
             module.main()
     text = capsys.readouterr().out
     return json.loads(text), text
+
+
+def documented_options(documentation: str, *fragments: str) -> t.Dict[str, t.Any]:
+    """The options a module documents: those of its DOCUMENTATION and of its doc fragments (each fragment's YAML),
+    merged as Ansible merges them (an option's keys from a fragment, then the module's own)."""
+    options: t.Dict[str, t.Any] = {}
+    for text in fragments + (documentation,):
+        for name, option in (yaml.safe_load(text).get("options") or {}).items():
+            options[name] = dict(options.get(name, {}), **option)
+    return options
+
+
+def assert_documented_as_specified(options: t.Mapping[str, t.Any], spec: t.Mapping[str, t.Mapping[str, t.Any]],
+                                   keys: t.Sequence[str] = ("type", "elements", "default")) -> None:
+    """``options`` (documented_options()) are exactly those of ``spec`` (an ARGUMENT_SPEC), each with its ``keys`` as
+    the spec has them, and so are the suboptions of each option that has some."""
+    assert set(options) == set(spec)
+    for name, option in spec.items():
+        assert [options[name].get(key) for key in keys] == [option.get(key) for key in keys], name
+        if option.get("options") is not None:
+            assert_documented_as_specified(options[name].get("suboptions") or {}, option["options"], keys)

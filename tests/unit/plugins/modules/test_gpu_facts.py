@@ -8,7 +8,6 @@ import json
 import os
 
 import pytest
-import yaml
 
 from ansible.module_utils import basic
 
@@ -19,7 +18,9 @@ from ansible_collections.gpuops.fleet.plugins.doc_fragments import nvml as nvml_
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.facts import run_facts
 from ansible_collections.gpuops.fleet.plugins.modules import gpu_facts
 from ansible_collections.gpuops.fleet.plugins.modules.gpu_facts import ARGUMENT_SPEC
-from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import run_module as harness_run
+from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import (
+    assert_documented_as_specified, documented_options, run_module as harness_run,
+)
 from ansible_collections.gpuops.fleet.tests.unit.plugins.fake_pynvml import FakeNvml, device, proc
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils._gpu.test_smi import APPS_CSV, GPU_CSV
 
@@ -129,12 +130,8 @@ def test_bad_gpus_fail_before_nvml_is_touched(monkeypatch, gpus):
 
 
 def test_documented_options_are_the_argument_spec():
-    doc = yaml.safe_load(gpu_facts.DOCUMENTATION)["options"]
-    doc.update(yaml.safe_load(nvml_fragment.ModuleDocFragment.DOCUMENTATION)["options"])
-    assert set(doc) == set(ARGUMENT_SPEC)
-    for name, option in ARGUMENT_SPEC.items():
-        assert (doc[name]["type"], doc[name].get("elements"), doc[name].get("default")) == (
-            option["type"], option.get("elements"), option.get("default")), name
+    assert_documented_as_specified(documented_options(gpu_facts.DOCUMENTATION, nvml_fragment.ModuleDocFragment.DOCUMENTATION),
+                                   ARGUMENT_SPEC)
 
 
 def test_denied_read_is_named_not_a_silent_null(nvml, monkeypatch):

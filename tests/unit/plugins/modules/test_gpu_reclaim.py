@@ -12,7 +12,6 @@ import time
 import types
 
 import pytest
-import yaml
 
 from ansible_collections.gpuops.fleet.plugins.doc_fragments import nvml as nvml_fragment
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
@@ -26,7 +25,9 @@ from ansible_collections.gpuops.fleet.plugins.modules import gpu_reclaim
 from ansible_collections.gpuops.fleet.plugins.modules.gpu_reclaim import ARGUMENT_SPEC
 from ansible_collections.gpuops.fleet.tests.unit.plugins.fake_psutil import FakePsutil, host_rows, KILL, ME, Row, TERM, vllm_server
 from ansible_collections.gpuops.fleet.tests.unit.plugins.fake_pynvml import device, FakeNvml, MIB, proc
-from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import call_main, capture
+from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import (
+    assert_documented_as_specified, call_main, capture, documented_options,
+)
 
 INCIDENT_MIB = 93029
 MISSING_PID = 4194305  # above the largest pid_max: no process of this namespace has it
@@ -414,12 +415,8 @@ def test_bad_input_fails_before_anything_is_read(monkeypatch, args, option):
 
 def test_documented_options_are_the_argument_spec_and_build_spec_defaults():
     """Each default is written once: DOCUMENTATION, the module's argument_spec and build_spec() must agree."""
-    doc = yaml.safe_load(gpu_reclaim.DOCUMENTATION)["options"]
-    doc.update(yaml.safe_load(nvml_fragment.ModuleDocFragment.DOCUMENTATION)["options"])
-    assert set(doc) == set(ARGUMENT_SPEC)
-    for name, option in ARGUMENT_SPEC.items():
-        assert (doc[name]["type"], doc[name].get("elements"), doc[name].get("default")) == (
-            option["type"], option.get("elements"), option.get("default")), name
+    doc = documented_options(gpu_reclaim.DOCUMENTATION, nvml_fragment.ModuleDocFragment.DOCUMENTATION)
+    assert_documented_as_specified(doc, ARGUMENT_SPEC)
     built = build_spec({})
     assert [p.pattern for p in built.launcher_patterns] == doc["launcher_patterns"]["default"]
     assert [p.pattern for p in built.cluster_daemons] == doc["cluster_daemons"]["default"]

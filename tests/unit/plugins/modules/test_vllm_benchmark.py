@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 
 from ansible_collections.gpuops.fleet.plugins.modules import vllm_benchmark
 from ansible_collections.gpuops.fleet.plugins.modules.vllm_benchmark import ARGUMENT_SPEC
-from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import run_module as harness_run
+from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import (
+    assert_documented_as_specified, documented_options, run_module as harness_run,
+)
 from ansible_collections.gpuops.fleet.tests.unit.plugins.bench_sse_server import ScriptedServer
 from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import free_port
 
@@ -135,12 +136,7 @@ def test_unknown_option_is_refused(server, monkeypatch):
 
 
 def test_argument_spec_matches_documentation():
-    doc = yaml.safe_load(vllm_benchmark.DOCUMENTATION)["options"]
-    assert set(doc) == set(ARGUMENT_SPEC)
-    for name, spec in ARGUMENT_SPEC.items():
-        assert doc[name]["type"] == spec["type"], name
-        assert doc[name].get("default") == spec.get("default"), name
-        assert doc[name].get("choices") == spec.get("choices"), name
+    assert_documented_as_specified(documented_options(vllm_benchmark.DOCUMENTATION), ARGUMENT_SPEC, keys=("type", "default", "choices"))
 
 
 @pytest.mark.parametrize("option, value, message", [

@@ -66,21 +66,16 @@ def devices(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def child():
-    """Real processes of this test, each opening the files it is given (ended and reaped by their Popen handles)."""
-    started = []
+def child(child):
+    """Real processes of this test, each opening the files it is given (the conftest's ``child``, which ends them)."""
 
     def start(*paths):
-        proc = subprocess.Popen(["python3", "-c", "import sys, time; handles = [open(p) for p in sys.argv[1:]]; "
-                                 "print('open', flush=True); time.sleep(60)", *[str(p) for p in paths]], stdout=subprocess.PIPE, text=True)
-        started.append(proc)
+        proc = child("python3", "-c", "import sys, time; handles = [open(p) for p in sys.argv[1:]]; "
+                     "print('open', flush=True); time.sleep(60)", *[str(p) for p in paths], stdout=subprocess.PIPE, text=True)
         assert proc.stdout.readline().strip() == "open"
         return proc.pid
 
-    yield start
-    for proc in started:
-        proc.kill()
-        proc.wait()
+    return start
 
 
 def test_device_file_open_is_the_evidence(devices, child, tmp_path):

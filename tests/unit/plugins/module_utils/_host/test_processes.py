@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import getpass
 import os
-import subprocess
 import sys
 import time
 
@@ -18,19 +17,9 @@ psutil = pytest.importorskip("psutil")
 
 
 @pytest.fixture
-def children():
-    started = []
-
-    def start(*args):
-        child = subprocess.Popen([sys.executable, "-c"] + list(args))
-        started.append(child)
-        return child
-
-    yield start
-    for child in started:
-        if child.poll() is None:
-            child.kill()
-        child.wait()
+def children(child):
+    """Start ``python -c CODE ARGS...`` as a real process of this test (the conftest's ``child``, which ends it)."""
+    return lambda *args: child(sys.executable, "-c", *args)
 
 
 def wait_for(predicate, timeout=5.0):
