@@ -119,7 +119,7 @@ options:
       mode:
         description: The launch mode, as M(gpuops.fleet.vllm_process)'s O(gpuops.fleet.vllm_process#module:mode).
         type: str
-        choices: [auto, process, systemd]
+        choices: [auto, process, systemd, container]
         default: process
       unit:
         description: The server's systemd unit (required in the systemd mode).
@@ -194,9 +194,22 @@ options:
             description: A restart is forced (the role's C(vllm_server_force_restart)).
             type: bool
             default: false
+      container:
+        description: The server's container (required in the container mode), as M(gpuops.fleet.vllm_process)'s O(gpuops.fleet.vllm_process#module:container).
+        type: dict
+        suboptions:
+          name:
+            description: The container's name.
+            type: str
+            required: true
+          runtime:
+            description: The runtime; by default the record's, else podman, else docker, whichever is installed.
+            type: str
+            choices: [podman, docker]
 requirements:
   - psutil on the managed host, with O(status).
   - systemd (C(systemctl)), with O(status.mode=systemd).
+  - podman or docker, with O(status.mode=container).
 """
 
 EXAMPLES = r"""

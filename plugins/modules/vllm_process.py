@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: vllm_process
-short_description: Read, stop and launch an inference server in its launch mode (a detached process or a systemd unit)
+short_description: Read, stop and launch an inference server in its launch mode (a detached process, a systemd unit or a container)
 version_added: 0.2.0
 description:
   - One module for every launch mode of the role C(gpuops.fleet.vllm_server) (O(mode)); what differs by mode is done by
@@ -21,6 +21,13 @@ description:
     (O(systemd.content)); its environment, secrets included, is in the environment file O(systemd.env_file) (mode
     C(0600)), and a configuration record at O(state_file) holds the unit, the configuration hash, the masked argv and the
     environment's names. A unit that crash-loops is reported as such (RV(crash_loop)).
+  - In the V(container) mode, runs the server in the container O(container.name) of podman or docker (O(container.runtime);
+    podman, else docker, when not given), started with C(run -d), labelled with the configuration hash and the role's
+    marker, its environment, secrets included, in the environment file O(container.env_file) (mode C(0600), passed with
+    C(--env-file)), its GPUs as CDI devices (podman) or C(--gpus) (docker). C(inspect) reads it: whether it runs, its main
+    process as the host numbers it (RV(pid)), its configuration-hash label, restart policy, restart count and last exit code
+    (RV(container)). A stop drains it, then C(stop -t) O(stop_timeout) and C(rm). A record at O(state_file) names the runtime
+    and the container.
   - Secrets are never written out or returned. The value of an environment variable whose name has a word KEY, APIKEY,
     TOKEN, SECRET(S), PASSWORD, PASSWD or CREDENTIAL(S) (any case, such as C(HF_TOKEN) or C(VLLM_API_KEY)) or is listed
     in O(secret_env), and the value of an argument such as C(--api-key K), C(--api-key=K) or C(--hf-token K), are shown as
@@ -38,12 +45,13 @@ attributes:
 options:
   state:
     description:
-      - V(running) starts the server unless the recorded one (the unit, in the systemd mode) runs with the same
+      - V(running) starts the server unless the recorded one (the unit, the container) runs with the same
         O(config_hash) (then nothing changes). A server that runs with another configuration makes the task fail (stop it
         first).
       - V(stopped) ends the server (process mode, the recorded one, with SIGTERM, then SIGKILL for its whole tree after
         O(stop_timeout), and removes the record; systemd mode, C(systemctl stop) of the unit, and C(systemctl disable)
-        with O(systemd.disable)). With O(takeover), the server taken over is stopped first.
+        with O(systemd.disable); container mode, C(stop -t) O(stop_timeout), then C(rm), and removes the record). With
+        O(takeover), the server taken over is stopped first.
       - V(status) only reads what runs (see O(listener) and O(decide)).
     type: str
     choices: [running, stopped, status]
@@ -51,9 +59,9 @@ options:
   mode:
     description:
       - The launch mode. V(auto) is V(systemd) when systemd runs the host (C(/run/systemd/system) is a directory), else
-        V(process); RV(mode) returns the mode used.
+        V(process); RV(mode) returns the mode used. V(container) is never chosen by V(auto).
     type: str
-    choices: [auto, process, systemd]
+    choices: [auto, process, systemd, container]
     default: process
   unit:
     description:
@@ -61,7 +69,8 @@ options:
     type: str
   state_file:
     description:
-      - Path of the record (process mode) or of the unit's configuration record (systemd mode). Each server needs its own.
+      - Path of the record (process mode), of the unit's configuration record (systemd mode) or of the container's record
+        (container mode: runtime, container id and name). Each server needs its own.
     type: path
     required: true
   argv:
@@ -74,7 +83,8 @@ options:
   env:
     description:
       - Environment variables for the server, added to the environment this task runs with (process mode), or written to
-        the unit's environment file (systemd mode; each name must then be an environment variable's name).
+        the unit's environment file (systemd mode; each name must then be an environment variable's name), or to the
+        container's (container mode; no value may hold a newline).
       - The values of secret names (see the description and O(secret_env)) are never shown; the other values are.
     type: dict
     default: {}
@@ -106,7 +116,7 @@ options:
   stop_timeout:
     description:
       - Seconds to wait after SIGTERM before the server's remaining tree gets SIGKILL (process mode, and a server taken
-        over); a unit's own C(TimeoutStopSec=) bounds its stop.
+        over; the container mode's C(stop -t)); a unit's own C(TimeoutStopSec=) bounds its stop.
     type: float
     default: 30
   health_url:
@@ -250,9 +260,65 @@ options:
         description: With O(state=stopped), also disable the unit (a stop meant to last).
         type: bool
         default: false
+  container:
+    description:
+      - The container mode's container. O(container.name) is required in that mode; O(container.image) and
+        O(container.env_file) to launch.
+    type: dict
+    suboptions:
+      name:
+        description: The container's name.
+        type: str
+        required: true
+      runtime:
+        description: The runtime; by default the record's, else podman, else docker, whichever is installed.
+        type: str
+        choices: [podman, docker]
+      image:
+        description: The image to run.
+        type: str
+      gpus:
+        description: The host's GPU indices the container gets.
+        type: list
+        elements: int
+        default: []
+      cdi_kind:
+        description: The CDI kind of the GPUs for podman (C(--device KIND=N) for each GPU); docker gets C(--gpus "device=N,M").
+        type: str
+        default: nvidia.com/gpu
+      network:
+        description:
+          - V(host) runs the container in the host's network (C(--network host)), so that the server's port is the host's
+            and the process on the port is the server itself; another network's name publishes the port as itself
+            (C(-p PORT:PORT)), with the runtime's process holding it on the host.
+        type: str
+        default: host
+      port:
+        description: The server's port, published as itself on a network other than V(host).
+        type: int
+      volumes:
+        description: Volumes (C(-v) each), for example the model cache, V(/var/cache/vllm:/root/.cache/huggingface).
+        type: list
+        elements: str
+        default: []
+      run_options:
+        description: More options of C(run), one word each, before the image.
+        type: list
+        elements: str
+        default: []
+      restart:
+        description: The container's restart policy (C(--restart)).
+        type: str
+        default: unless-stopped
+      env_file:
+        description:
+          - The container's environment file, created mode C(0600) before anything is written to it, then written with O(env)
+            as C(KEY=value) lines, passed with C(--env-file). Required to launch.
+        type: path
 requirements:
   - psutil on the managed host.
   - systemd (C(systemctl)) in the systemd mode.
+  - podman or docker in the container mode.
 seealso:
   - module: gpuops.fleet.vllm_ready
   - module: gpuops.fleet.vllm_listener
@@ -308,7 +374,8 @@ running:
   returned: always
   type: bool
 pid:
-  description: PID of the server (the unit's main PID in the systemd mode; null when none runs).
+  description: PID of the server (the unit's main PID in the systemd mode, the container's main process as the host numbers it in the
+    container mode; null when none runs).
   returned: always
   type: int
   sample: 41234
@@ -442,6 +509,22 @@ takeover_stopped:
     unit_disabled:
       description: Whether the other tool's unit that ran it was stopped or disabled (O(takeover.how=systemd)).
       type: bool
+container:
+  description:
+    - In the container mode, the container as C(inspect) reads it (C(runtime), C(id), C(name), C(image), C(running), C(status),
+      C(pid), C(config_hash), C(marker), C(restart_policy), C(restart_count), C(exit_code), C(conmon_pid)); null when there is
+      none.
+  returned: when O(mode) is container
+  type: dict
+container_id:
+  description: In the container mode, the container's id (null when there is none).
+  returned: when O(mode) is container
+  type: str
+run_argv:
+  description: In the container mode with O(state=running), the runtime's command that launched the container (secrets masked).
+  returned: when O(mode) is container and a container was launched
+  type: list
+  elements: str
 unit_changed:
   description: In the systemd mode with O(state=running), whether the unit file was written (and systemd reloaded).
   returned: when O(mode) is systemd and O(state=running)
@@ -460,6 +543,9 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import (
     hide_only_secrets, masked_argv, secret_argv_values, secret_env_names,
 )
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import GENERATE_OPTIONS
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.container import (
+    DEFAULT_CDI_KIND, HOST_NETWORK, RUNTIMES, check_spec, spec_of,
+)
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.mode import MODES, backend, resolve_mode
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import LaunchSpec, ServerError, Target
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.takeover import stop_takeover
@@ -503,6 +589,19 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
         "enabled": {"type": "bool", "default": True},
         "disable": {"type": "bool", "default": False},
     }},
+    "container": {"type": "dict", "options": {
+        "name": {"type": "str", "required": True},
+        "runtime": {"type": "str", "choices": list(RUNTIMES)},
+        "image": {"type": "str"},
+        "gpus": {"type": "list", "elements": "int", "default": []},
+        "cdi_kind": {"type": "str", "default": DEFAULT_CDI_KIND},
+        "network": {"type": "str", "default": HOST_NETWORK},
+        "port": {"type": "int"},
+        "volumes": {"type": "list", "elements": "str", "default": []},
+        "run_options": {"type": "list", "elements": "str", "default": []},
+        "restart": {"type": "str", "default": "unless-stopped"},
+        "env_file": {"type": "path"},
+    }},
 }
 
 
@@ -517,6 +616,15 @@ def check_params(params: t.Mapping[str, t.Any], mode: str) -> None:
         for key in ("content", "env_file"):
             if not (params["systemd"] or {}).get(key):
                 raise SpecError("systemd.%s: the systemd mode needs it to launch, got none" % key)
+    if params["state"] == "running" and mode == "container":
+        for key in ("image", "env_file"):
+            if not (params["container"] or {}).get(key):
+                raise SpecError("container.%s: the container mode needs it to launch, got none" % key)
+    if mode == "container" and params["container"]:
+        try:
+            check_spec(spec_of(params["container"]))
+        except ServerError as exc:
+            raise SpecError(str(exc)) from None
     between("stop_timeout", params["stop_timeout"], 0, 3600, "seconds")
     between("drain_timeout", params["drain_timeout"], 0, 86400, "seconds")
     if params["drain_url"] is not None:
@@ -538,12 +646,12 @@ def _hide_only_secrets(module: AnsibleModule, params: t.Mapping[str, t.Any]) -> 
 
 
 def _target(params: t.Mapping[str, t.Any]) -> Target:
-    return Target(params["state_file"], params["unit"], params["config_hash"])
+    return Target(params["state_file"], params["unit"], params["config_hash"], params["container"])
 
 
 def _status(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
     """state=status: what runs, and with listener and decide, what listens on the port and what must change."""
-    options = {key: params[key] for key in ("state_file", "unit", "config_hash", "health_url", "generate", "listener", "decide")}
+    options = {key: params[key] for key in ("state_file", "unit", "config_hash", "health_url", "generate", "listener", "decide", "container")}
     options["mode"] = mode
     result = dict(read_server(module, psutil, options, read_listener), changed=False)
     wanted = (params["systemd"] or {}).get("enabled")
@@ -591,7 +699,8 @@ def _launch(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[s
     argv = [str(word) for word in params["argv"] or []]
     if module.check_mode:
         # the stop before the launch was only previewed: whatever runs now stays, so say what would be launched
-        return {"changed": True, "running": True, "msg": "would launch %s" % " ".join(masked_argv(argv))}
+        where = " in container %s" % params["container"]["name"] if mode == "container" and params["container"] else ""
+        return {"changed": True, "running": True, "msg": "would launch %s%s" % (" ".join(masked_argv(argv)), where)}
     spec = LaunchSpec(argv=argv, env=dict(params["env"]), shown_argv=masked_argv(argv), log_file=params["log_file"],
                       chdir=params["chdir"], metadata=params["metadata"], systemd=params["systemd"])
     return backend(mode).launch(module, psutil, _target(params), spec)

@@ -12,8 +12,9 @@ version_added: 0.2.0
 description:
   - Polls C(GET /health) of the server every O(interval) seconds until it answers HTTP 200, then, with O(model), until
     C(/v1/models) lists that model.
-  - Watches the server while it waits (the process O(pid) started at O(create_time), or the systemd O(unit)); when it dies the task
-    fails at once, not at the timeout, with the last lines of its log (O(log_file), or the unit's journal).
+  - Watches the server while it waits (the process O(pid) started at O(create_time), the systemd O(unit), or the container's main
+    process with O(mode=container)); when it dies the task fails at once, not at the timeout, with the last lines of its log
+    (O(log_file), the unit's journal, or the container's output).
   - Fails after O(timeout) seconds counted from O(since), with the log's last lines and the last answer of C(/health).
   - Once C(/health) and C(/v1/models) answer, sends one short completion (a few tokens, C(POST /v1/completions)) and fails unless
     it comes back with tokens within O(generate_timeout) seconds. vLLM's API server answers C(/health) and C(/v1/models) while its
@@ -95,7 +96,7 @@ options:
   check:
     description:
       - Once the server is ready, run the launch check of M(gpuops.fleet.vllm_server_check) on O(pid), or with O(unit) on the
-        unit's main PID read once it is ready, in the same process (a fresh NVML session of its own, joined with the
+        unit's main PID read once it is ready (with O(mode=container), the container's main process), in the same process (a fresh NVML session of its own, joined with the
         server's process tree) and return it as RV(check). The task does
         not fail on the check; the role's own task judges RV(check) and names what did not hold.
       - The ready step and its check in one task save the host a module start-up in a restart.
@@ -138,12 +139,13 @@ options:
     description:
       - The launch mode of the server to watch, instead of O(pid) or O(unit) alone (V(auto) is systemd when C(/run/systemd/system)
         exists, else process). V(process) watches the process of the record at O(state_file) (its PID and start time);
-        V(systemd) watches O(unit) (its main PID for O(check)).
+        V(systemd) watches O(unit) (its main PID for O(check)); V(container) watches the main process (as the host numbers
+        it) of the container that the record at O(state_file) names, read through its runtime (C(inspect)).
       - The last known-good configuration of O(mark_good) is kept with this mode.
     type: str
-    choices: [auto, process, systemd]
+    choices: [auto, process, systemd, container]
   state_file:
-    description: With O(mode=process) and no O(pid), the record (JSON) of the server, as M(gpuops.fleet.vllm_process) writes it.
+    description: With O(mode=process) and no O(pid), or O(mode=container), the record (JSON) of the server, as M(gpuops.fleet.vllm_process) writes it.
     type: path
   release_lock:
     description:
@@ -262,7 +264,9 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import hide_
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.check import run_launch_check
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import GENERATE_TIMEOUT_MAX_S, check_generation
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import release
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.container import logs_tail, main_process
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.mode import MODES, resolve_mode
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import ServerError
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError, good_config, mark_good, read_record, same_process
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.unit import main_pid, parse_show, show_argv, start_time, watch_unit
 
@@ -339,10 +343,13 @@ def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]
 
 def _poll(module, params, url, since):
     """(result, warnings, failed) of polling /health at ``url``; a step that fails the run early raises _Failed."""
+    runtime_cli, container_name = _container_server(module, params)
     watcher, created = _watcher(module, params)
     headers = {"Authorization": "Bearer %s" % params["api_key"]} if params["api_key"] else {}
 
     def log_tail():
+        if runtime_cli and container_name:
+            return logs_tail(module.run_command, runtime_cli, container_name, params["log_lines"])
         if params["unit"]:
             return journal_tail(module.run_command, params["unit"], params["log_lines"])
         return file_tail(params["log_file"], params["log_lines"]) if params["log_file"] else []
@@ -440,11 +447,34 @@ def _server_of_mode(params):
         params["pid"] = params["create_time"] = None
         return
     params["unit"] = None
+    if params["mode"] == "container":
+        if not params["state_file"]:
+            raise SpecError("state_file: mode=container needs the container's record, got none")
+        params["pid"] = params["create_time"] = None
+        return
     if params["pid"] is None and params["state_file"]:
         record = read_record(params["state_file"]) or {}
         params["pid"], params["create_time"] = record.get("pid"), record.get("create_time")
         if params["since"] is None:
             params["since"] = params["create_time"]
+
+
+def _container_server(module, params):
+    """With O(mode=container): the container's main process (host PID and start time) into O(pid) and O(create_time),
+    read through its runtime as the record at O(state_file) names it; (the runtime's command, the container's name), else
+    (None, None). Raises _Failed when the container does not run."""
+    if params["mode"] != "container":
+        return None, None
+    _deps.require(module, _deps.PSUTIL)
+    try:
+        pid, created, cli, name = main_process(module, _deps.PSUTIL.module, params["state_file"])
+    except (RecordError, ServerError) as exc:
+        raise _Failed(str(exc), ready=False) from None
+    if pid is None:
+        raise _Failed("the container %s of %s does not run (the server exited before the wait began)" % (name, params["state_file"]),
+                      ready=False, log_tail=logs_tail(module.run_command, cli, name, params["log_lines"]) if cli and name else [])
+    params["pid"], params["create_time"] = pid, created
+    return cli, name
 
 
 def _launch_check(module, params, pid, create_time):

@@ -89,8 +89,8 @@ def refusal(info: t.Mapping[str, t.Any], port: int, stop_units: bool = False) ->
         return "port %d is held by %s, which is not a vLLM server: it is not stopped; stop it or choose another vllm_server_port" % (
             port, who)
     if info["how"] == _listener.CONTAINER:
-        return ("port %d is held by the vLLM server %s: a container restarts what it runs, and this role does not launch "
-                "containers; stop the container (%s) and rerun" % (port, who, info["container"]))
+        return ("port %d is held by the vLLM server %s: a container restarts what it runs, and this container is not the "
+                "role's own; stop the container (%s) and rerun" % (port, who, info["container"]))
     if info["how"] == _listener.UNIT and not stop_units:
         return ("port %d is held by the vLLM server %s, which would start it again when it ends: set "
                 "vllm_server_takeover_units=true to let this run stop and disable %s, or stop and disable it yourself "

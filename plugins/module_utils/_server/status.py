@@ -22,6 +22,7 @@ import typing as t
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, http_url
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.decision import STATES, reason
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import GENERATE_OPTIONS, GENERATE_TIMEOUT_MAX_S
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.container import RUNTIMES, own_port_holder
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.mode import MODES, backend, resolve_mode
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import ServerError, Target
 
@@ -41,6 +42,12 @@ def listener_options(default_match: t.Sequence[str]) -> t.Dict[str, t.Dict[str, 
     }
 
 
+# the container mode's reading: which container, of which runtime (none: the record's, else podman, then docker)
+CONTAINER_READ_OPTIONS: t.Dict[str, t.Dict[str, t.Any]] = {
+    "name": {"type": "str", "required": True},
+    "runtime": {"type": "str", "choices": list(RUNTIMES)},
+}
+
 DECIDE_OPTIONS: t.Dict[str, t.Dict[str, t.Any]] = {
     "state": {"type": "str", "choices": list(STATES), "default": "started"},
     "force": {"type": "bool", "default": False},
@@ -58,6 +65,7 @@ def status_options(default_match: t.Sequence[str]) -> t.Dict[str, t.Dict[str, t.
         "generate": {"type": "dict", "options": GENERATE_OPTIONS},
         "listener": {"type": "dict", "options": listener_options(default_match)},
         "decide": {"type": "dict", "options": DECIDE_OPTIONS},
+        "container": {"type": "dict", "options": CONTAINER_READ_OPTIONS},
     }
 
 
@@ -70,15 +78,21 @@ def check_options(options: t.Mapping[str, t.Any], prefix: str = "") -> None:
     listener = options.get("listener")
     if listener:
         between(prefix + "listener.port", listener["port"], 1, 65535, "")
-    if resolve_mode(options.get("mode") or "process") == "systemd" and not options.get("unit"):
+    mode = resolve_mode(options.get("mode") or "process")
+    if mode == "systemd" and not options.get("unit"):
         raise SpecError("%sunit: the systemd mode needs the unit's name, got none" % prefix)
+    if mode == "container" and not (options.get("container") or {}).get("name"):
+        raise SpecError("%scontainer.name: the container mode needs the container's name, got none" % prefix)
 
 
 def taken_over(listener: t.Optional[t.Mapping[str, t.Any]], reading: t.Mapping[str, t.Any]) -> t.Optional[t.Dict[str, t.Any]]:
-    """The listener when it is not the managed server (not its own unit, not the PID of the server that runs), else None."""
+    """The listener when it is not the managed server (not its own unit, not the PID of the server that runs, not in
+    its container nor the runtime's process that holds the container's published port), else None."""
     if listener is None or listener.get("how") == OWN_UNIT:
         return None
     if reading.get("running") and str(listener.get("pid")) == str(reading.get("pid")):
+        return None
+    if reading.get("mode") == "container" and own_port_holder(listener, reading):
         return None
     return dict(listener)
 
@@ -98,7 +112,7 @@ def read_server(module: t.Any, psutil: t.Any, options: t.Mapping[str, t.Any],
     ``read_listener`` does, and TakeoverRefused (with the reading in its result) when the process to take over may not
     be stopped: its message is 'vllm_server: nothing was stopped: REFUSAL'."""
     mode = resolve_mode(options.get("mode") or "process")
-    target = Target(options["state_file"], options.get("unit"), options.get("config_hash"))
+    target = Target(options["state_file"], options.get("unit"), options.get("config_hash"), options.get("container"))
     reading = backend(mode).status(module, psutil, target, options.get("health_url"), options.get("generate"))
     listens = options.get("listener")
     if listens:

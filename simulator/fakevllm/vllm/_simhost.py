@@ -13,11 +13,15 @@ Knobs (environment, so `vllm serve ...` keeps vLLM's own command line):
                                workers start as `python -m` children and title themselves at once)
   GPUOPS_SIM_WORKER_SPAWN_MIB  MiB a worker holds during that window (a CUDA context; default 0)
   CUDA_VISIBLE_DEVICES         which GPUs the ranks use, as with real CUDA (indices or UUIDs)
+  GPUOPS_SIM_CDI_GPU_<N>=<N>   in a container: the host's GPU N is one of the container's (set by a CDI device's edits);
+                               with any of them set, the container sees only those GPUs, numbered from 0 in the host's
+                               order, as a container of CDI devices does
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Dict
@@ -40,6 +44,7 @@ GRACE_ENV = "GPUOPS_SIM_SHUTDOWN_GRACE_S"
 SPAWN_S_ENV = "GPUOPS_SIM_WORKER_SPAWN_S"
 SPAWN_MIB_ENV = "GPUOPS_SIM_WORKER_SPAWN_MIB"
 DEFAULT_GRACE_S = 5.0
+CDI_GPU_ENV = re.compile(r"^GPUOPS_SIM_CDI_GPU_[0-9]+$")
 
 
 class StartupError(Exception):
@@ -94,13 +99,18 @@ def visible_gpu(state: StateDir, rank: int) -> Gpu:
     if read_host(state).get("driver_loaded") == "0":
         raise StartupError("RuntimeError: Found no NVIDIA driver on your system.")
     gpus = read_gpus(state)
+    given = sorted(int(value) for name, value in os.environ.items() if CDI_GPU_ENV.match(name) and value.strip().isdigit())
+    if given:
+        # a container's GPUs: only these, numbered from 0
+        gpus = [gpu for gpu in gpus if gpu.index in given]
+    numbers = {id(gpu): str(number) if given else str(gpu.index) for number, gpu in enumerate(gpus)}
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    entries = [entry.strip() for entry in visible.split(",")] if visible is not None else [str(g.index) for g in gpus]
+    entries = [entry.strip() for entry in visible.split(",")] if visible is not None else [numbers[id(g)] for g in gpus]
     if rank >= len(entries):
         raise StartupError(f"RuntimeError: CUDA error: invalid device ordinal (cuda:{rank})")
     entry = entries[rank]
     for gpu in gpus:
-        if entry in (str(gpu.index), gpu.uuid):
+        if entry in (numbers[id(gpu)], gpu.uuid):
             if gpu.lost:
                 raise StartupError(f"RuntimeError: CUDA error: GPU is lost (cuda:{rank}, {gpu.pci_bus_id})")
             return gpu

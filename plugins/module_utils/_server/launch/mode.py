@@ -2,9 +2,9 @@
 # Copyright (c) 2026, gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""The launch mode of a server and the backend that runs it: ``process`` (a detached process with a record) or
-``systemd`` (a unit). ``auto`` is systemd where systemd runs the host (/run/systemd/system is a directory), else
-process.
+"""The launch mode of a server and the backend that runs it: ``process`` (a detached process with a record),
+``systemd`` (a unit) or ``container`` (a podman or docker container). ``auto`` is systemd where systemd runs the
+host (/run/systemd/system is a directory), else process.
 
 Package rule (_server): one vLLM server's process, record, lock, HTTP answers and checks. It imports the flat files
 of module_utils, _host, _gpu and its own files: never _reclaim, _bench or _report, and never a module; nothing in
@@ -19,11 +19,11 @@ import os
 import types
 import typing as t
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch import process, systemd
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch import container, process, systemd
 
-MODES = ("auto", "process", "systemd")
+MODES = ("auto", "process", "systemd", "container")
 SYSTEMD_RUNS = "/run/systemd/system"
-_BACKENDS = {process.MODE: process, systemd.MODE: systemd}
+_BACKENDS = {process.MODE: process, systemd.MODE: systemd, container.MODE: container}
 
 
 def resolve_mode(mode: t.Optional[str], systemd_dir: str = SYSTEMD_RUNS) -> str:

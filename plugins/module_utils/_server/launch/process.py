@@ -43,11 +43,13 @@ class ServerError(Exception):
 
 
 class Target(t.NamedTuple):
-    """The managed server: its record (or unit configuration record), its unit (systemd mode), the wanted configuration."""
+    """The managed server: its record (or unit configuration record), its unit (systemd mode), the wanted configuration,
+    its container (container mode: the keys of container.ContainerSpec)."""
 
     state_file: str
     unit: t.Optional[str] = None
     config_hash: t.Optional[str] = None
+    container: t.Optional[t.Dict[str, t.Any]] = None
 
 
 class LaunchSpec(t.NamedTuple):

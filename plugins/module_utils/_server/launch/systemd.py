@@ -99,7 +99,7 @@ def status(module: t.Any, psutil: t.Any, target: Target, health_url: t.Optional[
     return reading
 
 
-def _snapshot(psutil: t.Any, pid: t.Optional[int]) -> t.List[Member]:
+def tree_snapshot(psutil: t.Any, pid: t.Optional[int]) -> t.List[Member]:
     """The unit's main process and its descendants, with their start times and names (none without a main process)."""
     if pid is None:
         return []
@@ -110,7 +110,7 @@ def _snapshot(psutil: t.Any, pid: t.Optional[int]) -> t.List[Member]:
     return snapshot(psutil, main)
 
 
-def _ended(psutil: t.Any, members: t.Sequence[Member], seconds: float) -> t.List[t.Dict[str, t.Any]]:
+def ended_members(psutil: t.Any, members: t.Sequence[Member], seconds: float) -> t.List[t.Dict[str, t.Any]]:
     """Each process of ``members`` that no longer runs (systemd signalled it: ``signal`` is null)."""
     ended = [{"pid": member.pid, "name": name, "signal": None, "seconds": seconds}
              for member, created, name in members if not alive(psutil, member, created)]
@@ -146,7 +146,7 @@ def stop(module: t.Any, psutil: t.Any, target: Target, drain_url: t.Optional[str
     if unknown_unit(props):
         result["msg"] = "systemd does not know the unit %s: nothing to stop" % unit
         return result
-    members = _snapshot(psutil, result["pid"])
+    members = tree_snapshot(psutil, result["pid"])
     if result["running"]:
         drained = drain_first(module, drain_url, drain_timeout)
         if drained is not None:
@@ -164,7 +164,7 @@ def stop(module: t.Any, psutil: t.Any, target: Target, drain_url: t.Optional[str
         result["msg"] = ("would " + " and ".join("%s %s" % (verb, whom) for verb, _done, whom in what)) if what \
             else "unit %s is not running" % unit
         return result
-    result["stopped"] = _ended(psutil, members, round(time.monotonic() - began, 3))
+    result["stopped"] = ended_members(psutil, members, round(time.monotonic() - began, 3))
     result.update(running=False, pid=None, create_time=None,
                   msg=" and ".join("%s %s" % (done_, whom) for _verb, done_, whom in what) if what else "unit %s is not running" % unit)
     return result

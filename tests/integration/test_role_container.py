@@ -1,0 +1,154 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The role's container launch mode through real `ansible-playbook playbooks/restart_vllm.yml` runs with this machine's
+root podman, on a simulated host.
+
+The container's GPUs are CDI devices of a kind of this test's own (a spec written under /var/run/cdi, removed after):
+each device says which of the simulated host's GPUs it is (GPUOPS_SIM_CDI_GPU_N, which the fake vLLM reads as a
+container's visible GPUs) and mounts the host's state. The image is empty; the host's /usr, the repository and its
+virtual environment are mounted read-only, so that the fake vLLM runs in it as it runs on the host. The container
+shares the host's PID namespace (--pid host): the simulator records and reports the PIDs its processes see.
+
+Outcomes are judged by independent readings: podman inspect, /proc, the simulator's own view of each GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import typing as t
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ansible_run import REPO, RESTART, recap, run_playbook
+from gpusim.api import pid_alive
+from inventories import inventory_for
+from readings import holders
+
+PODMAN = shutil.which("podman")
+KIND = "gpuops-test.example/gpu"
+CDI_DIR = Path("/var/run/cdi")
+RUN_OPTIONS = ["--runtime", "runc", "--ulimit", "nofile=1024:20000", "--ulimit", "nproc=4096:4096", "--pid", "host"]
+VENV = (REPO / ".venv").resolve()
+
+pytestmark = pytest.mark.skipif(PODMAN is None or os.geteuid() != 0, reason="needs root's podman (Debian packages podman runc catatonit)")
+
+
+def podman(*args: str, check: bool = True) -> "subprocess.CompletedProcess[str]":
+    done = subprocess.run([str(PODMAN), *args], capture_output=True, text=True, timeout=120, check=False)
+    if check and done.returncode != 0:
+        raise AssertionError("podman %s exited %d: %s" % (" ".join(args), done.returncode, done.stderr.strip()))
+    return done
+
+
+def inspect(name: str) -> t.Optional[t.Dict[str, t.Any]]:
+    done = podman("inspect", "--type", "container", name, check=False)
+    return json.loads(done.stdout)[0] if done.returncode == 0 else None
+
+
+@pytest.fixture
+def empty_image() -> t.Iterator[str]:
+    """An image with nothing in it, imported for the test and removed by its id after."""
+    name = "localhost/gpuops-empty-%s:test" % uuid.uuid4().hex[:8]
+    tar = subprocess.run(["tar", "-cf", "-", "-T", "/dev/null"], capture_output=True, check=True).stdout
+    imported = subprocess.run([str(PODMAN), "import", "-", name], input=tar, capture_output=True, timeout=120, check=True)
+    image_id = imported.stdout.decode().strip().splitlines()[-1]
+    yield name
+    podman("rmi", "-f", image_id, check=False)
+
+
+@pytest.fixture
+def cdi_spec(make_host: t.Callable[..., t.Any]) -> t.Iterator[t.Tuple[t.Any, Path]]:
+    """A simulated host, and a CDI spec of KIND whose device N is its GPU N (and mounts its state); removed after."""
+    host = make_host("gpu-node-01")
+    spec = {
+        "cdiVersion": "0.5.0",
+        "kind": KIND,
+        "devices": [{"name": str(index), "containerEdits": {"env": ["GPUOPS_SIM_CDI_GPU_%d=%d" % (index, index)]}}
+                    for index in range(8)],
+        "containerEdits": {"mounts": [{"hostPath": str(host.state), "containerPath": str(host.state), "options": ["bind", "rw"]}]},
+    }
+    CDI_DIR.mkdir(parents=True, exist_ok=True)
+    path = CDI_DIR / ("gpuops-test-%s.json" % uuid.uuid4().hex[:8])
+    path.write_text(json.dumps(spec))
+    try:
+        yield host, path
+    finally:
+        path.unlink()
+
+
+def test_container_launch_idempotent_drift_and_stop(cdi_spec, empty_image, tmp_path):
+    host, _spec = cdi_spec
+    host.port = 18000 + os.getpid() % 1000
+    name = "gpuops-ctr-%s" % uuid.uuid4().hex[:8]
+    volumes = ["/usr:/usr:ro", "/lib:/lib:ro", "/lib64:/lib64:ro", "/bin:/bin:ro", "%s:%s:ro" % (REPO, REPO)]
+    for extra in (VENV, Path(sys.base_prefix).resolve()):
+        if not str(extra).startswith(("/usr/", str(REPO) + "/")):
+            volumes.append("%s:%s:ro" % (extra, extra))
+    inventory = inventory_for(tmp_path, [host], {host.name: {
+        "vllm_server_launch_mode": "container",
+        "vllm_server_name": name,
+        "vllm_server_container_name": name,
+        "vllm_server_container_image": empty_image,
+        "vllm_server_container_runtime": "podman",
+        "vllm_server_container_cdi_kind": KIND,
+        "vllm_server_container_volumes": volumes,
+        "vllm_server_container_run_options": RUN_OPTIONS,
+        "vllm_server_tensor_parallel_size": 2,
+        "vllm_server_gpus": [2, 5],
+        "vllm_server_env": {"NCCL_PROTO": "LL", "HF_TOKEN": "hf_secret_value"},
+    }})
+    try:
+        run = run_playbook(RESTART, inventory)
+        assert run.returncode == 0, run.stdout[-6000:]
+        first = inspect(name)
+        assert first is not None and first["State"]["Running"], first
+        main_pid = first["State"]["Pid"]
+        labels = first["Config"]["Labels"]
+        assert labels["gpuops.fleet.managed-by"] == "gpuops.fleet.vllm_server" and len(labels["gpuops.fleet.config-hash"]) == 64
+        assert first["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
+        # the secret is in the 0600 environment file, never on the runtime's command line
+        assert "hf_secret_value" not in " ".join(first["Config"].get("CreateCommand") or []) and "hf_secret_value" not in run.stdout
+        env_file = Path(host.state) / "role" / ("%s.env" % name)
+        assert env_file.stat().st_mode & 0o777 == 0o600
+        environ = Path("/proc/%d/environ" % main_pid).read_bytes().split(b"\0")
+        assert b"NCCL_PROTO=LL" in environ and b"CUDA_VISIBLE_DEVICES=0,1" in environ and b"HF_TOKEN=hf_secret_value" in environ
+        held = holders(host)
+        assert held[2] and held[5] and not any(held[i] for i in (0, 1, 3, 4, 6, 7)), held
+        assert set(held[2] + held[5]) <= set(_tree(main_pid)), held
+
+        again = run_playbook(RESTART, inventory, "-e", "vllm_restart_force=false")
+        assert again.returncode == 0, again.stdout[-4000:]
+        assert recap(again.stdout)[host.name]["changed"] == 0, again.stdout[-3000:]
+        same = inspect(name)
+        assert same is not None and same["Id"] == first["Id"] and same["State"]["Pid"] == main_pid
+
+        drift = run_playbook(RESTART, inventory, "-e", "vllm_restart_force=false", "-e", json.dumps({"vllm_server_env_overrides": {"NCCL_PROTO": "LL128"}}))
+        assert drift.returncode == 0, drift.stdout[-4000:]
+        replaced = inspect(name)
+        assert replaced is not None and replaced["Id"] != first["Id"] and replaced["State"]["Running"]
+        assert replaced["Config"]["Labels"]["gpuops.fleet.config-hash"] != labels["gpuops.fleet.config-hash"]
+        assert not pid_alive(main_pid)
+        assert b"NCCL_PROTO=LL128" in Path("/proc/%d/environ" % replaced["State"]["Pid"]).read_bytes().split(b"\0")
+
+        stop = run_playbook(RESTART, inventory, "-e", "vllm_server_state=stopped")
+        assert stop.returncode == 0, stop.stdout[-4000:]
+        assert inspect(name) is None
+        assert not any(holders(host)[i] for i in range(8)), holders(host)
+    finally:
+        podman("rm", "-f", "-t", "0", name, check=False)
+
+
+def _tree(pid: int) -> t.List[int]:
+    """``pid`` and its descendants, from /proc."""
+    import psutil
+    try:
+        proc = psutil.Process(pid)
+        return [pid] + [child.pid for child in proc.children(recursive=True)]
+    except psutil.Error:
+        return []
