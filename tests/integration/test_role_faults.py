@@ -58,6 +58,14 @@ BAD_BEFORE_THE_HOST = [
     ({"vllm_server_systemd_start_limit_interval_sec": 60}, "vllm_server_systemd_start_limit_interval_sec"),
     ({"vllm_server_lock_stale_after": 0}, "vllm_server_lock_stale_after"),
     ({"vllm_server_health_host": "127.0.0.1/x"}, "vllm_server_health_host"),
+    # the container mode: an image is required; each of its variables named with its value
+    ({"vllm_server_launch_mode": "container"}, 'vllm_server_container_image=""'),
+    ({"vllm_server_launch_mode": "container", "vllm_server_container_image": "i", "vllm_server_container_runtime": "lxc"},
+     "vllm_server_container_runtime"),
+    ({"vllm_server_container_restart": "sometimes"}, "vllm_server_container_restart"),
+    ({"vllm_server_container_name": "-x"}, 'vllm_server_container_name="-x"'),
+    ({"vllm_server_container_cdi_kind": "gpu"}, 'vllm_server_container_cdi_kind="gpu"'),
+    ({"vllm_server_container_network": "--privileged"}, 'vllm_server_container_network="--privileged"'),
 ]
 
 # these need the host to judge them (its GPU count, a pattern gpu_reclaim compiles): the preflight, before the drain

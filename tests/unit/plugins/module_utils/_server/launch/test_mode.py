@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch import mode, process, systemd
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch import container, mode, process, systemd
 
 
 def test_auto_follows_the_systemd_directory(tmp_path):
@@ -23,4 +23,11 @@ def test_a_named_mode_is_kept_and_its_backend_has_the_same_functions():
     for name in ("status", "stop", "launch"):
         assert callable(getattr(process, name)) and callable(getattr(systemd, name))
     with pytest.raises(ValueError):
-        mode.resolve_mode("container")
+        mode.resolve_mode("kubernetes")
+
+
+def test_the_container_mode_is_named_never_auto(tmp_path):
+    assert mode.resolve_mode("container", str(tmp_path)) == "container" and mode.backend("container") is container
+    assert mode.resolve_mode("auto", str(tmp_path / "missing")) == "process"
+    for name in ("status", "stop", "launch"):
+        assert callable(getattr(container, name))
