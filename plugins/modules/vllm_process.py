@@ -21,13 +21,13 @@ description:
     (O(systemd.content)); its environment, secrets included, is in the environment file O(systemd.env_file) (mode
     C(0600)), and a configuration record at O(state_file) holds the unit, the configuration hash, the masked argv and the
     environment's names. A unit that crash-loops is reported as such (RV(crash_loop)).
-  - In the V(container) mode, runs the server in the container O(container.name) of podman or docker (O(container.runtime);
-    podman, else docker, when not given), started with C(run -d), labelled with the configuration hash and the role's
+  - In the V(container) mode, runs the server in the container O(container.name) of podman or docker (O(container.runtime),
+    by default podman, else docker), started with C(run -d), labelled with the configuration hash and the role's
     marker, its environment, secrets included, in the environment file O(container.env_file) (mode C(0600), passed with
-    C(--env-file)), its GPUs as CDI devices (podman) or C(--gpus) (docker). C(inspect) reads it: whether it runs, its main
-    process as the host numbers it (RV(pid)), its configuration-hash label, restart policy, restart count and last exit code
-    (RV(container)). A stop drains it, then C(stop -t) O(stop_timeout) and C(rm). A record at O(state_file) names the runtime
-    and the container.
+    C(--env-file)), its GPUs as CDI devices (podman) or C(--gpus) (docker). C(inspect) reads it (whether it runs, its main
+    process as the host numbers it in RV(pid), its configuration-hash label, restart policy, restart count and last exit code
+    in RV(container)). A stop drains it, then C(stop -t) O(stop_timeout) and C(rm). A record at O(state_file) names the
+    runtime and the container.
   - Secrets are never written out or returned. The value of an environment variable whose name has a word KEY, APIKEY,
     TOKEN, SECRET(S), PASSWORD, PASSWD or CREDENTIAL(S) (any case, such as C(HF_TOKEN) or C(VLLM_API_KEY)) or is listed
     in O(secret_env), and the value of an argument such as C(--api-key K), C(--api-key=K) or C(--hf-token K), are shown as
@@ -70,7 +70,7 @@ options:
   state_file:
     description:
       - Path of the record (process mode), of the unit's configuration record (systemd mode) or of the container's record
-        (container mode: runtime, container id and name). Each server needs its own.
+        (container mode, naming the runtime, the container id and name). Each server needs its own.
     type: path
     required: true
   argv:
