@@ -16,6 +16,10 @@ description:
     64 hosts x 8 GPUs; the fleet in numbers, then the problems, then one block per host with each GPU's memory bar, utilisation,
     temperature, power, health flags and holders, and the server the role manages), C(gpus.csv) (one row per GPU),
     C(holders.csv) (one row per holder), C(report.json) (the same data) and C(summary.md) (the numbers and the problems).
+  - Beside a holder in a container, the page shows the container (C(ansible_facts.gpus[].processes[].container) of
+    M(gpuops.fleet.gpu_facts)) - its runtime, its name (else the first 12 digits of its id), its image, and a Kubernetes pod's UID;
+    C(holders.csv) has them in its C(container_*) columns. The page's filters (all hosts, hosts with problems, hosts with free
+    GPUs, GPUs held by containers) work without scripts.
   - A host that did not answer, whose reading failed, or whose facts hold null or malformed values is shown as such.
   - Every value from a host is HTML-escaped in the page; command lines have their secret arguments masked.
 author:

@@ -29,6 +29,9 @@ HOST_UNREACHABLE = "unreachable"
 HOST_FAILED = "failed"
 HOST_NO_RESULT = "no result"
 
+# a holder's container, as gpu_facts names its fields
+CONTAINER_KEYS = ("runtime", "id", "name", "image", "pod_uid")
+
 # problem kinds, most urgent first (the page and summary.md list them in this order)
 PROBLEM_ORDER = ("unreachable", "failed", "lost", "unhealthy", "orphan", "unaccounted", "server")
 
@@ -58,6 +61,14 @@ def _cmdline(proc: t.Mapping[str, t.Any]) -> t.Optional[str]:
     return text if len(text) <= CMDLINE_LIMIT else text[:CMDLINE_LIMIT - 3] + "..."
 
 
+def _container(raw: t.Any) -> t.Optional[t.Dict[str, t.Optional[str]]]:
+    """A holder's container as gpu_facts gives it (runtime, id, name, image, pod_uid; a missing one is None); None when
+    the holder is in none, or the value names neither a runtime nor an id."""
+    if not isinstance(raw, t.Mapping) or not (raw.get("runtime") or raw.get("id")):
+        return None
+    return {key: _text(raw.get(key)) for key in CONTAINER_KEYS}
+
+
 def _holder(proc: t.Mapping[str, t.Any], owner: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
     visible = proc.get("visible") is not False
     kind = owner.get("kind")
@@ -75,6 +86,7 @@ def _holder(proc: t.Mapping[str, t.Any], owner: t.Mapping[str, t.Any]) -> t.Dict
         "launcher_pid": owner.get("launcher_pid") if isinstance(owner.get("launcher_pid"), int) else None,
         "launcher": masked_text(owner.get("launcher")),
         "why": masked_text(owner.get("why")),
+        "container": _container(proc.get("container")),
     }
 
 

@@ -25,6 +25,8 @@ import io
 import json
 import typing as t
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._report.model import CONTAINER_KEYS
+
 FILES = ("index.html", "gpus.csv", "holders.csv", "report.json", "summary.md")
 
 NUMBERS = (
@@ -57,13 +59,16 @@ tr.state-free .bar span{background:#3a9d5d}tr.state-lost td,tr.state-unhealthy t
 ul.flags,ul.holders{margin:0;padding-left:16px}.flags li{color:#b00020}.flags li.throttle{color:#8a5a00}
 .o-orphan{color:#b00020;font-weight:600}.o-other-namespace,.o-unverified,.o-unmanaged{color:#8a5a00;font-weight:600}.o-server{color:#1e6b35}
 .cmd{font:11px ui-monospace,Menlo,Consolas,monospace;color:#555;word-break:break-all}
+.ctr{color:#2f4a8a;word-break:break-all}
 .na{color:#999}.reason{color:#b00020}
 .filters{margin:6px 0}.filters label{margin-right:12px}
 #f-problems:checked~#hosts .host:not(.has-problems),#f-problems:checked~#overview tr.h:not(.has-problems){display:none}
 #f-free:checked~#hosts .host:not(.has-free),#f-free:checked~#overview tr.h:not(.has-free){display:none}
-#f-all,#f-problems,#f-free{position:absolute;opacity:0}
+#f-containers:checked~#hosts .host:not(.has-containers),#f-containers:checked~#overview tr.h:not(.has-containers),
+#f-containers:checked~#hosts tr.gpu:not(.in-container){display:none}
+#f-all,#f-problems,#f-free,#f-containers{position:absolute;opacity:0}
 #f-all:checked~.filters label[for=f-all],#f-problems:checked~.filters label[for=f-problems],
-#f-free:checked~.filters label[for=f-free]{font-weight:700;text-decoration:underline}
+#f-free:checked~.filters label[for=f-free],#f-containers:checked~.filters label[for=f-containers]{font-weight:700;text-decoration:underline}
 """
 
 # Sorting of the host table by a click on its headers; it also says, in the DOM, that it ran without error.
@@ -99,6 +104,23 @@ def _slug(value: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in value)
 
 
+def _container_html(container: t.Optional[t.Mapping[str, t.Any]]) -> str:
+    """The holder's container: runtime, name (else the id's first 12 digits), image, and the pod's UID for Kubernetes."""
+    if not container:
+        return ""
+    words = ["%s container %s" % (container["runtime"] or "unknown", container["name"] or (container["id"] or "")[:12] or "?")]
+    if container["image"]:
+        words.append("image %s" % container["image"])
+    if container["pod_uid"]:
+        words.append("pod %s" % container["pod_uid"])
+    return '<div class="ctr" data-runtime="%s" title="%s">%s</div>' % (
+        esc(container["runtime"] or ""), esc("container id %s" % (container["id"] or "unknown")), esc(", ".join(words)))
+
+
+def _in_container(gpu: t.Mapping[str, t.Any]) -> bool:
+    return any(holder["container"] for holder in gpu["holders"])
+
+
 def _holder_html(holder: t.Mapping[str, t.Any]) -> str:
     owner = holder["owner"] or "unknown"
     if not holder["visible"]:
@@ -115,7 +137,8 @@ def _holder_html(holder: t.Mapping[str, t.Any]) -> str:
     elif owner == "orphan":
         parts.append("launcher gone")
     cmd = '<div class="cmd">%s</div>' % esc(holder["cmdline"]) if holder["cmdline"] and holder["cmdline"] != holder["name"] else ""
-    return '<li class="holder" data-pid="%s" data-owner="%s">%s%s</li>' % (esc(holder["pid"]), esc(owner), " · ".join(parts), cmd)
+    return '<li class="holder" data-pid="%s" data-owner="%s">%s%s%s</li>' % (
+        esc(holder["pid"]), esc(owner), " · ".join(parts), _container_html(holder["container"]), cmd)
 
 
 def _gpu_row(gpu: t.Mapping[str, t.Any]) -> str:
@@ -135,10 +158,11 @@ def _gpu_row(gpu: t.Mapping[str, t.Any]) -> str:
     limit = "N/A" if gpu["power_limit_w"] is None else "%.0f" % gpu["power_limit_w"]
     power = "N/A" if gpu["power_draw_w"] is None else "%.0f / %s W" % (gpu["power_draw_w"], limit)
     return (
-        '<tr class="gpu state-%s" data-gpu="%s" data-state="%s"><td>%s<br><small>%s</small></td>'
+        '<tr class="gpu state-%s%s" data-gpu="%s" data-state="%s"><td>%s<br><small>%s</small></td>'
         '<td><div class="bar"><span style="width:%.1f%%"></span></div>%s / %s MiB</td><td>%s</td><td>%s</td><td>%s</td>'
         '<td>%s</td><td>%s</td></tr>'
-    ) % (esc(gpu["state"]), esc(gpu["index"]), esc(gpu["state"]), _na(gpu["index"]), esc(gpu["state"]), pct,
+    ) % (esc(gpu["state"]), " in-container" if _in_container(gpu) else "", esc(gpu["index"]), esc(gpu["state"]), _na(gpu["index"]),
+         esc(gpu["state"]), pct,
          esc(_mib(used)), esc(_mib(total)), _na(gpu["utilization_gpu_pct"], "{} %"), _na(gpu["temperature_c"], "{} °C"),
          esc(power), health, holders)
 
@@ -164,8 +188,14 @@ def _servers_html(host: t.Mapping[str, t.Any]) -> str:
             '<th>/health</th><th>Up since</th><th>GPUs</th></tr></thead><tbody>%s</tbody></table>' % "".join(rows))
 
 
+def _filter_classes(host: t.Mapping[str, t.Any]) -> t.List[str]:
+    """The classes the page's filters select a host by: has-problems, has-free, has-containers."""
+    return ((["has-problems"] if host["problems"] else []) + (["has-free"] if host["free_gpus"] else [])
+            + (["has-containers"] if any(_in_container(gpu) for gpu in host["gpus"]) else []))
+
+
 def _host_block(host: t.Mapping[str, t.Any]) -> str:
-    classes = ["host"] + (["has-problems"] if host["problems"] else []) + (["has-free"] if host["free_gpus"] else [])
+    classes = ["host"] + _filter_classes(host)
     status = host["status"]
     head = '<h3>%s <span class="badge s-%s">%s</span>' % (esc(host["name"]), _slug(status), esc(status))
     if host["driver"]:
@@ -190,7 +220,7 @@ def _overview_row(host: t.Mapping[str, t.Any]) -> str:
     held = sum(1 for g in gpus if g["state"] == "held")
     bad = sum(1 for g in gpus if g["unhealthy"])
     servers = ", ".join("%s (%s)" % (s["name"], s["health"] or ("running" if s["running"] else "down")) for s in host["servers"]) or "-"
-    classes = ["h"] + (["has-problems"] if host["problems"] else []) + (["has-free"] if host["free_gpus"] else [])
+    classes = ["h"] + _filter_classes(host)
     return ('<tr class="%s" data-name="%s" data-status="%s" data-problems="%d" data-free="%d" data-held="%d" data-unhealthy="%d" data-used="%d">'
             '<td><a href="#host-%s">%s</a></td><td>%s</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%s</td><td>%s</td></tr>') % (
         " ".join(classes), esc(host["name"]), esc(host["status"]), host["problems"], len(host["free_gpus"]), held, bad, used,
@@ -225,9 +255,9 @@ def render_html(report: t.Mapping[str, t.Any]) -> str:
         '<section id="numbers"><h2>The fleet in numbers</h2><dl class="numbers">%s</dl></section>' % numbers,
         '<section id="problems"><h2>Problems (%d)</h2>%s</section>' % (len(report["problems"]), problems),
         '<input type="radio" name="show" id="f-all" checked><input type="radio" name="show" id="f-problems">'
-        '<input type="radio" name="show" id="f-free">',
+        '<input type="radio" name="show" id="f-free"><input type="radio" name="show" id="f-containers">',
         '<p class="filters">Show: <label for="f-all">all hosts</label><label for="f-problems">hosts with problems</label>'
-        '<label for="f-free">hosts with free GPUs</label></p>',
+        '<label for="f-free">hosts with free GPUs</label><label for="f-containers">GPUs held by containers</label></p>',
         '<section id="overview"><h2>Hosts (%d)</h2><table id="host-table"><thead><tr>%s</tr></thead><tbody>%s</tbody></table></section>' % (
             len(report["hosts"]), head_cells, "".join(_overview_row(h) for h in report["hosts"])),
         '<section id="hosts">%s</section>' % "".join(_host_block(h) for h in report["hosts"]),
@@ -255,7 +285,8 @@ def _csv(header: t.Sequence[str], rows: t.Iterable[t.Sequence[t.Any]]) -> str:
 
 GPU_COLUMNS = ("host", "host_status", "gpu", "name", "uuid", "state", "unhealthy", "health", "throttle", "memory_used_mib", "memory_total_mib",
                "utilization_gpu_pct", "temperature_c", "power_draw_w", "power_limit_w", "holders", "unaccounted_mib", "error")
-HOLDER_COLUMNS = ("host", "gpu", "pid", "name", "username", "owner", "server", "launcher_pid", "launcher", "used_memory_mib", "visible", "cmdline")
+HOLDER_COLUMNS = ("host", "gpu", "pid", "name", "username", "owner", "server", "launcher_pid", "launcher", "used_memory_mib", "visible", "cmdline",
+                  "container_runtime", "container_id", "container_name", "container_image", "container_pod_uid")
 
 
 def render_gpus_csv(report: t.Mapping[str, t.Any]) -> str:
@@ -269,7 +300,7 @@ def render_gpus_csv(report: t.Mapping[str, t.Any]) -> str:
 def render_holders_csv(report: t.Mapping[str, t.Any]) -> str:
     return _csv(HOLDER_COLUMNS, (
         (host["name"], gpu["index"], h["pid"], h["name"], h["username"], h["owner"], h["server"], h["launcher_pid"], h["launcher"],
-         h["used_memory_mib"], h["visible"], h["cmdline"])
+         h["used_memory_mib"], h["visible"], h["cmdline"]) + tuple((h["container"] or {}).get(key) for key in CONTAINER_KEYS)
         for host in report["hosts"] for gpu in host["gpus"] for h in gpu["holders"]))
 
 

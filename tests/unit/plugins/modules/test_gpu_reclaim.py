@@ -896,8 +896,8 @@ class Daemonizing(Host):
 
 @pytest.mark.parametrize("delay", [0.0, 0.2])
 def test_a_daemon_the_worker_leaves_as_it_ends_fails_the_run_once_it_takes_the_gpu(monkeypatch, delay):
-    """Issue 23: the run said verified, and the GPU was held again a moment later by the new PID. Now the run watches
-    it for RESPAWN_WINDOW_S and fails naming it and its worker; nothing proves it is the tree's, so it is not signalled."""
+    """A holder that takes the GPU a moment after its worker ends: the run watches the GPUs for RESPAWN_WINDOW_S and fails
+    naming it and its worker, never verified; nothing proves it is the tree's, so it is not signalled."""
     host = Daemonizing(monkeypatch, 40000, delay)
     result = run_module(monkeypatch, host, RUN)
     for timer in host.timers:

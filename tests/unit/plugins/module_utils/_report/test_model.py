@@ -70,3 +70,19 @@ def test_bad_results_never_crash(raw):
     report = model.build_report([("h", raw)], 1024, None)
     files = render.render_all(report)
     assert 'data-host="h"' in files["index.html"]
+
+
+@pytest.mark.parametrize("raw, expected", [
+    (None, None), ("podman", None), ({}, None), ({"name": "vllm", "image": "img"}, None),
+    ({"runtime": "podman", "id": "ab" * 32, "name": "vllm", "image": "img"},
+     {"runtime": "podman", "id": "ab" * 32, "name": "vllm", "image": "img", "pod_uid": None}),
+    ({"runtime": "kubernetes", "id": 7, "name": None, "image": None, "pod_uid": "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901"},
+     {"runtime": "kubernetes", "id": "7", "name": None, "image": None, "pod_uid": "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901"}),
+])
+def test_holder_container_is_kept_as_text_or_none(raw, expected):
+    found = results()
+    found[0][1]["ansible_facts"]["gpus"][0]["processes"][0]["container"] = raw
+    report = model.build_report(found, 1024, 0)
+    host = next(h for h in report["hosts"] if h["name"] == "b-host")
+    assert host["gpus"][0]["holders"][0]["container"] == expected
+    assert all(h["container"] is None for gpu in host["gpus"][1:] for h in gpu["holders"])
