@@ -55,7 +55,7 @@ options:
       - The launch mode the server runs in (V(auto) is systemd when C(/run/systemd/system) exists, else process), returned
         as RV(mode). With O(state=marked), kept as the configuration's C(mode) when O(config) gives none or V(auto).
     type: str
-    choices: [auto, process, systemd]
+    choices: [auto, process, systemd, container]
     default: auto
   include_values:
     description:

@@ -96,8 +96,8 @@ options:
   check:
     description:
       - Once the server is ready, run the launch check of M(gpuops.fleet.vllm_server_check) on O(pid), or with O(unit) on the
-        unit's main PID read once it is ready (with O(mode=container), the container's main process), in the same process (a fresh NVML session of its own, joined with the
-        server's process tree) and return it as RV(check). The task does
+        unit's main PID read once it is ready (with O(mode=container), the container's main process), in the same process
+        (a fresh NVML session of its own, joined with the server's process tree) and return it as RV(check). The task does
         not fail on the check; the role's own task judges RV(check) and names what did not hold.
       - The ready step and its check in one task save the host a module start-up in a restart.
     type: dict

@@ -6,8 +6,9 @@ root podman, on a simulated host.
 The container's GPUs are CDI devices of a kind of this test's own (a spec written under /var/run/cdi, removed after):
 each device says which of the simulated host's GPUs it is (GPUOPS_SIM_CDI_GPU_N, which the fake vLLM reads as a
 container's visible GPUs) and mounts the host's state. The image is empty; the host's /usr, the repository and its
-virtual environment are mounted read-only, so that the fake vLLM runs in it as it runs on the host. The container
-shares the host's PID namespace (--pid host): the simulator records and reports the PIDs its processes see.
+virtual environment are mounted read-only, so that the fake vLLM runs in it as it runs on the host. The container has
+a PID namespace of its own where the simulator lists a process in another PID namespace under its host PID
+(gpusim.api.pid_namespace), else it shares the host's (--pid host).
 
 Outcomes are judged by independent readings: podman inspect, /proc, the simulator's own view of each GPU.
 """
@@ -26,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from ansible_run import REPO, RESTART, recap, run_playbook
+import gpusim.api
 from gpusim.api import pid_alive
 from inventories import inventory_for
 from readings import holders
@@ -33,7 +35,9 @@ from readings import holders
 PODMAN = shutil.which("podman")
 KIND = "gpuops-test.example/gpu"
 CDI_DIR = Path("/var/run/cdi")
-RUN_OPTIONS = ["--runtime", "runc", "--ulimit", "nofile=1024:20000", "--ulimit", "nproc=4096:4096", "--pid", "host"]
+# runc: crun fails on this machine's cgroups (v1 and v2 side by side); limits no higher than the machine grants
+RUN_OPTIONS = ["--runtime", "runc", "--ulimit", "nofile=1024:20000", "--ulimit", "nproc=4096:4096"]
+OWN_PID_NAMESPACE = hasattr(gpusim.api, "pid_namespace")
 VENV = (REPO / ".venv").resolve()
 
 pytestmark = pytest.mark.skipif(PODMAN is None or os.geteuid() != 0, reason="needs root's podman (Debian packages podman runc catatonit)")
@@ -98,7 +102,7 @@ def test_container_launch_idempotent_drift_and_stop(cdi_spec, empty_image, tmp_p
         "vllm_server_container_runtime": "podman",
         "vllm_server_container_cdi_kind": KIND,
         "vllm_server_container_volumes": volumes,
-        "vllm_server_container_run_options": RUN_OPTIONS,
+        "vllm_server_container_run_options": RUN_OPTIONS + ([] if OWN_PID_NAMESPACE else ["--pid", "host"]),
         "vllm_server_tensor_parallel_size": 2,
         "vllm_server_gpus": [2, 5],
         "vllm_server_env": {"NCCL_PROTO": "LL", "HF_TOKEN": "hf_secret_value"},
