@@ -82,7 +82,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 mode:
-  description: The launch mode O(mode) resolves to on this host (V(process) or V(systemd)).
+  description: The launch mode O(mode) resolves to on this host (V(process), V(systemd) or V(container)).
   returned: always
   type: str
 present:
