@@ -113,6 +113,8 @@ def test_container_launch_idempotent_drift_and_stop(cdi_spec, empty_image, tmp_p
         first = inspect(name)
         assert first is not None and first["State"]["Running"], first
         main_pid = first["State"]["Pid"]
+        host_pidns = os.readlink("/proc/self/ns/pid")
+        assert (os.readlink("/proc/%d/ns/pid" % main_pid) != host_pidns) == OWN_PID_NAMESPACE
         labels = first["Config"]["Labels"]
         assert labels["gpuops.fleet.managed-by"] == "gpuops.fleet.vllm_server" and len(labels["gpuops.fleet.config-hash"]) == 64
         assert first["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
