@@ -27,10 +27,10 @@ import time
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import (
-    LaunchSpec, ServerError, Target, drain_first, matches, with_health,
+    LaunchSpec, ServerError, Target, base_reading, with_health,
 )
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.systemd import (
-    PRIVATE_MODE, create_private, ended_members, tree_snapshot, state_dir, write_if_changed,
+    PRIVATE_MODE, create_private, ended_members, snapshot_then_drain, state_dir, write_if_changed,
 )
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import (
     carry_last_good, read_unit_record, remove_record, string_env, write_record,
@@ -271,17 +271,10 @@ def crash_loop(found: t.Optional[t.Mapping[str, t.Any]]) -> str:
 
 def _reading(psutil: t.Any, target: Target, runtime: t.Optional[str], found: t.Optional[t.Mapping[str, t.Any]],
              record: t.Optional[t.Mapping[str, t.Any]]) -> t.Dict[str, t.Any]:
-    running = bool(found and found["running"] and found["pid"])
-    pid = found["pid"] if running and found else None
-    recorded_hash = found.get("config_hash") if found else None
-    return {
-        "mode": MODE, "record": dict(record) if record is not None else None, "running": running, "pid": pid,
-        "create_time": start_time(psutil, pid), "config_hash": recorded_hash,
-        "config_matches": matches(target.config_hash, recorded_hash),
-        "healthy": None, "health": None, "generates": None, "generation": None, "crash_loop": "",
-        "container": dict(found, runtime=runtime) if found else None,
-        "container_id": found.get("id") if found else None,
-    }
+    pid = found["pid"] if found and found["running"] else None
+    reading = base_reading(MODE, target, record, pid, start_time(psutil, pid), found.get("config_hash") if found else None)
+    reading.update(container=dict(found, runtime=runtime) if found else None, container_id=found.get("id") if found else None)
+    return reading
 
 
 def _read(module: t.Any, psutil: t.Any, target: Target) -> t.Tuple[t.Optional[str], t.Optional[str], t.Dict[str, t.Any]]:
@@ -337,11 +330,7 @@ def stop(module: t.Any, psutil: t.Any, target: Target, drain_url: t.Optional[str
             remove_record(target.state_file)
         result["msg"] = "no container %s: nothing to stop" % spec.name
         return result
-    members = tree_snapshot(psutil, result["pid"])
-    if result["running"]:
-        drained = drain_first(module, drain_url, drain_timeout)
-        if drained is not None:
-            result["drained"] = drained
+    members = snapshot_then_drain(module, psutil, result, drain_url, drain_timeout)
     result["changed"] = True
     what = "container %s (PID %s)" % (spec.name, result["pid"]) if result["running"] else "container %s (%s)" % (
         spec.name, result["container"].get("status") or "not running")

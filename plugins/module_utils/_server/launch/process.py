@@ -85,6 +85,16 @@ def matches(wanted: t.Optional[str], recorded: t.Optional[str]) -> t.Optional[bo
     return None if wanted is None or recorded is None else wanted == recorded
 
 
+def base_reading(mode: str, target: Target, record: t.Optional[t.Mapping[str, t.Any]], pid: t.Optional[int],
+                 create_time: t.Optional[float], recorded_hash: t.Optional[str]) -> t.Dict[str, t.Any]:
+    """The keys every backend's reading has, before /health and the generation check: the server runs when ``pid``."""
+    return {
+        "mode": mode, "record": dict(record) if record is not None else None, "running": pid is not None, "pid": pid,
+        "create_time": create_time, "config_hash": recorded_hash, "config_matches": matches(target.config_hash, recorded_hash),
+        "healthy": None, "health": None, "generates": None, "generation": None, "crash_loop": "",
+    }
+
+
 def status(module: t.Any, psutil: t.Any, target: Target, health_url: t.Optional[str] = None,
            generate: t.Optional[t.Mapping[str, t.Any]] = None) -> t.Dict[str, t.Any]:
     """What runs now by the record: the recorded process (PID and start time), its configuration hash against the
@@ -93,14 +103,9 @@ def status(module: t.Any, psutil: t.Any, target: Target, health_url: t.Optional[
     del module
     record = read_record(target.state_file)
     proc = recorded_process(psutil, record)
-    recorded_hash = record.get("config_hash") if record else None
-    reading = {
-        "mode": MODE, "record": record, "running": proc is not None,
-        "pid": proc.pid if proc is not None else None,
-        "create_time": record.get("create_time") if proc is not None and record else None,
-        "config_hash": recorded_hash, "config_matches": matches(target.config_hash, recorded_hash),
-        "healthy": None, "health": None, "generates": None, "generation": None, "crash_loop": "",
-    }
+    reading = base_reading(MODE, target, record, proc.pid if proc is not None else None,
+                           record.get("create_time") if proc is not None and record else None,
+                           record.get("config_hash") if record else None)
     return with_health(reading, health_url if proc is not None else None, generate)
 
 

@@ -27,7 +27,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._io import write_atomic
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import (
-    LaunchSpec, ServerError, Target, drain_first, matches, with_health,
+    LaunchSpec, ServerError, Target, base_reading, drain_first, with_health,
 )
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.process import Member, alive, snapshot
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import read_unit_record, string_env, write_record
@@ -75,13 +75,10 @@ def _need_unit(target: Target) -> str:
 def _reading(psutil: t.Any, target: Target, props: t.Mapping[str, str], record: t.Optional[t.Mapping[str, t.Any]]) -> t.Dict[str, t.Any]:
     running = props.get("ActiveState", "") in ALIVE_STATES
     pid = main_pid(props) if running else None
-    recorded_hash = record.get("config_hash") if record else None
-    return {
-        "mode": MODE, "record": dict(record) if record is not None else None, "running": running, "pid": pid,
-        "create_time": start_time(psutil, pid), "config_hash": recorded_hash,
-        "config_matches": matches(target.config_hash, recorded_hash),
-        "healthy": None, "health": None, "generates": None, "generation": None, "crash_loop": "",
-    }
+    reading = base_reading(MODE, target, record, pid, start_time(psutil, pid), record.get("config_hash") if record else None)
+    # a unit is running while systemd says it is active, even between its main process and the next
+    reading["running"] = running
+    return reading
 
 
 def status(module: t.Any, psutil: t.Any, target: Target, health_url: t.Optional[str] = None,
@@ -108,6 +105,18 @@ def tree_snapshot(psutil: t.Any, pid: t.Optional[int]) -> t.List[Member]:
     except psutil.Error:
         return []
     return snapshot(psutil, main)
+
+
+def snapshot_then_drain(module: t.Any, psutil: t.Any, reading: t.Dict[str, t.Any], drain_url: t.Optional[str],
+                        drain_timeout: float) -> t.List[Member]:
+    """The server's tree (its main process ``reading['pid']`` and descendants, to tell later which ended), then, when it
+    runs, the drain before its stop (into ``reading['drained']`` when drained)."""
+    members = tree_snapshot(psutil, reading["pid"])
+    if reading["running"]:
+        drained = drain_first(module, drain_url, drain_timeout)
+        if drained is not None:
+            reading["drained"] = drained
+    return members
 
 
 def ended_members(psutil: t.Any, members: t.Sequence[Member], seconds: float) -> t.List[t.Dict[str, t.Any]]:
@@ -146,11 +155,7 @@ def stop(module: t.Any, psutil: t.Any, target: Target, drain_url: t.Optional[str
     if unknown_unit(props):
         result["msg"] = "systemd does not know the unit %s: nothing to stop" % unit
         return result
-    members = tree_snapshot(psutil, result["pid"])
-    if result["running"]:
-        drained = drain_first(module, drain_url, drain_timeout)
-        if drained is not None:
-            result["drained"] = drained
+    members = snapshot_then_drain(module, psutil, result, drain_url, drain_timeout)
     began = time.monotonic()
     done = stop_unit(module, unit, disable)
     result["changed"] = done["changed"]

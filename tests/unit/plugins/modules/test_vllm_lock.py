@@ -4,7 +4,7 @@
 the lock (the server's generation, the listener on its port) and the lock released when that listener may not be
 taken over. And its documentation: it documents its argument spec, and the suboptions of status.generate,
 status.listener and status.decide word for word as vllm_process documents its own options of those names (one argument
-spec serves both: _server/status.py). A doc fragment cannot hold them once for both: Ansible merges a fragment into a
+spec serves both: _server/status.py), and status.container's as vllm_process documents the same suboptions of container. A doc fragment cannot hold them once for both: Ansible merges a fragment into a
 module's options one level deep, vllm_lock nests them under status, and a fragment's text must be a literal string
 (ansible-test's yamllint sanity test reads it from the source)."""
 
@@ -95,3 +95,7 @@ def test_status_suboptions_are_documented_as_vllm_process_documents_its_own():
                 # the option that names the server's unit: unit in vllm_process, status.unit in vllm_lock
                 option = dict(option, description=option["description"].replace("O(unit)", "O(status.unit)"))
             assert status[name]["suboptions"][key] == option, (name, key)
+    # status.container reads a container: the name and runtime of vllm_process's container, documented alike
+    assert set(status["container"]["suboptions"]) == {"name", "runtime"}
+    for key, option in status["container"]["suboptions"].items():
+        assert option == process["container"]["suboptions"][key], ("container", key)
