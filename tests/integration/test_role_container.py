@@ -24,11 +24,12 @@ import typing as t
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 
-from ansible_run import REPO, RESTART, recap, run_playbook
+from ansible_run import REPO, RESTART, flat, recap, run_playbook
 import gpusim.api
-from gpusim.api import pid_alive
+from gpusim.api import free_port, pid_alive
 from inventories import inventory_for
 from readings import holders
 
@@ -86,19 +87,19 @@ def cdi_spec(make_host: t.Callable[..., t.Any]) -> t.Iterator[t.Tuple[t.Any, Pat
         path.unlink()
 
 
-def test_container_launch_idempotent_drift_and_stop(cdi_spec, empty_image, tmp_path):
-    host, _spec = cdi_spec
-    host.port = 18000 + os.getpid() % 1000
+def container_inventory(tmp_path: Path, host: t.Any, image: str, **extra: t.Any) -> t.Tuple[Path, str]:
+    """The inventory of one simulated host whose server runs in a container of ``image`` on GPUs 2 and 5; its name."""
+    host.port = free_port()
     name = "gpuops-ctr-%s" % uuid.uuid4().hex[:8]
     volumes = ["/usr:/usr:ro", "/lib:/lib:ro", "/lib64:/lib64:ro", "/bin:/bin:ro", "%s:%s:ro" % (REPO, REPO)]
-    for extra in (VENV, Path(sys.base_prefix).resolve()):
-        if not str(extra).startswith(("/usr/", str(REPO) + "/")):
-            volumes.append("%s:%s:ro" % (extra, extra))
-    inventory = inventory_for(tmp_path, [host], {host.name: {
+    for path in (VENV, Path(sys.base_prefix).resolve()):
+        if not str(path).startswith(("/usr/", str(REPO) + "/")):
+            volumes.append("%s:%s:ro" % (path, path))
+    variables = {
         "vllm_server_launch_mode": "container",
         "vllm_server_name": name,
         "vllm_server_container_name": name,
-        "vllm_server_container_image": empty_image,
+        "vllm_server_container_image": image,
         "vllm_server_container_runtime": "podman",
         "vllm_server_container_cdi_kind": KIND,
         "vllm_server_container_volumes": volumes,
@@ -106,7 +107,14 @@ def test_container_launch_idempotent_drift_and_stop(cdi_spec, empty_image, tmp_p
         "vllm_server_tensor_parallel_size": 2,
         "vllm_server_gpus": [2, 5],
         "vllm_server_env": {"NCCL_PROTO": "LL", "HF_TOKEN": "hf_secret_value"},
-    }})
+    }
+    variables.update(extra)
+    return inventory_for(tmp_path, [host], {host.name: variables}), name
+
+
+def test_container_launch_idempotent_drift_and_stop(cdi_spec, empty_image, tmp_path):
+    host, _spec = cdi_spec
+    inventory, name = container_inventory(tmp_path, host, empty_image)
     try:
         run = run_playbook(RESTART, inventory)
         assert run.returncode == 0, run.stdout[-6000:]
@@ -134,6 +142,16 @@ def test_container_launch_idempotent_drift_and_stop(cdi_spec, empty_image, tmp_p
         same = inspect(name)
         assert same is not None and same["Id"] == first["Id"] and same["State"]["Pid"] == main_pid
 
+        # check mode previews the drift and touches nothing
+        preview = run_playbook(RESTART, inventory, "--check", "-e", "vllm_restart_force=false",
+                               "-e", json.dumps({"vllm_server_env_overrides": {"NCCL_PROTO": "LL128"}}))
+        assert preview.returncode == 0, preview.stdout[-4000:]
+        said = flat(preview.stdout)
+        assert "%s: CHECK MODE: would be restarted (its configuration changed)" % host.name in said, said[-3000:]
+        assert "nothing was changed" in said
+        same = inspect(name)
+        assert same is not None and same["Id"] == first["Id"] and same["State"]["Pid"] == main_pid and pid_alive(main_pid)
+
         drift = run_playbook(RESTART, inventory, "-e", "vllm_restart_force=false", "-e", json.dumps({"vllm_server_env_overrides": {"NCCL_PROTO": "LL128"}}))
         assert drift.returncode == 0, drift.stdout[-4000:]
         replaced = inspect(name)
@@ -152,9 +170,35 @@ def test_container_launch_idempotent_drift_and_stop(cdi_spec, empty_image, tmp_p
 
 def _tree(pid: int) -> t.List[int]:
     """``pid`` and its descendants, from /proc."""
-    import psutil
     try:
         proc = psutil.Process(pid)
         return [pid] + [child.pid for child in proc.children(recursive=True)]
     except psutil.Error:
         return []
+
+
+def test_a_published_port_held_by_conmon_is_the_container_own(cdi_spec, empty_image, tmp_path):
+    """On podman's bridge network the port is published (-p) and held on the host by the container's conmon: a drift,
+    which reads the port's holder under the lock, replaces the container instead of refusing that holder."""
+    host, _spec = cdi_spec
+    inventory, name = container_inventory(tmp_path, host, empty_image, vllm_server_container_network="bridge",
+                                          vllm_server_args=["--host", "0.0.0.0"])
+    try:
+        run = run_playbook(RESTART, inventory)
+        assert run.returncode == 0, run.stdout[-6000:]
+        first = inspect(name)
+        assert first is not None and first["State"]["Running"] and first["HostConfig"]["NetworkMode"] == "bridge"
+        assert first["HostConfig"]["PortBindings"]["%d/tcp" % host.port][0]["HostPort"] == str(host.port)
+        listeners = {c.pid for c in psutil.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN and c.laddr.port == host.port}
+        assert listeners == {first["State"]["ConmonPid"]}, (listeners, first["State"])
+
+        drift = run_playbook(RESTART, inventory, "-e", json.dumps({"vllm_server_env_overrides": {"NCCL_PROTO": "LL128"}}))
+        assert drift.returncode == 0, drift.stdout[-6000:]
+        replaced = inspect(name)
+        assert replaced is not None and replaced["Id"] != first["Id"] and replaced["State"]["Running"]
+
+        stop = run_playbook(RESTART, inventory, "-e", "vllm_server_state=stopped")
+        assert stop.returncode == 0, stop.stdout[-4000:]
+        assert inspect(name) is None and not any(holders(host)[i] for i in range(8)), holders(host)
+    finally:
+        podman("rm", "-f", "-t", "0", name, check=False)
