@@ -26,6 +26,7 @@ import re
 import time
 import typing as t
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import (
     LaunchSpec, ServerError, Target, base_reading, with_health,
 )
@@ -371,7 +372,9 @@ def launch(module: t.Any, psutil: t.Any, target: Target, spec: LaunchSpec) -> t.
         result["msg"] = "container %s already runs (PID %s) with this configuration" % (container.name, reading["pid"])
         return result
     argv = run_argv(cli, runtime, container, spec.argv, target.config_hash, str((spec.metadata or {}).get("name") or container.name))
-    shown = run_argv(runtime, runtime, container, spec.shown_argv, target.config_hash, str((spec.metadata or {}).get("name") or container.name))
+    # the run options as well as the server's argv with their secret arguments masked, wherever the command is shown
+    shown = masked_argv(run_argv(runtime, runtime, container, spec.shown_argv, target.config_hash,
+                                 str((spec.metadata or {}).get("name") or container.name)))
     result["changed"] = True
     if module.check_mode:
         result.update(running=True, msg="would launch %s" % " ".join(shown))

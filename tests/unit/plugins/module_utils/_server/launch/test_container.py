@@ -247,6 +247,13 @@ def test_the_stop_stops_with_the_timeout_then_removes_the_container_and_its_reco
     assert not nothing["changed"] and "nothing to stop" in nothing["msg"]
 
 
+def test_a_secret_run_option_is_masked_where_the_command_is_shown(runtime, tmp_path):
+    options = ["--annotation", "x=1", "--hf-token", "hf_in_options"]
+    result = container.launch(runtime, psutil, target(tmp_path, run_options=options), launch_spec())
+    assert "hf_in_options" not in " ".join(result["run_argv"]) and "hf_in_options" not in (tmp_path / "state" / "vllm-8000.json").read_text()
+    assert "hf_in_options" in runtime.mutating()[0]  # the runtime itself gets the word as given
+
+
 def test_check_mode_previews_and_runs_nothing(tmp_path):
     fake = FakeRuntime(check_mode=True)
     preview = container.launch(fake, psutil, target(tmp_path), launch_spec())
