@@ -278,6 +278,15 @@ def _reading(psutil: t.Any, target: Target, runtime: t.Optional[str], found: t.O
     return reading
 
 
+def _ours(reading: t.Mapping[str, t.Any]) -> None:
+    """Raises ServerError when a container of the name exists without the role's marker label: it is never stopped,
+    removed or replaced."""
+    found = reading.get("container")
+    if found is not None and found.get("marker") != MARKER:
+        raise ServerError("container %s exists but is not this role's (it has no label %s=%s): it is left alone; remove or rename "
+                          "it, or set vllm_server_container_name" % (found.get("name"), MARKER_LABEL, MARKER), reading)
+
+
 def _read(module: t.Any, psutil: t.Any, target: Target) -> t.Tuple[t.Optional[str], t.Optional[str], t.Dict[str, t.Any]]:
     """(runtime, its command, the reading before /health) of the container ``target`` names."""
     spec = _container(target)
@@ -326,6 +335,7 @@ def stop(module: t.Any, psutil: t.Any, target: Target, drain_url: t.Optional[str
     spec = _container(target)
     _runtime, cli, result = _read(module, psutil, target)
     result.update(changed=False, stopped=[])
+    _ours(result)
     if result["container"] is None:
         if result["record"] is not None and not module.check_mode:
             remove_record(target.state_file)
@@ -363,6 +373,7 @@ def launch(module: t.Any, psutil: t.Any, target: Target, spec: LaunchSpec) -> t.
     text = env_file_text(str((spec.metadata or {}).get("name") or container.name), spec.env)
     runtime, cli, reading = _read(module, psutil, target)
     result = dict(reading, changed=False, launched=False, log_file=None)
+    _ours(result)
     if cli is None or runtime is None:
         raise ServerError("container.runtime: neither podman nor docker is installed on this host", result)
     if reading["running"]:

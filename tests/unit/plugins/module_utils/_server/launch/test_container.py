@@ -254,6 +254,17 @@ def test_a_secret_run_option_is_masked_where_the_command_is_shown(runtime, tmp_p
     assert "hf_in_options" in runtime.mutating()[0]  # the runtime itself gets the word as given
 
 
+def test_a_container_of_the_name_without_the_role_marker_is_never_touched(runtime, tmp_path):
+    container.launch(runtime, psutil, target(tmp_path), launch_spec())
+    runtime.containers["gpuops-vllm-8000"]["labels"].pop(container.MARKER_LABEL)
+    calls = len(runtime.mutating())
+    for step in (lambda: container.stop(runtime, psutil, target(tmp_path)),
+                 lambda: container.launch(runtime, psutil, target(tmp_path, config_hash="h2"), launch_spec())):
+        with pytest.raises(ServerError, match="is not this role's"):
+            step()
+    assert len(runtime.mutating()) == calls and runtime.containers["gpuops-vllm-8000"]["proc"].poll() is None
+
+
 def test_check_mode_previews_and_runs_nothing(tmp_path):
     fake = FakeRuntime(check_mode=True)
     preview = container.launch(fake, psutil, target(tmp_path), launch_spec())
