@@ -77,6 +77,10 @@ def test_systemd_mode_status_launch_status_stop(fake, tmp_path):
     ({"mode": "process", "state": "running", "argv": ["vllm"]}, "log_file"),
     ({"state": "status", "listener": {"port": 0}}, "listener.port"),
     ({"state": "status", "decide": {"state": "on"}}, "decide"),
+    ({"mode": "container", "state": "status"}, "container.name"),
+    ({"mode": "container", "state": "running", "argv": ["vllm"], "container": {"name": "c", "env_file": "/tmp/c.env"}}, "container.image"),
+    ({"mode": "container", "state": "running", "argv": ["vllm"], "container": {"name": "c", "image": "i"}}, "container.env_file"),
+    ({"mode": "container", "state": "status", "container": {"name": "c", "restart": "sometimes"}}, 'container.restart="sometimes"'),
 ])
 def test_each_mode_names_the_option_it_lacks(fake, tmp_path, args, needle):
     result = call_main(vllm_process, dict(args, state_file=str(tmp_path / "s.json")))
