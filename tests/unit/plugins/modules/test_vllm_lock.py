@@ -4,9 +4,10 @@
 the lock (the server's generation, the listener on its port) and the lock released when that listener may not be
 taken over. And its documentation: it documents its argument spec, and the suboptions of status.generate,
 status.listener and status.decide word for word as vllm_process documents its own options of those names (one argument
-spec serves both: _server/status.py), and status.container's as vllm_process documents the same suboptions of container. A doc fragment cannot hold them once for both: Ansible merges a fragment into a
-module's options one level deep, vllm_lock nests them under status, and a fragment's text must be a literal string
-(ansible-test's yamllint sanity test reads it from the source)."""
+spec serves both: _server/status.py), and status.container's as vllm_process documents the same suboptions of
+container. A doc fragment cannot hold them once for both: Ansible merges a fragment into a module's options one level
+deep, vllm_lock nests them under status, and a fragment's text must be a literal string (ansible-test's yamllint
+sanity test reads it from the source)."""
 
 from __future__ import annotations
 
