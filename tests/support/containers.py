@@ -71,35 +71,46 @@ def _libraries(binary: str) -> t.List[str]:
     return sorted({word for line in out.splitlines() for word in line.split() if word.startswith("/")})
 
 
-def image_tarball() -> Path:
-    """The image's root as a tarball under build/container-image/, made once (under a lock: one build at a time)."""
-    CACHE.mkdir(parents=True, exist_ok=True)
-    python = SYSTEM_PYTHON
-    tarball = CACHE / "python3.11-rootfs.tar"
-    with open(CACHE / "build.lock", "w", encoding="utf-8") as lock:
+def cached_tarball(tarball: Path, fill: t.Callable[[Path], None], timeout: float = 300) -> Path:
+    """``tarball``, made once: ``fill(root)`` fills a new empty folder beside it, which is tarred (numeric owners) and then
+    removed, whatever happened. Under a lock beside it (build.lock): one build at a time, and a build in progress is
+    waited for. Also the cache of tests/systemd's Debian root."""
+    tarball.parent.mkdir(parents=True, exist_ok=True)
+    with open(tarball.parent / "build.lock", "w", encoding="utf-8") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if tarball.exists():
             return tarball
-        root = CACHE / ("rootfs-%d" % os.getpid())
+        root = tarball.parent / ("%s-%d" % (tarball.stem, os.getpid()))
         shutil.rmtree(root, ignore_errors=True)
+        root.mkdir()
         try:
-            (root / "usr" / "bin").mkdir(parents=True)
-            shutil.copy2(python, root / "usr" / "bin" / "python3.11")
-            os.symlink("python3.11", root / "usr" / "bin" / "python3")
-            for library in _libraries(python):
-                target = root / library.lstrip("/")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(library, target)  # follows the link: the file itself, under the name the loader asks for
-            stdlib = _cli([python, "-c", "import sysconfig; print(sysconfig.get_paths()['stdlib'])"]).stdout.strip()
-            shutil.copytree(stdlib, root / stdlib.lstrip("/"), symlinks=True, ignore=shutil.ignore_patterns(*_STDLIB_SKIPPED))
-            for name in ("tmp", "proc", "sys", "dev", "etc", "run"):
-                (root / name).mkdir(exist_ok=True)
+            fill(root)
             partial = tarball.with_suffix(".tar.part")
-            _cli(["tar", "--numeric-owner", "-C", str(root), "-cf", str(partial), "."])
+            _cli(["tar", "--numeric-owner", "-C", str(root), "-cf", str(partial), "."], timeout=timeout)
             partial.rename(tarball)
         finally:
             shutil.rmtree(root, ignore_errors=True)
         return tarball
+
+
+def _python_root(root: Path) -> None:
+    """The test image's root: SYSTEM_PYTHON as python3, the libraries it loads, its standard library (see the module doc)."""
+    (root / "usr" / "bin").mkdir(parents=True)
+    shutil.copy2(SYSTEM_PYTHON, root / "usr" / "bin" / "python3.11")
+    os.symlink("python3.11", root / "usr" / "bin" / "python3")
+    for library in _libraries(SYSTEM_PYTHON):
+        target = root / library.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(library, target)  # follows the link: the file itself, under the name the loader asks for
+    stdlib = _cli([SYSTEM_PYTHON, "-c", "import sysconfig; print(sysconfig.get_paths()['stdlib'])"]).stdout.strip()
+    shutil.copytree(stdlib, root / stdlib.lstrip("/"), symlinks=True, ignore=shutil.ignore_patterns(*_STDLIB_SKIPPED))
+    for name in ("tmp", "proc", "sys", "dev", "etc", "run"):
+        (root / name).mkdir(exist_ok=True)
+
+
+def image_tarball() -> Path:
+    """The test image's root as a tarball under build/container-image/, made once."""
+    return cached_tarball(CACHE / "python3.11-rootfs.tar", _python_root)
 
 
 class Runtime:
