@@ -25,6 +25,7 @@ import pytest
 
 from ansible_run import flat, REPO, run_module, run_playbook
 from containers import comm, Containers, descendants, docker_daemon, docker_missing, host_pid, imported_image, restart_count, unique_tag
+from fake_container import in_cgroup
 from gpusim.api import parent_pid, pid_alive, starttime, wait_for
 
 MIB = 30000
@@ -55,9 +56,9 @@ class Holder:
     """A running container whose main process holds ``mib`` on GPU 0 of ``host``, with what the runtime said of it at the
     start."""
 
-    def __init__(self, made, host, *options, command=SLEEPER, mib=MIB):
+    def __init__(self, made, host, *options, command=None, mib=MIB):
         self.made = made
-        self.id = made.run(command, *options)
+        self.id = made.run(command or SLEEPER, *options)
         self.state = made.wait_running(self.id)
         self.name = self.state["Name"].lstrip("/")
         self.pid = host_pid(self.state)
@@ -187,37 +188,21 @@ def test_gpu_cleanup_refuses_a_container_by_default_and_stops_it_when_asked(make
     assert host.used_mib()[0] == 0 and host.holders(0) == []
 
 
-def cgroup2_root():
-    """Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host); None if none."""
-    with open("/proc/self/mountinfo", encoding="utf-8") as info:
-        for line in info:
-            fields = line.split()
-            if fields[fields.index("-") + 1] == "cgroup2":
-                return Path(fields[4])
-    return None
-
-
 @pytest.fixture(name="kubepods")
 def kubepods_fixture():
-    """A Kubernetes pod's container cgroup (systemd driver, containerd) made in the cgroup v2 hierarchy, and a process
-    moved into it; the process is ended and the cgroups removed at the end."""
-    root = cgroup2_root()
-    if os.geteuid() != 0 or root is None or not os.access(root, os.W_OK):
-        pytest.skip("making a cgroup needs root and a writable cgroup v2 hierarchy (%s)" % root)
-    pod = root / "kubepods.slice" / "kubepods-besteffort.slice" / ("kubepods-besteffort-pod%s.slice" % POD_UID.replace("-", "_"))
-    leaf = pod / ("cri-containerd-%s.scope" % K8S_ID)
-    made = [path for path in (root / "kubepods.slice", root / "kubepods.slice" / "kubepods-besteffort.slice", pod, leaf) if not path.exists()]
+    """A process in the cgroup of a Kubernetes pod's container (systemd driver, containerd), made for the test and
+    removed at its end (tests/support/fake_container.py in_cgroup); the process is ended at the end too."""
+    if os.geteuid() != 0:
+        pytest.skip("making a cgroup needs root")
+    name = "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod%s.slice/cri-containerd-%s.scope" % (
+        POD_UID.replace("-", "_"), K8S_ID)
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # pylint: disable=consider-using-with
     try:
-        leaf.mkdir(parents=True, exist_ok=True)
-        (leaf / "cgroup.procs").write_text(str(proc.pid))
-        yield proc.pid
+        with in_cgroup([proc.pid], name):
+            yield proc.pid
     finally:
         proc.kill()
         proc.wait(10)
-        for path in reversed(made):
-            if path.exists():
-                path.rmdir()
 
 
 def test_a_kubernetes_container_is_refused_naming_its_pod(make_host, inventory, tmp_path, kubepods):
@@ -246,8 +231,8 @@ def test_docker_stop_and_disable_restart_through_a_daemon_of_the_tests_own(make_
         inventory.write_text(json.dumps({"all": {
             "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
             "hosts": {host.name: {"gpuops_fleet_environment": dict(host.environment(), DOCKER_HOST=docker.argv[2])}}}}))
-        result = run_module("gpu_reclaim", inventory, tmp_path / "out", {"gpus": ["0"], "containers": "stop", "container_restart": "disable",
-                                                                        "grace": 1, "timeout": 30})[host.name]
+        args = {"gpus": ["0"], "containers": "stop", "container_restart": "disable", "grace": 1, "timeout": 30}
+        result = run_module("gpu_reclaim", inventory, tmp_path / "out", args)[host.name]
         assert result.get("failed") is not True and result["verified"] is True and result["changed"] is True, result["msg"]
         (stopped,) = result["containers_stopped"]
         assert (stopped["runtime"], stopped["id"], stopped["name"], stopped["image"], stopped["restart_policy"], stopped["restart_policy_after"],
