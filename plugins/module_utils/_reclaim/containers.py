@@ -34,20 +34,9 @@ import math
 import shutil
 import typing as t
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import (
-    DOCKER,
-    INSPECT_TIMEOUT_S,
-    KUBERNETES,
-    PODMAN,
-    CliAnswer,
-    ContainerRef,
-    ContainerState,
-    FindCli,
-    RunCli,
-    inspect_argv,
-    parse_container,
-    run_cli,
-)
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import DOCKER, INSPECT_TIMEOUT_S, KUBERNETES, PODMAN
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import CliAnswer, ContainerRef, ContainerState, FindCli, RunCli
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import inspect_argv, parse_container, run_cli
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import Target
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import CONTAINER_RESTART_DISABLE, CONTAINERS_STOP, ReclaimSpec
 
@@ -243,8 +232,8 @@ def _refusal(container: HeldContainer, spec: ReclaimSpec, runtimes: Runtimes) ->
         return ("%s: a container's processes are never signalled (its runtime owns them); set containers: stop to stop it through "
                 "%s (%s stop), or stop it yourself" % (what, container.runtime, container.runtime))
     if container.state is None:
-        return ("%s: containers: stop, but %s cannot stop it: %s (a rootless podman container is known only to its user's podman): "
-                "stop it yourself" % (what, container.runtime, container.inspect_error))
+        return ("%s: containers: stop, but %s cannot stop it: %s (podman knows the containers of the user it runs as only: root's "
+                "to root's podman, a rootless one to its user's): stop it yourself" % (what, container.runtime, container.inspect_error))
     if (spec.container_restart == CONTAINER_RESTART_DISABLE and container.restart_policy not in (None, "no")
             and not runtimes.can_disable_restart(container.runtime)):
         return ("%s: container_restart: disable, but this %s cannot change a container's restart policy (its update command has no "
@@ -269,13 +258,12 @@ def stop(held: t.Sequence[HeldContainer], runtimes: Runtimes, seconds: int, cloc
             container.stopped = True
             container.stopped_s = took
             container.after, error = runtimes.inspect(runtime, container.id)
+            said = "%s stop -t %d %s: %s" % (runtime, seconds, container.id[:SHORT_ID],
+                                             _failure(answer, seconds + STOP_SLACK_S) if answer.rc != 0 else "exited 0")
             if container.after is None:
-                container.stop_error = "%s stop -t %d %s: %s; and then %s" % (runtime, seconds, container.id[:SHORT_ID],
-                                                                             _failure(answer, seconds + STOP_SLACK_S), error)
+                container.stop_error = "%s; and then %s" % (said, error)
             elif container.after.running is not False:
-                container.stop_error = "%s stop -t %d %s: %s; it still runs" % (runtime, seconds, container.id[:SHORT_ID],
-                                                                              _failure(answer, seconds + STOP_SLACK_S) if answer.rc != 0
-                                                                              else "exited 0")
+                container.stop_error = "%s; it still runs" % said
 
 
 def disable_restart(held: t.Sequence[HeldContainer], runtimes: Runtimes) -> None:

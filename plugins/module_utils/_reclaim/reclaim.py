@@ -751,8 +751,9 @@ class Reclaim:
         survivors = [o for o in outcomes if o.ended is None or o.target.pid in stuck]
         result["containers_stopped"] = [container.stopped_entry() for container in self._held]
         result["containers_refused"] = []
-        result["warnings_list"] = list(plan.warnings) + self._restart_warnings(
-            [c for c in self._held if c.stop_error is None and c.after is not None and c.after.running is False])
+        # the containers stopped that stay stopped (one started again is named among the problems)
+        stopped = [c for c in self._held if c.stop_error is None and c.after is not None and c.after.running is False]
+        result["warnings_list"] = list(plan.warnings) + self._restart_warnings(stopped)
         result["changed"] = any(o.signal is not None for o in outcomes) or any(container.stopped for container in self._held)
         result["verified"] = not problems and not survivors
         if result["verified"]:
@@ -767,7 +768,8 @@ class Reclaim:
         unsignalled = len(ended) - signalled
         count = "ended %d process(es)%s" % (len(ended), " (%d exited once their launcher or tree was signalled)" % unsignalled if unsignalled else "")
         if self._held:
-            count += ", stopped %d container(s) through their runtime (%s)" % (len(self._held), ", ".join(c.label() for c in self._held))
+            count += ", stopped %d of %d container(s) through their runtime%s" % (
+                len(stopped), len(self._held), " (%s)" % ", ".join(c.label() for c in stopped) if stopped else "")
         if result["verified"]:
             freed = sum(g["freed_mib"] or 0 for g in gpus)
             free = [index for index in sorted(before) if index not in busy]

@@ -1043,7 +1043,7 @@ def test_stop_stops_the_container_through_its_runtime_then_verifies_and_is_idemp
         "restart_policy_error": None}
     assert "podman-restart.service" in stopped["starts_again"]
     assert [w for w in result["warnings"] if "vllm-llama" in w and "container_restart: disable" in w], result["warnings"]
-    assert "stopped 1 container(s) through their runtime (podman container vllm-llama" in result["msg"]
+    assert "stopped 1 of 1 container(s) through their runtime (podman container vllm-llama" in result["msg"]
     assert result["respawn_watch"]["waited_s"] >= RESPAWN_WINDOW_S, "a restart policy that acts on exit: the runtime is given the window"
     assert host.cli.containers[PODMAN_ID].running is False
     again = run_with_runtimes(monkeypatch, host, {"gpus": ["0"], "containers": "stop", "grace": 2, "timeout": 5})
@@ -1130,6 +1130,7 @@ def test_a_container_that_does_not_stop_fails_naming_the_error(monkeypatch, cgro
     result = run_with_runtimes(monkeypatch, host, {"gpus": ["1"], "containers": "stop", "grace": 1, "timeout": 0.5})
     assert result["failed"] is True and host.psutil.signals == [] and host.used()[1] == CONTAINER_MIB
     assert "docker stop -t 1 %s: exited 125: Error: timed out waiting for %s to stop; it still runs" % (DOCKER_ID[:12], DOCKER_ID) in result["msg"]
+    assert "stopped 0 of 1 container(s) through their runtime)" in result["msg"] and not result["containers_stopped"][0]["stopped"]
     assert result["evidence"]["survivors"][0]["container"]["name"] == "vllm-docker"
 
 

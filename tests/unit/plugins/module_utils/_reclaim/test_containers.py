@@ -170,7 +170,7 @@ def test_stop_refuses_what_its_runtime_cannot_stop():
     rootless = held(PODMAN_REF, target(7153, gpus=[0]))
     judged({"containers": "stop"}, [rootless], cli=FakeRuntimeCli([]))
     assert "podman cannot stop it: podman inspect %s: exited 125" % PODMAN_ID[:12] in rootless.refused
-    assert "known only to its user's podman" in rootless.refused
+    assert "podman knows the containers of the user it runs as only" in rootless.refused
 
 
 def test_stop_is_not_refused_when_the_runtime_knows_the_container():
@@ -262,7 +262,7 @@ def test_a_container_its_runtime_started_again_is_named():
     assert container.stop_error is None and C.may_restart([container]) and C.running_again([container], runtimes) == []
     cli.containers[DOCKER_ID].running, cli.containers[DOCKER_ID].restart_count = True, 1  # dockerd applies its policy
     again = C.running_again([container], runtimes)
-    assert [(found, text) for found, text in again] == [(container, (
+    assert again == [(container, (
         "docker started docker container vllm-docker (id %s, image vllm/vllm-openai:v0.11.0) again after its stop (restart policy "
         "always, restart count 0 -> 1): stop it yourself, and set container_restart: disable" % DOCKER_ID[:12]))]
     assert container.stopped_entry()["running_after"] is True and container.stopped_entry()["stopped"] is False
