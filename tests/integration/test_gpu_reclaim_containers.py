@@ -23,10 +23,13 @@ from pathlib import Path
 
 import pytest
 
-from ansible_run import flat, REPO, run_module, run_playbook
+from ansible_run import flat, REPO, RESTART, run_module, run_playbook
 from containers import comm, Containers, descendants, docker_daemon, docker_missing, host_pid, imported_image, restart_count, unique_tag
 from fake_container import in_cgroup
 from gpusim.api import parent_pid, pid_alive, starttime, wait_for
+from inventories import role_host_vars, write_role_inventory
+from readings import health
+from simhost import hosts_with_ports
 
 MIB = 30000
 CLEANUP = REPO / "playbooks" / "gpu_cleanup.yml"
@@ -186,6 +189,21 @@ def test_gpu_cleanup_refuses_a_container_by_default_and_stops_it_when_asked(make
         host.name, holder.name, podman_containers.image)) and "restart policy always" in line], lines
     assert holder.stays_stopped() and not pid_alive(orphan, orphan_start)
     assert host.used_mib()[0] == 0 and host.holders(0) == []
+
+
+def test_the_role_never_stops_a_container_it_does_not_manage(make_host, tmp_path, podman_containers):
+    """A vLLM server in a container holds the GPU the role's server is configured on: the preflight refuses, naming the
+    container, even with vllm_server_reclaim_all_holders=true (which lets the stop end every other holder)."""
+    node = hosts_with_ports(make_host, "gpu-node-01")[0]
+    holder = Holder(podman_containers, node, "--restart=always")
+    inventory = write_role_inventory(tmp_path / "inventory.json", {node.name: role_host_vars(node, node.port, vllm_server_gpus=[0])},
+                                     vllm_server_tensor_parallel_size=1)
+    run = run_playbook(RESTART, inventory, "-e", "vllm_server_reclaim_all_holders=true")
+    text = flat(run.stdout)
+    assert run.returncode != 0 and "nothing was stopped" in text, text[-3000:]
+    assert "The role never stops a container it does not manage (podman container %s on GPU 0)" % holder.name in text, text[-3000:]
+    assert "Set vllm_server_reclaim_all_holders=true" not in text
+    assert holder.untouched() and node.used_mib()[0] == MIB and health(node.port) == -1
 
 
 @pytest.fixture(name="kubepods")
