@@ -62,7 +62,7 @@ command -v $(1) >/dev/null 2>&1 || { \
   apt-get update -q && $(APT_INSTALL) $(2); }
 endef
 
-.PHONY: help venv sim collection-path ansible-test-cache stage setup tools browser \
+.PHONY: help venv sim collection-path ansible-test-cache stage setup tools browser container-tools \
         units sanity lint docs-lint simtests integration molecule build-test fleet fleet-tests fleet-tools fleet-down systemd-tests systemd-tools test bench demo demo-clean \
         constraints clean distclean
 
@@ -161,7 +161,14 @@ simtests: venv sim
 browser:
 	@$(call ensure_command,chromium,chromium)
 
-integration: venv tools browser sim collection-path
+# real containers for the integration tests (tests/integration/test_gpu_reclaim_containers.py, tests/support/containers.py):
+# root's podman with runc as the OCI runtime (Debian's podman depends on crun or runc) and catatonit for `run --init`
+container-tools:
+	@$(call ensure_command,podman,podman runc catatonit)
+	@$(call ensure_command,runc,runc)
+	@$(call ensure_command,catatonit,catatonit)
+
+integration: venv tools browser container-tools sim collection-path
 	@# test_role_takeover.py starts a vLLM server by hand in a real tmux pane
 	@$(call ensure_command,tmux,tmux)
 	$(PYTEST) $(INTEGRATION_XDIST) --durations=20 tests/integration --junitxml=$(JUNIT)/integration.xml

@@ -45,10 +45,20 @@ description:
     window (O(settle), or 0.5 s with V(auto)), plus the time to send the signals and read the GPUs."
   - Fails loudly, naming what is left and why, with the evidence to act on (state, kernel wait channel, parent chain and user of
     each survivor, processes with C(/dev/nvidia*) open, recent NVIDIA Xid kernel log lines). Never a silent success.
-  - Never signals PID 1, itself, its ancestors (the Ansible connection), a process matching O(exclude) or the driver's helpers
-    (C(nvidia-persistenced), C(nv-hostengine), DCGM, C(nvidia-smi), by program), nor a process that is neither a holder on the
-    selected GPUs nor inside a holder's tree (see the launcher rule above).
-    Checks each process's start time right before every signal, so a reused PID is never hit.
+  - "Never signals PID 1, itself, its ancestors (the Ansible connection), a process matching O(exclude), the driver's helpers
+    (C(nvidia-persistenced), C(nv-hostengine), DCGM, C(nvidia-smi), by program) or a container runtime's own processes (podman,
+    docker, conmon, runc, crun, containerd and its shims, dockerd, docker-proxy, crio, and the inits they put in containers:
+    catatonit, podman-init, docker-init; by program), nor a process that is neither a holder on the selected GPUs nor inside a
+    holder's tree (see the launcher rule above).
+    Checks each process's start time right before every signal, so a reused PID is never hit."
+  - "Never signals a process that runs in a container (docker, podman or Kubernetes, read from its cgroup, C(/proc/PID/cgroup),
+    as M(gpuops.fleet.gpu_facts) reads it): the runtime owns it. A container's PID 1 ignores SIGTERM (it has no default signal
+    actions), and once it is killed the runtime applies the container's restart policy. Every target of the run (a holder, its
+    launcher, their trees) that runs in a container is set apart, by container, and O(containers) says what becomes of the
+    container: V(refuse) (the default) fails the task before anything is signalled or stopped, naming each container (runtime,
+    name or id, image) and the option to set; V(stop) stops it through its runtime, then verifies the GPUs as always. A
+    Kubernetes container is always refused, naming its pod's UID: the kubelet owns it. A container this module itself runs in
+    is none: its processes are the host's for the task."
 author:
   - gpuops maintainers (@gpuops)
 extends_documentation_fragment:
@@ -210,13 +220,14 @@ options:
     description:
       - Regular expressions (name or command line) for processes that adopt orphans (init systems, container inits, service
         managers run as subreapers). A launcher chain that hangs from one is an orphan's (see O(orphans_only)).
-      - The default covers systemd (also C(systemd --user)) and init, tini, dumb-init, docker-init, catatonit, and the simulated
-        GPU host's reaper (C(python3 -m gpusim.reaper), which stands for systemd there).
+      - The default covers systemd (also C(systemd --user)) and init, tini, dumb-init, docker-init, catatonit (also as
+        C(podman-init), the name C(podman run --init) gives it), and the simulated GPU host's reaper (C(python3 -m gpusim.reaper),
+        which stands for systemd there).
     type: list
     elements: str
     default:
       - '^(\S*/)?(systemd|init)(\s|$)'
-      - '^(\S*/)?(tini|tini-static|dumb-init|docker-init|catatonit)(\s|$)'
+      - '^(\S*/)?(tini|tini-static|dumb-init|docker-init|catatonit|podman-init)(\s|$)'
       - '^(\S*/)?python[0-9.]*(\s+-\S+)*\s+-m\s+gpusim\.reaper(\s|$)'
   live_jobs:
     description:
@@ -236,6 +247,53 @@ options:
     type: str
     choices: [fail, keep]
     default: fail
+  containers:
+    description:
+      - "What becomes of a container (docker or podman) that runs a target of this run: a holder that O(match), O(exclude),
+        O(orphans_only) and the other rules let it end, its launcher or their trees. Its processes are never signalled,
+        whatever this says (see the description)."
+      - "V(refuse) (the default, the safe one for a fleet-wide cleanup): the task fails before it signals or stops anything,
+        naming each such container (runtime, name or id, image, the GPUs and PIDs) in RV(containers_refused) and its message.
+        Check mode puts it in RV(would_fail) and RV(containers_refused)."
+      - "V(stop): each such container is stopped through its runtime's command line, found as the module finds commands
+        (the PATH, and C(/sbin), C(/usr/sbin), C(/usr/local/sbin)): C(docker stop -t N ID) or C(podman stop -t N ID), all the
+        containers of one runtime in one command. The runtime sends the container's stop signal (SIGTERM unless its image
+        says otherwise) and SIGKILL after N seconds: O(grace), at most the time O(timeout) has left, rounded up to whole
+        seconds; the command itself is given up to 30 s more. Then the GPUs are verified as always, and each container is
+        read again (C(inspect)): one that runs again (its runtime started it) fails the task. A stop does not trigger a
+        container's restart policy (C(always), C(unless-stopped), C(on-failure)), but the runtime may still start it again
+        later (see O(container_restart)); RV(containers_stopped) names each container and says so."
+      - "A container is refused even with V(stop) when its runtime's command is not installed, or does not know the container
+        (rootless podman's containers are known only to their user's podman), and a Kubernetes container is always refused
+        (its pod's UID named): the kubelet owns it and would start it again."
+    type: str
+    choices: [refuse, stop]
+    default: refuse
+  container_restart:
+    description:
+      - What becomes of the restart policy (C(HostConfig.RestartPolicy.Name) of C(inspect)) of a container that O(containers=stop)
+        stopped.
+      - "V(keep) (the default) leaves it. A runtime may then start the container again by itself, and it takes its GPUs back:
+        docker starts a container whose policy is C(always) whenever dockerd starts (a daemon restart, a reboot), while
+        C(unless-stopped) and C(on-failure) keep a stopped container stopped; podman's C(podman-restart.service), where it is
+        enabled, starts the containers whose policy is C(always) at boot (podman documents C(unless-stopped) as identical to
+        C(always)). Each such container is named in a warning and in RV(containers_stopped[].starts_again)."
+      - "V(disable) sets it to C(no) once the container is stopped (C(docker update --restart=no ID), C(podman update
+        --restart=no ID)) and reads it again; a failure fails the task. Only with O(containers=stop). podman's C(update) takes
+        C(--restart) only in versions that added it (podman 4.3 has none): there a container to stop whose policy is not C(no)
+        is refused before anything is stopped, naming this option."
+    type: str
+    choices: [keep, disable]
+    default: keep
+  managed_containers:
+    description:
+      - "Ids (or their first 12 or more hex digits) of the containers that the caller stops itself before the real run, such as
+        the role C(gpuops.fleet.vllm_server)'s own container in its container launch mode. In check mode their processes count
+        as ended by that stop (a preflight), neither refused nor named in RV(containers_refused); a real run treats them as any
+        other container (see O(containers))."
+    type: list
+    elements: str
+    default: []
   secured:
     description:
       - A reading beside the reclaim, for the role C(gpuops.fleet.vllm_server)'s preflight. The process that listens on
@@ -332,11 +390,24 @@ EXAMPLES = r"""
 - name: Show what was ended
   ansible.builtin.debug:
     msg: "{{ reclaim.killed | map(attribute='name') | list }} in {{ reclaim.elapsed_s }} s"
+
+- name: Free GPU 0 from a vLLM server that runs in a container, by stopping the container through its runtime for good
+  gpuops.fleet.gpu_reclaim:
+    gpus: [0]
+    containers: stop
+    container_restart: disable
+  register: stopped
+
+- name: Name the containers stopped
+  ansible.builtin.debug:
+    msg: "{{ stopped.containers_stopped | map(attribute='name') | list }}"
 """
 
 RETURN = r"""
 changed:
-  description: V(true) if and only if a process was signalled (in check mode, if one would be).
+  description:
+    - V(true) if and only if a process was signalled or a container stopped (in check mode, if one would be; never when a
+      container refuses the run).
   returned: always
   type: bool
 verified:
@@ -406,14 +477,122 @@ killed:
       returned: always
       sample: exited
 would_kill:
-  description: Check mode only; the processes a real run would signal, launchers first (the keys of RV(killed) without the outcome).
+  description:
+    - Check mode only; the processes a real run would signal, launchers first (the keys of RV(killed) without the outcome).
+      A process that runs in a container is never one of them (see RV(would_stop_containers)). When a container refuses the
+      run (RV(containers_refused)), a real run signals none of them.
   returned: check mode
   type: list
   elements: dict
+would_stop_containers:
+  description:
+    - Check mode only, with O(containers=stop); the containers a real run would stop through their runtime, each with the keys
+      of RV(containers_refused) but C(reason). Empty when a container refuses the run.
+  returned: check mode
+  type: list
+  elements: dict
+  sample: [{"runtime": "podman", "id": "8fd36c8d5a99a28559a9895fbc7c0a2ca572739d43944a7c65ee78fd43248c78", "name": "vllm-llama",
+            "image": "localhost/vllm:0.11", "gpus": [0], "pids": [7153], "restart_policy": "always"}]
+containers_refused:
+  description:
+    - "The containers that refused the run (in check mode, that would): the task failed before it signalled or stopped anything
+      (see O(containers)). Empty otherwise."
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    runtime:
+      description: V(docker), V(podman) or V(kubernetes).
+      type: str
+      returned: always
+      sample: podman
+    id:
+      description: The container's full id.
+      type: str
+      returned: always
+    name:
+      description: Its name, as its runtime's C(inspect) gives it; V(null) when unknown (and for Kubernetes).
+      type: str
+      returned: always
+      sample: vllm-llama
+    image:
+      description: Its image, as its runtime names it; V(null) when unknown.
+      type: str
+      returned: always
+      sample: docker.io/vllm/vllm-openai:v0.11.0
+    pod_uid:
+      description: Kubernetes only; the UID of the container's pod.
+      type: str
+      returned: when runtime is kubernetes
+    gpus:
+      description: The selected GPUs its processes hold.
+      type: list
+      elements: int
+      returned: always
+      sample: [0]
+    pids:
+      description: Its processes that the run would have ended (host PIDs), holders first.
+      type: list
+      elements: int
+      returned: always
+      sample: [7153]
+    restart_policy:
+      description: Its restart policy (V(no), V(always), V(unless-stopped), V(on-failure)); V(null) when unknown.
+      type: str
+      returned: always
+      sample: always
+    reason:
+      description: Why it refuses the run, and what to do, in words.
+      type: str
+      returned: always
+containers_stopped:
+  description:
+    - With O(containers=stop), the containers the run stopped through their runtime, each with the keys of
+      RV(containers_refused) but C(reason), and the outcome. Their processes are never in RV(killed). Empty otherwise.
+  returned: when not in check mode
+  type: list
+  elements: dict
+  contains:
+    stopped:
+      description: The container no longer runs after its stop (C(inspect) says so), and it was not started again.
+      type: bool
+      returned: always
+      sample: true
+    running_after:
+      description: Whether it runs at the end (C(inspect)); V(null) when its runtime could not say.
+      type: bool
+      returned: always
+      sample: false
+    seconds_to_stop:
+      description: Seconds the runtime's stop command took.
+      type: float
+      returned: always
+      sample: 1.2
+    error:
+      description: Why the stop failed (the command's exit status and last line), else V(null).
+      type: str
+      returned: always
+    restart_policy_after:
+      description: Its restart policy at the end (V(no) once O(container_restart=disable) set it).
+      type: str
+      returned: always
+      sample: "no"
+    restart_policy_error:
+      description: Why its restart policy could not be set to V(no), else V(null).
+      type: str
+      returned: always
+    starts_again:
+      description:
+        - When its runtime may start it again by itself, given its restart policy at the end (see O(container_restart)); V(null)
+          when it does not.
+      type: str
+      returned: always
+      sample: "dockerd starts it again when it starts (a daemon restart, a reboot): its restart policy is always"
 would_fail:
   description:
     - Check mode only; what a real run could not fix and would fail on (a holder left alone by O(match), O(exclude) or protection,
-      a zombie holder, a PID of another PID namespace, memory held by no process, also next to a holder, a lost GPU).
+      a zombie holder, a PID of another PID namespace, memory held by no process, also next to a holder, a lost GPU, a holder
+      in a container that refuses the run).
       Each is also given as a warning. With O(live_jobs=keep) the holders of RV(left_alone) are not in it.
   returned: check mode
   type: list
@@ -677,7 +856,9 @@ evidence:
   type: dict
   contains:
     survivors:
-      description: For each process left, its state, kernel wait channel (C(wchan)), user and parent chain.
+      description:
+        - For each process left, its state, kernel wait channel (C(wchan)), user, parent chain and C(container) (runtime, id,
+          name, image; V(null) outside one). When a container refused the run, its processes.
       type: list
       elements: dict
       returned: always
@@ -733,7 +914,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import finish
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.secured import OPTION_SPEC as SECURED_OPTION_SPEC, judge
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import run_reclaim
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import DEFAULTS, LIVE_JOBS
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import CONTAINER_RESTART, CONTAINERS, DEFAULTS, LIVE_JOBS
 
 ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "gpus": {"type": "list", "elements": "str"},
@@ -752,6 +933,9 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "orphans_only": {"type": "bool", "default": DEFAULTS["orphans_only"]},
     "subreapers": {"type": "list", "elements": "str", "default": DEFAULTS["subreapers"]},
     "live_jobs": {"type": "str", "default": DEFAULTS["live_jobs"], "choices": list(LIVE_JOBS)},
+    "containers": {"type": "str", "default": DEFAULTS["containers"], "choices": list(CONTAINERS)},
+    "container_restart": {"type": "str", "default": DEFAULTS["container_restart"], "choices": list(CONTAINER_RESTART)},
+    "managed_containers": {"type": "list", "elements": "str", "default": []},
     # a reading beside the reclaim (the role's preflight): does a new configuration open the server on a port
     "secured": SECURED_OPTION_SPEC,
 }
@@ -763,7 +947,7 @@ def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]
         _deps.require(module, _deps.PYNVML, _deps.PSUTIL)
         return _deps.PYNVML.module, _deps.PSUTIL.module
 
-    result, warnings, failed = run_reclaim(module.params, module.check_mode, module._diff, libraries)
+    result, warnings, failed = run_reclaim(module.params, module.check_mode, module._diff, libraries, module.get_bin_path)
     if module.params["secured"] is not None:
         _deps.require(module, _deps.PSUTIL)
         result["secured"], secured_warnings = judge(_deps.PSUTIL.module, module.params["secured"])

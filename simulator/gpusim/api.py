@@ -56,8 +56,9 @@ FAKE_VLLM = FAKEVLLM_DIR / "bin" / "vllm"  # the fake `vllm` console script (run
 
 __all__ = [
     "Host", "FakeVllm", "GpusimError", "StateError", "SIMULATOR_DIR", "SIM_LIB_DIR", "SIM_BIN_DIR", "FAKEVLLM_DIR",
-    "FAKE_VLLM", "free_port", "pid_alive", "pid_exists", "starttime", "proc_state", "parent_pid", "title",
-    "orphan_parent", "hold_memory", "run_gpusim", "role_host_vars", "role_inventory", "wait_for",
+    "FAKE_VLLM", "free_port", "pid_alive", "pid_exists", "starttime", "proc_state", "parent_pid", "children", "title",
+    "pid_namespace", "namespace_pids", "in_pid_namespace", "orphan_parent", "hold_memory", "run_gpusim",
+    "role_host_vars", "role_inventory", "wait_for",
 ]
 
 
@@ -89,6 +90,23 @@ def proc_state(pid: int) -> Optional[str]:
 def parent_pid(pid: int) -> Optional[int]:
     stat = procfs.read_stat(pid)
     return stat.ppid if stat else None
+
+
+def children(pid: int) -> List[int]:
+    """The PIDs whose parent is `pid`, in PID order."""
+    return procfs.children(pid)
+
+
+def pid_namespace(pid: Optional[int] = None) -> Optional[int]:
+    """The inode of /proc/PID/ns/pid (this process's without a PID): its PID namespace, the same number from every
+    namespace; None when the PID does not exist."""
+    return procfs.pid_namespace(pid)
+
+
+def namespace_pids(pid: int) -> List[int]:
+    """The process's PID in each PID namespace it is in (NSpid of /proc/PID/status): this /proc's first, its own
+    namespace's last (`[host_pid, 1]` for PID 1 of a container); [] when the PID does not exist."""
+    return procfs.namespace_pids(pid)
 
 
 def pid_exists(pid: int, start: Optional[int] = None) -> bool:
@@ -146,6 +164,14 @@ def run_gpusim(*args: str, env: Optional[Mapping[str, str]] = None, check: bool 
     if check and done.returncode != 0:
         raise GpusimError(f"gpusim {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
     return done
+
+
+def in_pid_namespace(argv: Sequence[str]) -> List[str]:
+    """argv run as PID 1 of a new PID namespace with its own /proc, as a container runs its command (`unshare --pid
+    --fork --mount-proc --kill-child`, needs root): what it records on a host, the fake NVML reports under its host
+    PIDs. The unshare process waits for the command and SIGKILLs it when unshare dies first, which ends the whole
+    namespace; unshare passes no signal on, so signal the command by its host PID, unshare's one child (`children`)."""
+    return ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "--", *argv]
 
 
 def hold_memory(gpu: int, mib: int, state: Optional[Union[str, Path]] = None, flags: Sequence[str] = ()) -> None:
@@ -369,7 +395,8 @@ class FakeVllm:
 
     def __init__(self, host: Host, log: Union[str, Path], *, gpus: str = "0", model: str = "org/model",
                  env: Optional[Mapping[str, str]] = None, args: Sequence[str] = (), port: Optional[int] = None,
-                 worker_mib: int = 4096, engine_core: bool = False, cpu: Optional[int] = None) -> None:
+                 worker_mib: int = 4096, engine_core: bool = False, cpu: Optional[int] = None,
+                 pid_namespace: bool = False) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = Path(log)
@@ -382,7 +409,11 @@ class FakeVllm:
                         GPUOPS_SIM_ENGINE_CORE="1" if engine_core else "0", **(env or {}))
         self.argv = [sys.executable, str(FAKE_VLLM), "serve", model, "--tensor-parallel-size",
                      str(len(gpus.split(","))), "--port", str(self.port), *args]
+        if pid_namespace:  # as in a container: the server is PID 1 of its own PID namespace, below unshare
+            self.argv = in_pid_namespace(self.argv)
+        self.pid_namespace = pid_namespace
         self.proc: Optional["subprocess.Popen[bytes]"] = None
+        self.server: Optional[Tuple[int, int]] = None  # (host PID, start time) of the server in its PID namespace
         self.launched = 0.0
 
     def start(self) -> "FakeVllm":
@@ -398,7 +429,23 @@ class FakeVllm:
                 self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True, preexec_fn=pin)
         self.launched = time.monotonic()
+        if self.pid_namespace:
+            self.server = self._namespace_init()
         return self
+
+    def _namespace_init(self) -> Optional[Tuple[int, int]]:
+        """(host PID, start time) of unshare's one child, the server; None when unshare ended before it was seen."""
+        assert self.proc is not None
+        deadline = time.monotonic() + 10
+        while self.proc.poll() is None:
+            for pid in procfs.children(self.proc.pid):
+                start = procfs.starttime(pid)
+                if start is not None:
+                    return pid, start
+            if time.monotonic() > deadline:
+                raise GpusimError(f"unshare started no PID namespace in 10 s:\n{self.log_text()}")
+            time.sleep(0.01)
+        return None
 
     def __enter__(self) -> "FakeVllm":
         return self if self.proc is not None else self.start()
@@ -408,8 +455,13 @@ class FakeVllm:
 
     @property
     def pid(self) -> int:
+        """The API server's PID (the host's; in a PID namespace of its own, unshare's child)."""
         if self.proc is None:
             raise GpusimError("the fake vLLM server was never started")
+        if self.pid_namespace:
+            if self.server is None:
+                raise GpusimError(f"the fake vLLM server's PID namespace ended at once:\n{self.log_text()}")
+            return self.server[0]
         return self.proc.pid
 
     def log_text(self) -> str:
@@ -420,10 +472,15 @@ class FakeVllm:
         if self.proc is None:
             return None
         if self.proc.poll() is None:
-            os.kill(self.proc.pid, sig)
+            if self.server is None:
+                os.kill(self.proc.pid, sig)
+            elif pid_exists(*self.server):  # in its own PID namespace: the server itself (unshare passes no signal on)
+                os.kill(self.server[0], sig)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
+                if self.server is not None and pid_exists(*self.server):
+                    os.kill(self.server[0], signal.SIGKILL)  # PID 1 of its namespace: the whole namespace ends
                 self.proc.kill()
                 self.proc.wait(10)
         return self.proc.returncode

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from typing import Dict
 
+from gpusim import procfs
 from gpusim.gpus import new_gpus, write_gpus
 from gpusim.statedir import StateDir, StateError, read_kv, write_kv
 
@@ -18,6 +19,7 @@ HOST_DEFAULTS: Dict[str, str] = {
     "topology": "pcie",
     "mig_supported": "0",
 }
+HOST_PID_NAMESPACE = "pid_namespace"  # the PID namespace whose PIDs NVML reports: the one the host was created in
 TOPOLOGIES = ("pcie", "nvlink", "nvswitch")
 ORPHANS = ("reaper", "init")
 
@@ -48,6 +50,7 @@ def create_host(  # pylint: disable=too-many-arguments
     extra = {"orphans": orphans} if orphans != "reaper" else {}
     if subreaper_title:
         extra["subreaper_title"] = subreaper_title
+    extra[HOST_PID_NAMESPACE] = str(procfs.pid_namespace() or 0)
     write_kv(state.host, dict(HOST_DEFAULTS, topology=topology, **extra))
 
 

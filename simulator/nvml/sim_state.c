@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -314,20 +315,25 @@ static int proc_stat(unsigned int pid, char *state, unsigned long long *starttim
 }
 
 typedef struct {
-    unsigned int pid;
+    unsigned int pid; /* as recorded: the host's PID, or with pidns the PID in that namespace */
     unsigned long long starttime;
     unsigned int gpu;
     unsigned long long used_mib;
     char type;
     int foreign, na, sticky, mps;
+    unsigned long long pidns; /* 0: the host's PID namespace; else the holder's own (the inode of its ns/pid) */
+    unsigned int host_pid;    /* the PID NVML reports: pid, or the host PID found for a namespaced record */
 } alloc_record;
 
 static int parse_alloc(const char *text, alloc_record *rec)
 {
     char type[8], flags[256];
-    if (sscanf(text, "%u %llu %u %llu %7s %255s", &rec->pid, &rec->starttime, &rec->gpu,
-               &rec->used_mib, type, flags) != 6)
+    rec->pidns = 0;
+    int n = sscanf(text, "%u %llu %u %llu %7s %255s %llu", &rec->pid, &rec->starttime, &rec->gpu,
+                   &rec->used_mib, type, flags, &rec->pidns);
+    if (n != 6 && n != 7)
         return -1;
+    rec->host_pid = rec->pid;
     if ((type[0] != 'C' && type[0] != 'G') || type[1] != '\0')
         return -1;
     rec->type = type[0];
@@ -346,11 +352,116 @@ static int parse_alloc(const char *text, alloc_record *rec)
     return 0;
 }
 
-static int alloc_process_live(const alloc_record *rec)
+/* 1 when <root>/<pid> is in PID namespace ns (*seen = ns), or when its namespace cannot be read (another user's
+ * process, *seen = 0: its PID in the namespace and start time then decide alone); 0 otherwise, or when it is gone. */
+static int proc_in_namespace(const char *pid, unsigned long long ns, unsigned long long *seen)
+{
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s/ns/pid", sim_proc_root(), pid);
+    *seen = 0;
+    if (stat(path, &st) != 0)
+        return errno == EACCES;
+    *seen = (unsigned long long)st.st_ino;
+    return *seen == ns;
+}
+
+/* The PID of <root>/<pid> in its own PID namespace: the last field of the NSpid line of its status; 0 when gone. */
+static unsigned int proc_inner_pid(const char *pid)
+{
+    char path[4096], buf[SMALL_FILE];
+    snprintf(path, sizeof path, "%s/%s/status", sim_proc_root(), pid);
+    if (read_small(path, buf, sizeof buf) <= 0)
+        return 0;
+    char *line = strstr(buf, "\nNSpid:");
+    if (line == NULL)
+        return 0;
+    line += strlen("\nNSpid:");
+    line[strcspn(line, "\n")] = '\0';
+    char *last = NULL;
+    for (char *save = NULL, *tok = strtok_r(line, " \t", &save); tok != NULL; tok = strtok_r(NULL, " \t", &save))
+        last = tok;
+    return last != NULL ? (unsigned int)strtoul(last, NULL, 10) : 0;
+}
+
+/* Host PIDs of processes of other PID namespaces, by (namespace, PID there, start time); host 0: no such process
+ * (gone for good, since a process writes its own record while it runs). Filled by scans of the proc root; a hit is
+ * then checked like any host PID (its stat's start time), so a process that ends is seen at once. Per thread. */
+#define NS_CACHE_SIZE 256
+typedef struct {
+    unsigned long long ns, starttime;
+    unsigned int inner, host;
+} ns_entry;
+static __thread ns_entry ns_cache[NS_CACHE_SIZE];
+static __thread unsigned int ns_cache_used, ns_cache_next;
+
+static ns_entry *ns_cache_find(unsigned long long ns, unsigned int inner, unsigned long long starttime)
+{
+    for (unsigned int i = 0; i < ns_cache_used; i++) {
+        ns_entry *e = &ns_cache[i];
+        if (e->ns == ns && e->inner == inner && e->starttime == starttime)
+            return e;
+    }
+    return NULL;
+}
+
+static void ns_cache_put(unsigned long long ns, unsigned int inner, unsigned long long starttime, unsigned int host)
+{
+    ns_entry *e = ns_cache_find(ns, inner, starttime);
+    if (e == NULL) {
+        e = &ns_cache[ns_cache_next];
+        ns_cache_next = (ns_cache_next + 1) % NS_CACHE_SIZE;
+        if (ns_cache_used < NS_CACHE_SIZE)
+            ns_cache_used++;
+    }
+    *e = (ns_entry){.ns = ns, .inner = inner, .starttime = starttime, .host = host};
+}
+
+/* One scan of the proc root: every process of the record's namespace is remembered under its PID there and start
+ * time; the record's own process is its host PID (0 when the scan does not find it). */
+static unsigned int scan_namespace(const alloc_record *rec)
+{
+    DIR *dir = opendir(sim_proc_root());
+    unsigned int found = 0;
+    if (dir == NULL)
+        return 0;
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL) {
+        unsigned long long ns, starttime;
+        char state;
+        if (entry->d_name[0] < '1' || entry->d_name[0] > '9' || !proc_in_namespace(entry->d_name, rec->pidns, &ns))
+            continue;
+        unsigned int host = (unsigned int)strtoul(entry->d_name, NULL, 10);
+        unsigned int inner = proc_inner_pid(entry->d_name);
+        if (inner == 0 || proc_stat(host, &state, &starttime) != 0)
+            continue;
+        if (ns != 0)
+            ns_cache_put(ns, inner, starttime, host);
+        if (inner == rec->pid && starttime == rec->starttime)
+            found = host;
+    }
+    closedir(dir);
+    ns_cache_put(rec->pidns, rec->pid, rec->starttime, found);
+    return found;
+}
+
+/* The host PID of a record made in another PID namespace, 0 when its process is gone. */
+static unsigned int namespaced_host_pid(const alloc_record *rec)
+{
+    ns_entry *known = ns_cache_find(rec->pidns, rec->pid, rec->starttime);
+    return known != NULL ? known->host : scan_namespace(rec);
+}
+
+static int alloc_process_live(alloc_record *rec)
 {
     char state;
     unsigned long long starttime;
-    if (proc_stat(rec->pid, &state, &starttime) != 0)
+    if (rec->pidns != 0) {
+        rec->host_pid = namespaced_host_pid(rec);
+        if (rec->host_pid == 0)
+            return 0;
+    }
+    if (proc_stat(rec->host_pid, &state, &starttime) != 0)
         return 0;
     if (starttime != rec->starttime || state == 'X' || state == 'x')
         return 0;
@@ -396,16 +507,18 @@ static int alloc_lingers(int dfd, const char *name, long long lag_ms)
     return now_ms() - seen < lag_ms;
 }
 
-static int alloc_is_live(int dfd, const char *name, const alloc_record *rec, long long lag_ms)
+/* The teardown lag applies to records of the host's PID namespace only: the host PID of a gone process of another
+ * namespace is no longer known, so such a record is dead at once. */
+static int alloc_is_live(int dfd, const char *name, alloc_record *rec, long long lag_ms)
 {
     if (rec->foreign)
         return 1;
     if (alloc_process_live(rec))
         return 1;
-    return lag_ms > 0 && alloc_lingers(dfd, name, lag_ms);
+    return rec->pidns == 0 && lag_ms > 0 && alloc_lingers(dfd, name, lag_ms);
 }
 
-/* Matches "<pid>-<gpu>" exactly (temporary files have a suffix). */
+/* Matches "<pid>-<gpu>" or "<pid>@<pidns>-<gpu>" exactly (temporary files have a suffix). */
 static int alloc_name_gpu(const char *name, unsigned int gpu)
 {
     const char *p = name;
@@ -413,6 +526,12 @@ static int alloc_name_gpu(const char *name, unsigned int gpu)
         return 0;
     while (*p >= '0' && *p <= '9')
         p++;
+    if (*p == '@') {
+        if (*++p < '0' || *p > '9')
+            return 0;
+        while (*p >= '0' && *p <= '9')
+            p++;
+    }
     if (*p++ != '-' || *p < '0' || *p > '9')
         return 0;
     char *end;
@@ -437,7 +556,7 @@ static int list_push(sim_alloc_list *list, const alloc_record *rec)
         list->cap = cap;
     }
     list->items[list->count++] =
-        (sim_alloc){.pid = rec->pid, .used_mib = rec->used_mib, .type = rec->type, .na = rec->na};
+        (sim_alloc){.pid = rec->host_pid, .used_mib = rec->used_mib, .type = rec->type, .na = rec->na};
     return 0;
 }
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from containers import Containers, imported_image, podman_missing, Runtime, RUN_ARGS, unique_tag
 from gpusim.api import pid_alive, starttime
 from inventories import write_inventory
 from simhost import hosts_with_ports, SIM_LIB, SimHost
@@ -18,7 +19,7 @@ from simhost import hosts_with_ports, SIM_LIB, SimHost
 
 # Under pytest-xdist (`make integration`: --dist loadgroup) every test is scheduled on its own, except the files
 # named here, whose tests share a module-scoped fixture and run whole on one worker, in order.
-KEEP_TOGETHER = {"test_vllm_benchmark.py", "test_vllm_benchmark_server_view.py"}
+KEEP_TOGETHER = {"test_vllm_benchmark.py", "test_vllm_benchmark_server_view.py", "test_gpu_reclaim_containers.py"}
 # The longest tests are handed out first, so none of them starts last and makes the whole run wait for it alone
 # (each worker is handed up to two tests ahead). An entry is a file, or a file and the start of a test's name; a test
 # takes the rank of the first entry it matches.
@@ -63,6 +64,26 @@ def make_host(tmp_path: Path) -> t.Iterator[t.Callable[..., SimHost]]:
         if proc.returncode != 0:
             failures.append("%s: %s %s" % (host.name, proc.stdout, proc.stderr))
     assert not failures, "simulator cleanup failed: %s" % failures
+
+
+@pytest.fixture(scope="module")
+def podman_image() -> t.Iterator[t.Tuple[Runtime, str]]:
+    """Root's podman and the test image (tests/support/containers.py), imported for this module under a tag of its own
+    and removed by its id at the end. Skips, saying why, only where podman cannot run here (not installed, not root)."""
+    reason = podman_missing()
+    if reason:
+        pytest.skip(reason)
+    runtime = Runtime(["podman"], RUN_ARGS)
+    with imported_image(runtime, unique_tag()) as image:
+        yield runtime, image
+
+
+@pytest.fixture
+def podman_containers(podman_image: t.Tuple[Runtime, str]) -> t.Iterator[Containers]:
+    """The podman containers of one test, each removed by its id at its end, whatever happened."""
+    runtime, image = podman_image
+    with Containers(runtime, image) as made:
+        yield made
 
 
 @pytest.fixture

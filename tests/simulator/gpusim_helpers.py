@@ -102,8 +102,9 @@ class FakeServer(api.FakeVllm):
 
     def __init__(self, host: SimHost, log: Path, gpus: str = "0", model: str = "org/model",
                  env: Optional[Dict[str, str]] = None, args: Tuple[str, ...] = (), engine_core: bool = False,
-                 port: Optional[int] = None) -> None:
-        super().__init__(host, log, gpus=gpus, model=model, env=env, args=args, engine_core=engine_core, port=port)
+                 port: Optional[int] = None, pid_namespace: bool = False) -> None:
+        super().__init__(host, log, gpus=gpus, model=model, env=env, args=args, engine_core=engine_core, port=port,
+                         pid_namespace=pid_namespace)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         try:

@@ -102,10 +102,14 @@ class SimState:
         self.write(f"gpu{gpu}.conf", "".join(f"{k}={v}\n" for k, v in keys.items()))
 
     def alloc(self, pid: int, gpu: int, used_mib: int, kind: str = "C", flags: str = "-",
-              starttime: int | None = None) -> None:
+              starttime: int | None = None, pidns: int = 0) -> None:
+        """A record; with pidns, one a process of that PID namespace made (pid: its PID there)."""
         if starttime is None:
             starttime = 0 if "foreign" in flags else proc_starttime(pid)
-        self.write(f"allocs/{pid}-{gpu}", f"{pid} {starttime} {gpu} {used_mib} {kind} {flags}\n")
+        if pidns:
+            self.write(f"allocs/{pid}@{pidns}-{gpu}", f"{pid} {starttime} {gpu} {used_mib} {kind} {flags} {pidns}\n")
+        else:
+            self.write(f"allocs/{pid}-{gpu}", f"{pid} {starttime} {gpu} {used_mib} {kind} {flags}\n")
 
 
 DRIVER = r'''

@@ -35,7 +35,8 @@ def title(pid: int) -> str:
 def test_create_writes_a_host_nvml_can_read(simhost: SimHost, tmp_path: Path) -> None:
     host = dict(line.split("=", 1) for line in (simhost.state / "host").read_text().split())
     assert host == {"driver_loaded": "1", "driver_version": "580.95.05", "nvml_version": "13.580.95.05",
-                    "cuda_driver_version": "13000", "topology": "pcie", "mig_supported": "0"}
+                    "cuda_driver_version": "13000", "topology": "pcie", "mig_supported": "0",
+                    "pid_namespace": str(os.stat("/proc/self/ns/pid").st_ino)}  # the creator's: NVML reports its PIDs
     rows = [line.split("\t") for line in (simhost.state / "gpus").read_text().splitlines()
             if not line.startswith("#")]
     assert [int(row[0]) for row in rows] == list(range(8))

@@ -4,8 +4,9 @@
 process's /proc/PID/cgroup and the runtime's `inspect` command, and both are made here.
 
 - `in_cgroup(pids, name)` moves running processes into a new cgroup ``name`` (for podman's containers
-  `podman_cgroup(ID)`: ``libpod-<64 hex>``), so the kernel shows that path in their /proc/PID/cgroup; on leaving, it
-  moves every process still in it back where it was and removes the cgroup, also when the test fails. The cgroup is
+  `podman_cgroup(ID)`: ``libpod-<64 hex>``; a path of several parts, such as a Kubernetes pod's container's, makes the
+  parents it lacks), so the kernel shows that path in their /proc/PID/cgroup; on leaving, it moves every process still
+  in it back where it was and removes the cgroup (and the parents it made), also when the test fails. The cgroup is
   made in cgroup v1's pids hierarchy (a legacy or hybrid machine) or else in the unified hierarchy (cgroup v2 only);
   it needs root.
 - `write_fake_podman(directory, ID, name, image)` writes a `podman` command that answers
@@ -62,6 +63,10 @@ def in_cgroup(pids: t.Sequence[int], name: str, root: Path = CGROUP_ROOT, timeou
     """Runs the block with ``pids`` in the new cgroup ``name`` (see the module doc); yields its directory."""
     mount, controller = cgroup_hierarchy(root)
     cgroup = mount / name
+    parents = [mount.joinpath(*Path(name).parts[:depth]) for depth in range(1, len(Path(name).parts))]
+    made = [parent for parent in parents if not parent.exists()]
+    for parent in made:
+        parent.mkdir()
     cgroup.mkdir()
     origin: t.Dict[int, str] = {}
     try:
@@ -92,6 +97,8 @@ def in_cgroup(pids: t.Sequence[int], name: str, root: Path = CGROUP_ROOT, timeou
                 if time.monotonic() > deadline:
                     raise AssertionError("cannot remove the test cgroup %s (still in it: %s): %s" % (cgroup, _members(cgroup), exc)) from exc
                 time.sleep(0.1)
+        for parent in reversed(made):
+            parent.rmdir()
 
 
 def write_fake_podman(directory: Path, container_id: str, name: str, image: str) -> Path:

@@ -26,6 +26,8 @@ import time
 import typing as t
 from pathlib import Path
 
+from containers import cached_tarball
+
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / "build" / "systemd-test"
 SUITE = "bookworm"
@@ -67,31 +69,22 @@ def apt_mirror() -> str:
 
 
 def root_tarball(log: t.Callable[[str], None] = print) -> Path:
-    """The cached tarball of the root, built once with debootstrap (under a lock: one build at a time)."""
-    CACHE.mkdir(parents=True, exist_ok=True)
+    """The cached tarball of the root, built once with debootstrap (tests/support/containers.py cached_tarball: under a
+    lock, one build at a time)."""
     key = hashlib.sha256(json.dumps([SUITE, "minbase", PACKAGES]).encode()).hexdigest()[:12]
-    tarball = CACHE / ("debian-%s-%s.tar" % (SUITE, key))
-    with open(CACHE / "build.lock", "w", encoding="utf-8") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if tarball.exists():
-            return tarball
-        work = CACHE / ("debootstrap-%d" % os.getpid())
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir()
+
+    def debootstrap(root: Path) -> None:
         mirror = apt_mirror()
         started = time.monotonic()
-        argv = ["debootstrap", "--variant=minbase", "--include=" + ",".join(PACKAGES), SUITE, str(work / "root"), mirror]
+        argv = ["debootstrap", "--variant=minbase", "--include=" + ",".join(PACKAGES), SUITE, str(root), mirror]
         with open(CACHE / "debootstrap.log", "w", encoding="utf-8") as out:
             proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=900, check=False)
         if proc.returncode != 0:
             tail = (CACHE / "debootstrap.log").read_text(encoding="utf-8", errors="replace")[-3000:]
             raise ContainerError("%s exited %d (log: %s):\n%s" % (" ".join(argv), proc.returncode, CACHE / "debootstrap.log", tail))
-        partial = tarball.with_suffix(".tar.part")
-        subprocess.run(["tar", "--numeric-owner", "-C", str(work / "root"), "-cf", str(partial), "."], check=True, timeout=300)
-        partial.rename(tarball)
-        shutil.rmtree(work)
-        log("built %s from %s in %.0f s" % (tarball, mirror, time.monotonic() - started))
-        return tarball
+        log("built %s from %s in %.0f s" % (root, mirror, time.monotonic() - started))
+
+    return cached_tarball(CACHE / ("debian-%s-%s.tar" % (SUITE, key)), debootstrap)
 
 
 def pristine_root(tarball: Path) -> Path:

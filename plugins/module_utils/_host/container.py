@@ -90,11 +90,26 @@ class ContainerRef(t.NamedTuple):
 
 
 class CliAnswer(t.NamedTuple):
-    """What a command said: ``rc`` None when it did not end within its time (or could not be started)."""
+    """What a command said: ``rc`` None when it did not end within its time (or could not be started); ``err`` its
+    standard error."""
 
     rc: t.Optional[int]
     out: str
     timed_out: bool = False
+    err: str = ""
+
+
+class ContainerState(t.NamedTuple):
+    """A container as its runtime's ``inspect`` shows it. ``pid``: its main process, by the host's PID (0 or None once it
+    is stopped); ``restart_policy``: HostConfig.RestartPolicy.Name (``no`` when the runtime writes none: podman's
+    default); each None when the answer lacks it."""
+
+    name: t.Optional[str]
+    image: t.Optional[str]
+    running: t.Optional[bool]
+    pid: t.Optional[int]
+    restart_policy: t.Optional[str]
+    restart_count: t.Optional[int]
 
 
 RunCli = t.Callable[[t.Sequence[str], float], CliAnswer]
@@ -157,30 +172,61 @@ def run_cli(argv: t.Sequence[str], timeout: float) -> CliAnswer:
     """Run ``argv`` (no shell, no input), wait at most ``timeout`` seconds (then it is killed): its exit code and
     output."""
     try:
-        done = subprocess.run(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        done = subprocess.run(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return CliAnswer(None, "", timed_out=True)
-    except (OSError, subprocess.SubprocessError):
-        return CliAnswer(None, "")
-    return CliAnswer(done.returncode, done.stdout.decode("utf-8", "replace"))
+    except (OSError, subprocess.SubprocessError) as exc:
+        return CliAnswer(None, "", err=str(exc))
+    return CliAnswer(done.returncode, done.stdout.decode("utf-8", "replace"), err=done.stderr.decode("utf-8", "replace"))
 
 
-def parse_inspect(text: str, container_id: str) -> t.Tuple[t.Optional[str], t.Optional[str]]:
-    """(name, image) from ``docker inspect`` or ``podman inspect`` output for the container ``container_id``: a JSON list
-    of one object whose ``Id`` is that id. Anything else gives (None, None)."""
+def inspect_argv(runtime: str, cli: str, container_id: str) -> t.List[str]:
+    """The command that prints container ``container_id`` as JSON (docker's or podman's ``inspect``), by ``cli``."""
+    return [cli] + _INSPECT[runtime][1] + [container_id]
+
+
+def _field(item: t.Mapping[str, t.Any], *keys: str) -> t.Any:
+    """item[keys[0]][keys[1]]..., None where a level is missing or not a dictionary."""
+    value: t.Any = item
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def parse_container(text: str, container_id: str) -> t.Optional[ContainerState]:
+    """The container ``container_id`` from ``docker inspect`` or ``podman inspect`` output (a JSON list of one object whose
+    ``Id`` is that id); None for anything else. A field of the wrong type is None."""
     try:
         found = json.loads(text)
     except ValueError:
-        return None, None
+        return None
     if not isinstance(found, list) or len(found) != 1 or not isinstance(found[0], dict) or found[0].get("Id") != container_id:
-        return None, None
+        return None
     item = found[0]
-    config = item.get("Config") if isinstance(item.get("Config"), dict) else {}
     name = item.get("Name")
-    image = item.get("ImageName") or config.get("Image")  # podman's ImageName; docker's Config.Image
-    name = name.lstrip("/") if isinstance(name, str) else None  # docker's Name starts with a slash
-    return name or None, image if isinstance(image, str) and image else None
+    image = item.get("ImageName") or _field(item, "Config", "Image")  # podman's ImageName; docker's Config.Image
+    running = _field(item, "State", "Running")
+    pid = _field(item, "State", "Pid")
+    policy = _field(item, "HostConfig", "RestartPolicy", "Name")
+    if policy is None and isinstance(_field(item, "HostConfig", "RestartPolicy"), dict):
+        policy = ""
+    count = item.get("RestartCount")
+    return ContainerState(
+        name=(name.lstrip("/") or None) if isinstance(name, str) else None,  # docker's Name starts with a slash
+        image=image if isinstance(image, str) and image else None,
+        running=running if isinstance(running, bool) else None,
+        pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+        restart_policy=(policy or "no") if isinstance(policy, str) else None,
+        restart_count=count if isinstance(count, int) and not isinstance(count, bool) else None,
+    )
+
+
+def parse_inspect(text: str, container_id: str) -> t.Tuple[t.Optional[str], t.Optional[str]]:
+    """(name, image) from ``docker inspect`` or ``podman inspect`` output for the container ``container_id`` (see
+    parse_container); anything else gives (None, None)."""
+    state = parse_container(text, container_id)
+    return (None, None) if state is None else (state.name, state.image)
 
 
 class ContainerReader:
@@ -219,13 +265,12 @@ class ContainerReader:
     def _ask(self, ref: ContainerRef) -> t.Tuple[t.Optional[str], t.Optional[str]]:
         if ref.runtime not in _INSPECT:
             return None, None
-        command, args = _INSPECT[ref.runtime]
         if ref.runtime not in self._clis:
-            self._clis[ref.runtime] = self._find(command)
+            self._clis[ref.runtime] = self._find(_INSPECT[ref.runtime][0])
         cli = self._clis[ref.runtime]
         if cli is None:
             return None, None
-        answer = self._run([cli] + args + [ref.container_id], self._timeout)
+        answer = self._run(inspect_argv(ref.runtime, cli, ref.container_id), self._timeout)
         if answer.timed_out:
             self._clis[ref.runtime] = None  # a runtime that did not answer in time is not asked again
         if answer.rc != 0:

@@ -22,10 +22,11 @@ _TAIL_BYTES = 4 * 1024 * 1024
 XID_MARK = "NVRM: Xid"
 
 
-def survivor(psutil: t.Any, pid: int) -> t.Dict[str, t.Any]:
-    """State, kernel wait channel, user and parent chain of a process that would not go."""
+def survivor(psutil: t.Any, pid: int, container: t.Optional[t.Mapping[str, t.Any]] = None) -> t.Dict[str, t.Any]:
+    """State, kernel wait channel, user and parent chain of a process that would not go, and the container it runs in
+    (``container``: runtime, id, name, image; None outside one)."""
     evidence: t.Dict[str, t.Any] = {"pid": pid, "state": None, "wchan": wchan(pid),
-                                    "username": None, "parents": []}
+                                    "username": None, "parents": [], "container": None if container is None else dict(container)}
     try:
         proc = psutil.Process(pid)
         evidence["state"] = proc.status()

@@ -123,6 +123,7 @@ def plan_targets(psutil: t.Any, spec: ReclaimSpec, holders: t.Mapping[int, t.Dic
         ownership = Ownership(table, spec, sid_of)
     on_purpose: t.Dict[int, str] = {}
     for pid, info in holders.items():
+        builtin = always_excluded(info["name"], info["cmdline"])
         if unverifiable and pid in unverifiable:
             left_alone[pid] = unverifiable[pid]
         elif pid in protected:
@@ -130,8 +131,8 @@ def plan_targets(psutil: t.Any, spec: ReclaimSpec, holders: t.Mapping[int, t.Dic
         elif pid in other_holders:
             left_alone[pid] = "also holds GPU %s, outside `gpus`" % ", ".join(str(g) for g in other_holders[pid])
             on_purpose[pid] = OUTSIDE_GPUS
-        elif always_excluded(info["name"], info["cmdline"]):
-            left_alone[pid], on_purpose[pid] = "a driver helper or GPU monitor (always excluded)", EXCLUDE
+        elif builtin is not None:
+            left_alone[pid], on_purpose[pid] = builtin, EXCLUDE
         elif matches_any(spec.exclude, info["name"], info["cmdline"]):
             left_alone[pid], on_purpose[pid] = "matches `exclude`", EXCLUDE
         elif spec.match and not matches_any(spec.match, info["name"], info["cmdline"]):

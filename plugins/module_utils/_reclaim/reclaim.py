@@ -17,16 +17,17 @@ import time
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import pid_trust as _pid_trust
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import KUBERNETES, container_of as _container_of
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.devices import device_holders
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import read_cgroup
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import evidence
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import containers as _containers, evidence
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import NvmlSession, renew
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.process_table import ProcessTable, ScannedTable, protected_pids
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import Plan, Target, plan_targets
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import describe_process, trim_cmdline
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.owner import GetSid, Verdict, getsid, label
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import AUTO, ReclaimSpec, is_excluded, matches_any
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import AUTO, CONTAINER_RESTART_DISABLE, ReclaimSpec, is_excluded, matches_any
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.verify import (
     Problem,
     Reading,
@@ -76,7 +77,8 @@ class Reclaim:
 
     def __init__(self, session: NvmlSession, psutil: t.Any, spec: ReclaimSpec, check_mode: bool,
                  clock: t.Callable[[], float] = time.monotonic, getpgid: t.Optional[t.Callable[[int], t.Optional[int]]] = None,
-                 sid_of: t.Optional[GetSid] = None, cgroup_of: t.Optional[t.Callable[[int], t.Optional[str]]] = None) -> None:
+                 sid_of: t.Optional[GetSid] = None, cgroup_of: t.Optional[t.Callable[[int], t.Optional[str]]] = None,
+                 runtimes: t.Optional[_containers.Runtimes] = None, container_of: t.Optional[_containers.ContainerOf] = None) -> None:
         self.session = session
         self.psutil = psutil
         self.spec = spec
@@ -85,6 +87,12 @@ class Reclaim:
         self.getpgid = getpgid or _getpgid
         self.sid_of = sid_of or getsid
         self.cgroup_of = cgroup_of or read_cgroup
+        # containers: the runtimes' command lines, the container of a host PID (from its cgroup), and the containers that
+        # run targets of the plan (set apart from what is signalled: see _reclaim/containers.py)
+        self.runtimes = runtimes or _containers.Runtimes()
+        self.container_of = container_of or _container_of
+        self._held: t.List[_containers.HeldContainer] = []
+        self._stopped_at: t.Optional[float] = None  # when the containers' stops ended (on ``clock``)
         self.start = clock()
         self._described: t.Dict[int, t.Dict[str, t.Any]] = {}
         self._before_described: t.Dict[int, t.Dict[str, t.Any]] = {}
@@ -146,15 +154,21 @@ class Reclaim:
         self._planning = False
         self._before_described = dict(self._described)
         self._on_purpose = {pid: self._before_described[pid]["create_time"] for pid in plan.on_purpose if pid in self._before_described}
+        if self._held:
+            _containers.judge(self._held, self.spec, self.runtimes)
         if self.check_mode:
             return self._check_result(before, plan)
+        if any(container.refused for container in self._held):
+            return self._refused_result(before, plan)
+        if self._held:
+            self._stop_containers()
         self._watch_tree(plan.targets)
         began = self.clock()
         outcomes = run_ladder(self.psutil, plan.targets, self.spec.signals, self.spec.grace, clock=self.clock,
                               deadline=self.start + self.spec.timeout, discover=self._discover)
         self._note_exits(began, outcomes)
         after, problems, outcomes = self._verify(before, plan, outcomes)
-        return self._result(before, after, plan, outcomes, problems)
+        return self._result(before, after, plan, outcomes, list(problems) + self._container_problems(after))
 
     def _plan(self, before: t.Mapping[int, Reading], selected: t.Set[int]) -> Plan:
         holders: t.Dict[int, t.Dict[str, t.Any]] = {}
@@ -188,6 +202,15 @@ class Reclaim:
         self._protected = protected_pids(self.psutil)
         plan = plan_targets(self.psutil, self.spec, holders, selected, others, self._table, unverifiable, self.sid_of)
         plan.warnings.extend(unread)
+        # a target that runs in a container is never signalled: its container is stopped through its runtime, or refused
+        host_targets, self._held = _containers.set_apart(plan.targets, self.container_of, self.container_of(os.getpid()))
+        if self.check_mode and self.spec.managed_containers:
+            # the caller's own container, which the caller stops itself before the real run: a check run counts its
+            # processes as that stop's; a real run refuses it or stops it through its runtime like any other
+            mine = [held for held in self._held if held.id.startswith(tuple(self.spec.managed_containers))]
+            host_targets += [target for held in mine for target in held.targets]
+            self._held = [held for held in self._held if held not in mine]
+        plan = plan._replace(targets=host_targets)
         # a process the targets fork during the ladder shares their process group (unless it is one of ours)
         ours = {self.getpgid(pid) for pid in self._protected if pid > 1}
         for target in plan.targets:  # launchers first: a group's first target is the one a member of it came from
@@ -318,7 +341,8 @@ class Reclaim:
         return ("kill_tree is false" if not self.spec.kill_tree else None) or self._excluded_why(info)
 
     def _excluded_why(self, info: t.Mapping[str, t.Any]) -> t.Optional[str]:
-        return "matches `exclude` or is a driver helper" if is_excluded(self.spec, info["name"], info["cmdline"]) else None
+        return "matches `exclude`, or is a driver helper or a container runtime's own process" if is_excluded(
+            self.spec, info["name"], info["cmdline"]) else None
 
     def _same_tree(self, pid: int) -> bool:
         """``pid`` shares the cgroup of a target (or either cannot be read)."""
@@ -391,6 +415,7 @@ class Reclaim:
             if counted != len(outcomes):
                 # every target is ours: one NVML still lists after it exited (signalled or not) is the driver lagging behind
                 signalled = {o.target.pid: _why_left(o) for o in outcomes}
+                signalled.update(self._stopped_pids())
                 settling = {index for index in indices if any(holder.pid in signalled for holder in before[index].holders)}
                 counted = len(outcomes)
             after, problems = self._judged(indices, before, plan, signalled, settling)
@@ -459,6 +484,9 @@ class Reclaim:
                  if now - entry["seen"] < RESPAWN_WINDOW_S and self._running(pid, entry["info"]["create_time"])]
         if any(self._parent_alive(pid) for pid in self._parents):
             waits.append(RESPAWN_WINDOW_S - (now - max([quiet_since] + [c["seen"] for c in self._candidates.values()])))
+        if self._stopped_at is not None and _containers.may_restart(self._held):
+            # a runtime that applies a restart policy does so as the container exits: read the container again after that
+            waits.append(RESPAWN_WINDOW_S - (now - self._stopped_at))
         return max(waits + [0.0])
 
     def _running(self, pid: int, create_time: t.Optional[float]) -> bool:
@@ -536,11 +564,107 @@ class Reclaim:
                                "reason": self._detached_text(pid), "forked_by": self._forker(pid)[0], "detached": True})
         return {"settle": self.spec.settle, "parents": parents, "candidates": candidates, "waited_s": self._waited}
 
+    def _stop_containers(self) -> None:
+        """Stop every container that runs targets through its runtime (its -t: ``grace``, at most the time left), then,
+        with ``container_restart: disable``, set its restart policy to no."""
+        seconds = _containers.stop_seconds(self.spec.grace, self.start + self.spec.timeout - self.clock())
+        _containers.stop(self._held, self.runtimes, seconds, self.clock)
+        if self.spec.container_restart == CONTAINER_RESTART_DISABLE:
+            _containers.disable_restart(self._held, self.runtimes)
+        self._stopped_at = self.clock()
+
+    def _stopped_pids(self) -> t.Dict[int, t.Tuple[str, bool]]:
+        """The targets of the stopped containers, each with why NVML may still list it and whether waiting may help (the
+        verification takes them for this run's, as a signalled target)."""
+        found: t.Dict[int, t.Tuple[str, bool]] = {}
+        for container in self._held:
+            if container.stop_error is not None:
+                why = (container.stop_error, False)
+            else:
+                why = ("its %s was stopped through %s, yet NVML still lists it" % (container.label(), container.runtime), True)
+            found.update((pid, why) for pid in container.pids)
+        return found
+
+    def _container_problems(self, after: t.Mapping[int, Reading]) -> t.List[Problem]:
+        """After the verification: a container that still runs after its stop (when NVML no longer names its holders), one
+        its runtime started again, one whose restart policy could not be set to no. Each fails the GPUs it held."""
+        problems: t.List[Problem] = []
+        listed = {index: {holder.pid for holder in reading.holders} for index, reading in after.items()}
+        for container in self._held:
+            if container.stop_error is not None:
+                problems += [Problem(gpu, "GPU %d: %s %s: %s" % (gpu, container.label(), container.holding(), container.stop_error), False)
+                             for gpu in container.gpus if gpu in after and not listed[gpu] & set(container.pids)]
+            if container.policy_error is not None:
+                problems += [Problem(gpu, "GPU %d: %s was stopped, but its restart policy (%s) is not no: %s" % (
+                    gpu, container.label(), container.restart_policy, container.policy_error), False) for gpu in container.gpus if gpu in after]
+        for container, text in _containers.running_again(self._held, self.runtimes):
+            problems += [Problem(gpu, "GPU %d: %s" % (gpu, text), False) for gpu in container.gpus if gpu in after]
+        return problems
+
+    def _container_fact(self, pid: int) -> t.Optional[t.Dict[str, t.Any]]:
+        """The container of ``pid`` (runtime, id, name, image; pod_uid for Kubernetes), None when it runs in none."""
+        for container in self._held:
+            if pid in container.pids:
+                return container.fact()
+        ref = self.container_of(pid)
+        if ref is None:
+            return None
+        found = _containers.HeldContainer(ref)
+        if ref.runtime != KUBERNETES:
+            found.state, _error = self.runtimes.inspect(ref.runtime, ref.container_id)
+        return found.fact()
+
+    def _evidence(self, pids: t.Iterable[int]) -> t.Dict[str, t.Any]:
+        """The result's ``evidence``: each process left (and its container), the device holders, the Xid lines."""
+        return {
+            "survivors": [evidence.survivor(self.psutil, pid, self._container_fact(pid)) for pid in sorted(pids)],
+            "device_holders": device_holders(self.psutil),
+            "xid": evidence.xid_lines(),
+        }
+
+    def _refused_result(self, before: t.Mapping[int, Reading], plan: Plan) -> t.Dict[str, t.Any]:
+        """A container refuses the run (see _reclaim/containers.py): it fails before it signals or stops anything, naming
+        each refused container. A GPU it holds is not free; nor is one with any other holder (none was ended)."""
+        refused = [container for container in self._held if container.refused]
+        problems: t.List[Problem] = []
+        for container in refused:
+            problems += [Problem(gpu, "GPU %d: %s" % (gpu, container.refused), False) for gpu in container.gpus if gpu in before]
+        blamed = {problem.gpu for problem in problems}
+        for index in sorted(before):
+            if index in blamed:
+                continue
+            if before[index].holders:
+                problems.append(Problem(index, "GPU %d: not reclaimed: the run refused a container before it signalled anything" % index, False))
+            else:
+                problems += judge(before[index], self.spec.memory_threshold_mib, {}, plan.left_alone, self.describe, self.excluded,
+                                  self.spec.ignore_foreign, False, self.spec.keep_live_jobs, self._on_purpose)
+        left, busy = self._left_alone(before, set(), plan)
+        gpus = [_gpu_entry(before[index], before[index], problems, self._before_described, self.describe) for index in sorted(before)]
+        for entry in gpus:
+            entry["left_alone"] = busy.get(entry["index"], [])
+        return {
+            "gpus": gpus, "killed": [], "warnings_list": plan.warnings, "elapsed_s": round(self.clock() - self.start, 3),
+            "foreign": self._foreign, "left_alone": left, "respawn_watch": self._lineage(),
+            "reading_after": {"fresh_session": False, "session_opened_s": None}, "changed": False, "verified": False,
+            "survivors": [], "containers_refused": [dict(container.entry(), reason=container.refused) for container in refused],
+            "containers_stopped": [],
+            "msg": "refused before signalling or stopping anything: %s" % "; ".join(t.cast(str, container.refused) for container in refused),
+            "evidence": self._evidence(pid for container in refused for pid in container.pids),
+        }
+
     def _check_result(self, before: t.Mapping[int, Reading], plan: Plan) -> t.Dict[str, t.Any]:
         """Check mode: what a real run would signal, what it would leave and why it would fail."""
         states = {tg.pid: self._state(tg.pid) for tg in plan.targets}
         would = [tg for tg in plan.targets if states[tg.pid] != "zombie"]
-        predictions = {index: predict(before[index], self.spec.memory_threshold_mib, states, plan.left_alone, self.describe, self.excluded,
+        refused = [container for container in self._held if container.refused]
+        # a refused container's holders stay, named with the refusal; a container to stop takes its targets with it
+        left_alone = dict(plan.left_alone)
+        for container in self._held:
+            if container.refused:
+                left_alone.update((pid, container.refused) for pid in container.pids)
+            else:
+                states.update((pid, self._state(pid)) for pid in container.pids)
+        predictions = {index: predict(before[index], self.spec.memory_threshold_mib, states, left_alone, self.describe, self.excluded,
                                       self.spec.ignore_foreign, self.spec.keep_live_jobs, self._on_purpose) for index in sorted(before)}
         left, busy = self._left_alone(before, set(states), plan)
         gpus = []
@@ -553,14 +677,39 @@ class Reclaim:
             gpus.append(entry)
         would_fail = [text for index in sorted(before) for text in predictions[index].failures]
         warnings = plan.warnings + ["a real run would fail: " + text for text in would_fail]
+        stopping = [] if refused else self._held
+        if refused:
+            msg = "check mode: a real run would refuse before it signals or stops anything: %s" % "; ".join(
+                t.cast(str, container.refused) for container in refused)
+        else:
+            msg = "check mode: would end %d process(es)%s on GPU %s%s%s" % (
+                len(would), " and stop %d container(s) through their runtime (%s)" % (
+                    len(stopping), ", ".join(container.label() for container in stopping)) if stopping else "",
+                _indices(before), _busy_text(busy, left, "would keep"), "; a real run would fail: " + "; ".join(would_fail) if would_fail else "")
         return {
-            "gpus": gpus, "killed": [], "warnings_list": warnings, "elapsed_s": round(self.clock() - self.start, 3),
-            "changed": bool(would), "verified": None, "would_kill": [_target_entry(tg) for tg in would], "would_fail": would_fail,
-            "foreign": self._foreign, "left_alone": left,
-            "msg": "check mode: would end %d process(es) on GPU %s%s%s" % (
-                len(would), _indices(before), _busy_text(busy, left, "would keep"),
-                "; a real run would fail: " + "; ".join(would_fail) if would_fail else ""),
+            "gpus": gpus, "killed": [], "warnings_list": warnings + self._restart_warnings(stopping),
+            "elapsed_s": round(self.clock() - self.start, 3), "changed": bool(would or stopping) and not refused, "verified": None,
+            "would_kill": [_target_entry(tg) for tg in would], "would_fail": would_fail, "foreign": self._foreign, "left_alone": left,
+            "would_stop_containers": [container.entry() for container in stopping],
+            "containers_refused": [dict(container.entry(), reason=container.refused) for container in refused],
+            "msg": msg,
         }
+
+    def _restart_warnings(self, containers: t.Sequence[_containers.HeldContainer]) -> t.List[str]:
+        """For each container stopped (check mode: to stop) whose runtime may start it again by itself, when and how."""
+        warnings = []
+        for container in containers:
+            policy = container.after.restart_policy if container.after is not None and container.after.restart_policy else container.restart_policy
+            again = _containers.starts_again(container.runtime, policy)
+            if again is None:
+                continue
+            if self.runtimes.can_disable_restart(container.runtime):
+                how = "set container_restart: disable (%s update --restart=no), or remove the container" % container.runtime
+            else:
+                how = "remove the container (this %s cannot change a restart policy), or recreate it with --restart=no" % container.runtime
+            warnings.append("%s stays stopped until its runtime starts it again: %s; %s, to keep it from taking GPU %s again" % (
+                container.label(), again, how, ", ".join(str(gpu) for gpu in container.gpus)))
+        return warnings
 
     def _left_alone(self, readings: t.Mapping[int, Reading], ours: t.Container[int],
                     plan: Plan) -> t.Tuple[t.List[t.Dict[str, t.Any]], t.Dict[int, t.List[int]]]:
@@ -606,12 +755,17 @@ class Reclaim:
             "reading_after": {"fresh_session": self._fresh_at is not None, "session_opened_s": self._fresh_at},
         }
         survivors = [o for o in outcomes if o.ended is None or o.target.pid in stuck]
-        result["changed"] = any(o.signal is not None for o in outcomes)
+        result["containers_stopped"] = [container.stopped_entry() for container in self._held]
+        result["containers_refused"] = []
+        # the containers stopped that stay stopped (one started again is named among the problems)
+        stopped = [c for c in self._held if c.stop_error is None and c.after is not None and c.after.running is False]
+        result["warnings_list"] = list(plan.warnings) + self._restart_warnings(stopped)
+        result["changed"] = any(o.signal is not None for o in outcomes) or any(container.stopped for container in self._held)
         result["verified"] = not problems and not survivors
         if result["verified"]:
             # a process the tree left as it ended that still runs, holding nothing after the window: said, not a failure
             # (a daemon's new process on the same host, started at that moment, looks the same)
-            result["warnings_list"] = plan.warnings + [
+            result["warnings_list"] += [
                 "pid %d (%s) holds no selected GPU after the respawn watch, but still runs: %s" % (
                     pid, self._detached[pid]["info"]["name"], self._detached_text(pid)) for pid in self._running_detached()]
         result["survivors"] = [dict(_target_entry(o.target), error=o.error, signal=o.signal, state=self.describe(o.target.pid)["state"])
@@ -619,6 +773,9 @@ class Reclaim:
         signalled = sum(1 for o in ended if o.signal is not None)
         unsignalled = len(ended) - signalled
         count = "ended %d process(es)%s" % (len(ended), " (%d exited once their launcher or tree was signalled)" % unsignalled if unsignalled else "")
+        if self._held:
+            count += ", stopped %d of %d container(s) through their runtime%s" % (
+                len(stopped), len(self._held), " (%s)" % ", ".join(c.label() for c in stopped) if stopped else "")
         if result["verified"]:
             freed = sum(g["freed_mib"] or 0 for g in gpus)
             free = [index for index in sorted(before) if index not in busy]
@@ -630,11 +787,7 @@ class Reclaim:
             o.target.pid, o.target.name, o.target.role, self.describe(o.target.pid)["state"], o.error or "survived every signal")
             for o in survivors if o.target.pid not in listed]
         result["msg"] = "GPUs not freed (%s): %s" % (count, "; ".join(texts))
-        result["evidence"] = {
-            "survivors": [evidence.survivor(self.psutil, pid) for pid in sorted(_problem_pids(after, problems) | {o.target.pid for o in survivors})],
-            "device_holders": device_holders(self.psutil),
-            "xid": evidence.xid_lines(),
-        }
+        result["evidence"] = self._evidence(_problem_pids(after, problems) | {o.target.pid for o in survivors})
         return result
 
 

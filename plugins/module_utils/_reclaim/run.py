@@ -16,6 +16,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import open_nvml
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.containers import Runtimes
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.reclaim import Reclaim
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.diff import reclaim_diff
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import SpecError, budget_warning, build_spec
@@ -26,11 +27,13 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.selection import
 Libraries = t.Callable[[], t.Tuple[t.Any, t.Any]]
 
 
-def run_reclaim(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool,
-                libraries: Libraries) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+def run_reclaim(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool, libraries: Libraries,
+                find_cli: t.Optional[t.Callable[[str], t.Optional[str]]] = None) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
     """One gpu_reclaim run: (result, warnings, failed), the result as the module returns it (``msg`` and ``changed``
     always). A missing parameter takes its default (_reclaim/spec.py DEFAULTS). Bad input fails before
-    ``libraries`` is asked for, so before NVML or any process is touched."""
+    ``libraries`` is asked for, so before NVML or any process is touched. ``find_cli(name)``: the path of a container
+    runtime's command (docker, podman; the module's get_bin_path), for the containers that hold selected GPUs (default:
+    the PATH's)."""
     try:
         spec = build_spec(params)
     except SpecError as exc:
@@ -42,7 +45,7 @@ def run_reclaim(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool,
     pynvml, psutil = libraries()
     try:
         with open_nvml(pynvml) as session:
-            result = Reclaim(session, psutil, spec, check_mode).run()
+            result = Reclaim(session, psutil, spec, check_mode, runtimes=Runtimes(find_cli)).run()
     except (NvmlError, SelectionError) as exc:
         return {"msg": str(exc), "changed": False}, warnings, True
     warnings.extend(result.pop("warnings_list"))

@@ -19,6 +19,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.selection import GpuRef, SelectionError, parse_gpus
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import is_runtime_process
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import program_names
 
 # A holder's launcher is found by climbing from its parent through an unbroken chain of
@@ -51,7 +52,7 @@ DEFAULT_CLUSTER_DAEMONS = [
 # one is the simulated GPU host's reaper (simulator/gpusim), which stands for systemd there.
 DEFAULT_SUBREAPERS = [
     r"^(\S*/)?(systemd|init)(\s|$)",
-    r"^(\S*/)?(tini|tini-static|dumb-init|docker-init|catatonit)(\s|$)",
+    r"^(\S*/)?(tini|tini-static|dumb-init|docker-init|catatonit|podman-init)(\s|$)",
     r"^(\S*/)?python[0-9.]*(\s+-\S+)*\s+-m\s+gpusim\.reaper(\s|$)",
 ]
 
@@ -59,6 +60,12 @@ DEFAULT_SUBREAPERS = [
 # program (the process name and the base name of its first command-line word), never the arguments, so a
 # holder started with `--health-cmd nvidia-smi` or `--model /models/dcgm-tuned` is not protected by them.
 ALWAYS_EXCLUDED_PROGRAMS = re.compile(r"^(nvidia-persistenced|nv-hostengine|nvidia-smi|nvidia-cuda-mps-\S*|dcgm\S*)$")
+
+# A container runtime's own processes (podman, conmon, runc, crun, containerd and its shims, dockerd, docker-proxy, crio,
+# and the inits they put in containers: catatonit, podman-init, docker-init; see _host/container.py is_runtime_process)
+# are never signalled either: they hold no GPU, and ending one ends, orphans or restarts what it runs.
+RUNTIME_PROCESS = "a container runtime's own process (always excluded)"
+DRIVER_HELPER = "a driver helper or GPU monitor (always excluded)"
 
 # Signals whose default action ends a process (signal(7): Term or Core). STOP, TSTP, TTIN and TTOU freeze a
 # process with its memory held; CONT, CHLD, URG and WINCH are ignored by default: none of them may be a step.
@@ -74,6 +81,15 @@ MAX_THRESHOLD_MIB = 1024 * 1024
 LIVE_JOBS_FAIL = "fail"  # the default: such a GPU is not free, the run fails naming each holder
 LIVE_JOBS_KEEP = "keep"  # the caller accepts them: listed in left_alone, not a failure
 LIVE_JOBS = (LIVE_JOBS_FAIL, LIVE_JOBS_KEEP)
+# containers: what a run does with a holder that runs in a container (never signalled, whatever this says)
+CONTAINERS_REFUSE = "refuse"  # the default: the run fails before it signals anything, naming the container
+CONTAINERS_STOP = "stop"  # the container is stopped through its runtime (docker stop, podman stop); never Kubernetes'
+CONTAINERS = (CONTAINERS_REFUSE, CONTAINERS_STOP)
+MANAGED_ID = re.compile(r"^[0-9a-f]{12,64}$")
+# container_restart: what becomes of the restart policy of a container the run stopped
+CONTAINER_RESTART_KEEP = "keep"  # the default: left as it is (the result says when the runtime may start it again)
+CONTAINER_RESTART_DISABLE = "disable"  # set to no after the stop (docker update --restart=no, podman update --restart=no)
+CONTAINER_RESTART = (CONTAINER_RESTART_KEEP, CONTAINER_RESTART_DISABLE)
 
 # gpu_reclaim's defaults, written once: build_spec() falls back to them for a missing parameter, gpu_report_facts
 # judges owners with them, and the module's ARGUMENT_SPEC names them from here.
@@ -94,6 +110,9 @@ DEFAULTS: t.Dict[str, t.Any] = {
     "orphans_only": False,
     "subreapers": DEFAULT_SUBREAPERS,
     "live_jobs": LIVE_JOBS_FAIL,
+    "containers": CONTAINERS_REFUSE,
+    "container_restart": CONTAINER_RESTART_KEEP,
+    "managed_containers": [],
     "secured": None,
 }
 
@@ -128,6 +147,10 @@ class ReclaimSpec(t.NamedTuple):
     orphans_only: bool = False
     subreapers: t.Sequence[t.Pattern[str]] = ()
     keep_live_jobs: bool = False  # live_jobs: keep
+    containers: str = CONTAINERS_REFUSE
+    container_restart: str = CONTAINER_RESTART_KEEP
+    # ids (or their first 12 or more hex digits) of containers the caller stops itself before the real run
+    managed_containers: t.Sequence[str] = ()
 
 
 def regexes(option: str, values: t.Optional[t.Sequence[t.Any]]) -> t.List[t.Pattern[str]]:
@@ -235,6 +258,19 @@ def build_spec(params: t.Mapping[str, t.Any]) -> ReclaimSpec:
     live_jobs = get("live_jobs")
     if live_jobs not in LIVE_JOBS:
         raise SpecError("live_jobs: %r is neither %s" % (live_jobs, " nor ".join(LIVE_JOBS)))
+    containers = get("containers")
+    if containers not in CONTAINERS:
+        raise SpecError("containers: %r is neither %s" % (containers, " nor ".join(CONTAINERS)))
+    container_restart = get("container_restart")
+    if container_restart not in CONTAINER_RESTART:
+        raise SpecError("container_restart: %r is neither %s" % (container_restart, " nor ".join(CONTAINER_RESTART)))
+    if container_restart == CONTAINER_RESTART_DISABLE and containers != CONTAINERS_STOP:
+        raise SpecError("container_restart: %r applies to the containers a run stops, and containers is %r: set containers: stop "
+                        "as well, or leave container_restart at keep" % (container_restart, containers))
+    managed = [str(value) for value in get("managed_containers") or []]
+    bad = [value for value in managed if not MANAGED_ID.match(value)]
+    if bad:
+        raise SpecError("managed_containers: %r are not container ids (12 to 64 lowercase hex digits)" % (bad,))
     threshold = get("memory_threshold_mib")
     if not isinstance(threshold, int) or isinstance(threshold, bool) or not 0 <= threshold <= MAX_THRESHOLD_MIB:
         raise SpecError("memory_threshold_mib: %r must be a whole number of MiB from 0 to %d" % (threshold, MAX_THRESHOLD_MIB))
@@ -255,17 +291,25 @@ def build_spec(params: t.Mapping[str, t.Any]) -> ReclaimSpec:
         orphans_only=bool(get("orphans_only")),
         subreapers=regexes("subreapers", get("subreapers")),
         keep_live_jobs=live_jobs == LIVE_JOBS_KEEP,
+        containers=containers,
+        container_restart=container_restart,
+        managed_containers=tuple(managed),
     )
 
 
-def always_excluded(name: t.Optional[str], cmdline: t.Optional[t.Sequence[str]]) -> bool:
-    """The driver's helpers and GPU monitors, by program only."""
-    return any(ALWAYS_EXCLUDED_PROGRAMS.match(program) for program in program_names(name, cmdline))
+def always_excluded(name: t.Optional[str], cmdline: t.Optional[t.Sequence[str]]) -> t.Optional[str]:
+    """Why a process is never signalled whatever the options say (RUNTIME_PROCESS or DRIVER_HELPER), by program only;
+    None for any other."""
+    if is_runtime_process(name, cmdline):
+        return RUNTIME_PROCESS
+    if any(ALWAYS_EXCLUDED_PROGRAMS.match(program) for program in program_names(name, cmdline)):
+        return DRIVER_HELPER
+    return None
 
 
 def is_excluded(spec: ReclaimSpec, name: t.Optional[str], cmdline: t.Optional[t.Sequence[str]]) -> bool:
     """Never signalled: a built-in exclusion (by program) or a pattern of ``exclude`` (name or command line)."""
-    return always_excluded(name, cmdline) or matches_any(spec.exclude, name, cmdline)
+    return always_excluded(name, cmdline) is not None or matches_any(spec.exclude, name, cmdline)
 
 
 def matches_any(patterns: t.Sequence[t.Pattern[str]], name: t.Optional[str], cmdline: t.Optional[t.Sequence[str]]) -> bool:

@@ -50,12 +50,14 @@ class Readiness:
         holding = 0
         for alloc in live_allocs(self.state):
             pid = alloc.pid
-            for _level in range(4):  # worker -> (EngineCore ->) API server
+            for _level in range(4):  # worker -> (EngineCore ->) API server, which may be PID 1 (in a container)
                 stat = procfs.read_stat(pid)
-                if stat is None or stat.ppid <= 1:
+                if stat is None:
                     break
                 if stat.ppid == me:
                     holding += 1
+                    break
+                if stat.ppid <= 1:
                     break
                 pid = stat.ppid
         return holding >= self.workers

@@ -25,9 +25,10 @@ from gpusim.fleet.record import (
     MAX_NODES, NETNS_PREFIX, SUBNET_FIRST_OCTETS, FleetRecord, NodeRecord, ProcEntry, load, node_addresses, node_names,
 )
 from gpusim.fleet.system import (
-    FleetError, address_in_use, alive, children, ip, kill_and_wait, link_exists, netns_exists, netns_pids,
-    signal_recorded, starttime,
+    FleetError, address_in_use, alive, ip, kill_and_wait, link_exists, netns_exists, netns_pids, signal_recorded,
+    starttime,
 )
+from gpusim.procfs import children
 
 SIMULATOR = Path(__file__).resolve().parents[2]
 REPO = SIMULATOR.parent

@@ -59,16 +59,6 @@ def alive(pid: int, recorded_starttime: t.Optional[int] = None) -> bool:
     return recorded_starttime is None or stat.starttime == recorded_starttime
 
 
-def children(pid: int) -> t.List[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            stat = read_stat(int(entry))
-            if stat and stat.ppid == pid:
-                found.append(stat.pid)
-    return found
-
-
 def signal_recorded(pid: int, recorded_starttime: int, sig: int) -> bool:
     """Send <sig> only if <pid> is still the recorded process (PID reuse); True when sent."""
     if not alive(pid, recorded_starttime):

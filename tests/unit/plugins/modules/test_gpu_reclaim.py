@@ -12,12 +12,14 @@ import time
 import types
 
 import pytest
+from ansible.module_utils import basic
 
 from ansible_collections.gpuops.fleet.plugins.doc_fragments import nvml as nvml_fragment
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import NvmlSession
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import pid_trust as _pid_trust, process_table as _process_table
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import reclaim as _reclaim
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import ContainerRef
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import containers as _containers, reclaim as _reclaim
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.reclaim import RESPAWN_WINDOW_S
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import run_reclaim
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import build_spec, SpecError
@@ -25,6 +27,8 @@ from ansible_collections.gpuops.fleet.plugins.modules import gpu_reclaim
 from ansible_collections.gpuops.fleet.plugins.modules.gpu_reclaim import ARGUMENT_SPEC
 from ansible_collections.gpuops.fleet.tests.unit.plugins.fake_psutil import FakePsutil, host_rows, KILL, ME, Row, TERM, vllm_server
 from ansible_collections.gpuops.fleet.tests.unit.plugins.fake_pynvml import device, FakeNvml, MIB, proc
+from ansible_collections.gpuops.fleet.tests.unit.plugins.fake_runtime import (
+    DOCKER_ID, FakeContainer, FakeRuntimeCli, K8S_ID, POD_UID, PODMAN_ID)
 from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import (
     assert_documented_as_specified, call_main, capture, documented_options,
 )
@@ -74,6 +78,14 @@ def run_module(monkeypatch, host, args):
 def host_pid_namespace(monkeypatch):
     """These fake hosts run in the host PID namespace, whatever namespace pytest itself runs in."""
     monkeypatch.setattr(_pid_trust, "nested_pid_namespace", lambda status_path=None: False)
+
+
+@pytest.fixture(autouse=True, name="cgroups")
+def cgroups_fixture(monkeypatch):
+    """The container of each fake PID (pid -> ContainerRef; none unless a test says so), never this machine's /proc."""
+    refs = {}
+    monkeypatch.setattr(_reclaim, "_container_of", refs.get)
+    return refs
 
 
 def device_files(monkeypatch, pids):
@@ -939,3 +951,195 @@ def test_a_target_whose_cgroup_was_not_read_matches_any(monkeypatch):
     for timer in host.timers:
         timer.join()
     assert result["failed"] is True and "GPU 0: pid 301" in result["msg"] and host.psutil.signalled(301) == []
+
+
+# ---- containers: never signalled; refused, or stopped through their runtime --------------------------------------------
+
+CONMON = ["/usr/bin/conmon", "--api-version", "1", "-c", PODMAN_ID, "-u", PODMAN_ID, "-r", "/usr/sbin/runc", "--exit-command",
+          "/usr/bin/podman", "--exit-command-arg", "container", "--exit-command-arg", "cleanup", "--exit-command-arg", PODMAN_ID]
+IN_CONTAINER = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/models/llama"]
+CONTAINER_MIB = 30000
+
+
+class Containerized(Host):
+    """GPU 0 held by PID 3000, the main process of a podman container (its PID 1 inside: it ignores SIGTERM) below conmon
+    (2990), and GPU 1 by PID 3100, a docker container's below containerd-shim (3090); the runtimes' command lines answer
+    from ``cli``, and a stop ends the container's process (its memory comes back)."""
+
+    def __init__(self, cgroups, podman_policy="always", docker_policy="always", **cli):
+        rows = [Row(2990, 1, "conmon", CONMON, username="root"), Row(3000, 2990, "python3", IN_CONTAINER, on_signal={}),
+                Row(3090, 1, "containerd-shim", ["/usr/bin/containerd-shim-runc-v2", "-namespace", "moby", "-id", DOCKER_ID]),
+                Row(3100, 3090, "python3", IN_CONTAINER, on_signal={})]
+        super().__init__(rows, {3000: 0, 3100: 1}, gpus=3)
+        for pid in (3000, 3100):
+            self.lib.devices[self.gpu_of(pid)]["used"] += CONTAINER_MIB - INCIDENT_MIB
+            self.lib.devices[self.gpu_of(pid)]["compute"] = [proc(pid, CONTAINER_MIB)]
+        cgroups.update({3000: ContainerRef("podman", PODMAN_ID, engine="podman"), 3100: ContainerRef("docker", DOCKER_ID, engine="docker")})
+        self.cli = FakeRuntimeCli([FakeContainer("podman", PODMAN_ID, "vllm-llama", "localhost/vllm:0.11", 3000, podman_policy),
+                                   FakeContainer("docker", DOCKER_ID, "vllm-docker", "vllm/vllm-openai:v0.11.0", 3100, docker_policy)],
+                                  on_stop=self.stopped, **cli)
+
+    def gpu_of(self, pid):
+        return {3000: 0, 3100: 1}[pid]
+
+    def stopped(self, container):
+        """The runtime's stop: the container's process exits (SIGKILL after -t), its memory comes back."""
+        self.psutil.table.pop(container.pid, None)
+        self.release(container.pid)
+
+
+def run_with_runtimes(monkeypatch, host, args):
+    """run_module, the runtimes' command lines played by host.cli and found where the module's get_bin_path says."""
+    monkeypatch.setattr(_containers, "run_cli", host.cli)
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, required=False, opt_dirs=None: "/opt/bin/" + name)
+    return run_module(monkeypatch, host, args)
+
+
+def test_a_container_holder_is_refused_by_default_and_nothing_is_signalled(monkeypatch, cgroups):
+    host = Containerized(cgroups)
+    result = run_with_runtimes(monkeypatch, host, {"gpus": ["0"], "grace": 0.05, "timeout": 1})
+    assert result["failed"] is True and result["changed"] is False and result["verified"] is False
+    assert host.psutil.signals == [] and host.cli.commands("stop") == [] and host.used()[0] == CONTAINER_MIB
+    assert result["msg"] == (
+        "refused before signalling or stopping anything: podman container vllm-llama (id %s, image localhost/vllm:0.11) holds GPU 0 "
+        "through PID 3000 (python3): a container's processes are never signalled (its runtime owns them); set containers: stop to "
+        "stop it through podman (podman stop), or stop it yourself" % PODMAN_ID[:12])
+    assert result["containers_refused"] == [{
+        "runtime": "podman", "id": PODMAN_ID, "name": "vllm-llama", "image": "localhost/vllm:0.11", "gpus": [0], "pids": [3000],
+        "restart_policy": "always", "reason": result["msg"][len("refused before signalling or stopping anything: "):]}]
+    assert result["killed"] == [] and result["containers_stopped"] == [] and result["gpus"][0]["verified"] is False
+    (survivor,) = result["evidence"]["survivors"]
+    assert survivor["pid"] == 3000 and survivor["container"] == {"runtime": "podman", "id": PODMAN_ID, "name": "vllm-llama",
+                                                                 "image": "localhost/vllm:0.11"}
+    assert host.cli.commands("inspect") == [["/opt/bin/podman", "inspect", "--type", "container", "--format", "json", PODMAN_ID]]
+
+
+def test_refusing_a_container_leaves_every_other_holder_alone_too(monkeypatch, cgroups):
+    """Refusal comes before anything is signalled: a vLLM server on the host, on GPU 2, is not ended either."""
+    host = Containerized(cgroups)
+    rows, held = vllm_server(1000, [2])
+    for row in rows:
+        host.psutil.table[row.pid] = row
+    host.hold(1010, 2, INCIDENT_MIB)
+    result = run_with_runtimes(monkeypatch, host, {"grace": 0.05, "timeout": 1})
+    assert result["failed"] is True and host.psutil.signals == [] and set(held) <= set(host.psutil.table)
+    assert [c["name"] for c in result["containers_refused"]] == ["vllm-llama", "vllm-docker"]
+    assert [g["problems"] for g in result["gpus"]][2] == ["GPU 2: not reclaimed: the run refused a container before it signalled anything"]
+    assert result["msg"].count("set containers: stop") == 2
+
+
+def test_stop_stops_the_container_through_its_runtime_then_verifies_and_is_idempotent(monkeypatch, cgroups):
+    host = Containerized(cgroups)
+    result = run_with_runtimes(monkeypatch, host, {"gpus": ["0"], "containers": "stop", "grace": 2, "timeout": 5})
+    assert result.get("failed") is not True and result["verified"] is True and result["changed"] is True, result["msg"]
+    assert host.cli.commands("stop") == [["/opt/bin/podman", "stop", "-t", "2", PODMAN_ID]]
+    assert host.psutil.signals == [], "no process is signalled: neither the container's nor its runtime's"
+    assert host.used()[0] == 0 and result["killed"] == [] and 2990 in host.psutil.table
+    (stopped,) = result["containers_stopped"]
+    assert {key: stopped[key] for key in ("runtime", "id", "name", "image", "gpus", "pids", "restart_policy", "stopped", "running_after",
+                                          "error", "restart_policy_after", "restart_policy_error")} == {
+        "runtime": "podman", "id": PODMAN_ID, "name": "vllm-llama", "image": "localhost/vllm:0.11", "gpus": [0], "pids": [3000],
+        "restart_policy": "always", "stopped": True, "running_after": False, "error": None, "restart_policy_after": "always",
+        "restart_policy_error": None}
+    assert "podman-restart.service" in stopped["starts_again"]
+    assert [w for w in result["warnings"] if "vllm-llama" in w and "container_restart: disable" in w], result["warnings"]
+    assert "stopped 1 of 1 container(s) through their runtime (podman container vllm-llama" in result["msg"]
+    assert result["respawn_watch"]["waited_s"] >= RESPAWN_WINDOW_S, "a restart policy that acts on exit: the runtime is given the window"
+    assert host.cli.containers[PODMAN_ID].running is False
+    again = run_with_runtimes(monkeypatch, host, {"gpus": ["0"], "containers": "stop", "grace": 2, "timeout": 5})
+    assert again["changed"] is False and again["verified"] is True and again["containers_stopped"] == []
+    assert len(host.cli.commands("stop")) == 1
+
+
+def test_disable_sets_a_stopped_docker_containers_policy_to_no(monkeypatch, cgroups):
+    host = Containerized(cgroups)
+    result = run_with_runtimes(monkeypatch, host, {"gpus": ["1"], "containers": "stop", "container_restart": "disable", "grace": 1, "timeout": 5})
+    assert result["verified"] is True and result["changed"] is True, result["msg"]
+    assert host.cli.commands("stop") == [["/opt/bin/docker", "stop", "-t", "1", DOCKER_ID]]
+    assert host.cli.commands("update") == [["/opt/bin/docker", "update", "--help"], ["/opt/bin/docker", "update", "--restart=no", DOCKER_ID]]
+    (stopped,) = result["containers_stopped"]
+    assert (stopped["name"], stopped["restart_policy"], stopped["restart_policy_after"], stopped["starts_again"]) == (
+        "vllm-docker", "always", "no", None)
+    assert not [w for w in result["warnings"] if "vllm-docker" in w] and host.psutil.signals == []
+
+
+def test_a_podman_without_update_restart_is_told_to_remove_the_container(monkeypatch, cgroups):
+    host = Containerized(cgroups, restart_update={"podman": False})
+    result = run_with_runtimes(monkeypatch, host, {"gpus": ["0"], "containers": "stop", "grace": 1, "timeout": 5})
+    assert result["verified"] is True and host.cli.containers[PODMAN_ID].policy == "always"
+    (warning,) = [w for w in result["warnings"] if "vllm-llama" in w]
+    assert "remove the container (this podman cannot change a restart policy), or recreate it with --restart=no" in warning
+
+
+def test_disable_on_a_podman_without_update_restart_is_refused_before_the_stop(monkeypatch, cgroups):
+    host = Containerized(cgroups, restart_update={"podman": False})
+    result = run_with_runtimes(monkeypatch, host, {"gpus": ["0"], "containers": "stop", "container_restart": "disable", "timeout": 1})
+    assert result["failed"] is True and host.cli.commands("stop") == [] and host.psutil.signals == []
+    assert "container_restart: disable, but this podman cannot change a container's restart policy" in result["msg"]
+
+
+def test_a_kubernetes_holder_is_always_refused_naming_its_pod(monkeypatch, cgroups):
+    host = Containerized(cgroups)
+    cgroups[3000] = ContainerRef("kubernetes", K8S_ID, POD_UID, "containerd")
+    result = run_with_runtimes(monkeypatch, host, {"gpus": ["0"], "containers": "stop", "timeout": 1})
+    assert result["failed"] is True and host.psutil.signals == [] and host.cli.calls == []
+    (refused,) = result["containers_refused"]
+    assert (refused["runtime"], refused["id"], refused["pod_uid"], refused["name"]) == ("kubernetes", K8S_ID, POD_UID, None)
+    assert "Kubernetes container %s of pod %s" % (K8S_ID[:12], POD_UID) in result["msg"] and "kubelet owns it" in result["msg"]
+
+
+def test_check_mode_predicts_the_stop_and_runs_no_stop(monkeypatch, cgroups):
+    host = Containerized(cgroups)
+    result = run_with_runtimes(monkeypatch, host, {"containers": "stop", "_ansible_check_mode": True, "_ansible_diff": True})
+    assert result["changed"] is True and result["verified"] is None and not result.get("failed")
+    assert host.cli.commands("stop") == [] and host.psutil.signals == []
+    assert [argv for argv in host.cli.commands("update") if argv[2:] != ["--help"]] == [], "nothing but update --help is asked"
+    assert result["would_kill"] == [] and result["would_fail"] == [] and result["containers_refused"] == []
+    assert result["would_stop_containers"] == [
+        {"runtime": "podman", "id": PODMAN_ID, "name": "vllm-llama", "image": "localhost/vllm:0.11", "gpus": [0], "pids": [3000],
+         "restart_policy": "always"},
+        {"runtime": "docker", "id": DOCKER_ID, "name": "vllm-docker", "image": "vllm/vllm-openai:v0.11.0", "gpus": [1], "pids": [3100],
+         "restart_policy": "always"}]
+    assert [g["processes_would_remain"] for g in result["gpus"]] == [[], [], []]
+    assert "and stop 2 container(s) through their runtime" in result["msg"]
+    assert [w for w in result["warnings"] if "dockerd starts it again" in w]
+
+
+def test_check_mode_by_default_says_a_real_run_would_refuse(monkeypatch, cgroups):
+    host = Containerized(cgroups)
+    result = run_with_runtimes(monkeypatch, host, {"gpus": ["0"], "_ansible_check_mode": True})
+    assert result["changed"] is False and not result.get("failed") and host.psutil.signals == []
+    assert result["would_stop_containers"] == [] and [c["name"] for c in result["containers_refused"]] == ["vllm-llama"]
+    (text,) = result["would_fail"]
+    assert text.startswith("GPU 0: pid 3000 (python3) holds %d MiB: not signalled: podman container vllm-llama" % CONTAINER_MIB)
+    assert result["msg"].startswith("check mode: a real run would refuse before it signals or stops anything: podman container vllm-llama")
+
+
+def test_a_container_its_runtime_starts_again_fails_the_run(monkeypatch, cgroups):
+    host = Containerized(cgroups)
+    host.cli.restarts.add(PODMAN_ID)
+    result = run_with_runtimes(monkeypatch, host, {"gpus": ["0"], "containers": "stop", "grace": 1, "timeout": 5})
+    assert result["failed"] is True and result["verified"] is False and result["changed"] is True
+    assert "podman started podman container vllm-llama" in result["msg"] and "again after its stop" in result["msg"], result["msg"]
+    assert result["containers_stopped"][0]["running_after"] is True and result["containers_stopped"][0]["stopped"] is False
+
+
+def test_a_container_that_does_not_stop_fails_naming_the_error(monkeypatch, cgroups):
+    host = Containerized(cgroups)
+    host.cli.stop_fails.add(DOCKER_ID)
+    result = run_with_runtimes(monkeypatch, host, {"gpus": ["1"], "containers": "stop", "grace": 1, "timeout": 0.5})
+    assert result["failed"] is True and host.psutil.signals == [] and host.used()[1] == CONTAINER_MIB
+    assert "docker stop -t 1 %s: exited 125: Error: timed out waiting for %s to stop; it still runs" % (DOCKER_ID[:12], DOCKER_ID) in result["msg"]
+    assert "stopped 0 of 1 container(s) through their runtime)" in result["msg"] and not result["containers_stopped"][0]["stopped"]
+    assert result["evidence"]["survivors"][0]["container"]["name"] == "vllm-docker"
+
+
+def test_a_runtimes_process_forked_by_a_live_parent_is_never_ended(monkeypatch):
+    """A supervisor that forks `podman container cleanup` (a runtime's own process) once its child exits: a respawn the run
+    may not end, whatever match says."""
+    host = Supervised(["/usr/bin/podman", "--root", "/var/lib/containers/storage", "container", "cleanup", PODMAN_ID], 0)
+    host.respawn.name = "podman"
+    result = run_module(monkeypatch, host, RUN)
+    assert host.psutil.signalled(301) == [] and 301 in host.psutil.table
+    (candidate,) = result["respawn_watch"]["candidates"]
+    assert candidate["pid"] == 301 and "a container runtime's own process" in candidate["reason"]

@@ -281,7 +281,10 @@ def test_run_cli_runs_a_real_command_and_kills_one_that_hangs(tmp_path):
     began = time.monotonic()
     assert C.run_cli([hangs, "inspect"], 0.5) == C.CliAnswer(None, "", timed_out=True)
     assert time.monotonic() - began < 10 and (tmp_path / "started").exists()
-    assert C.run_cli([str(tmp_path / "missing")], 5.0) == C.CliAnswer(None, "")
+    missing = C.run_cli([str(tmp_path / "missing")], 5.0)
+    assert missing._replace(err="") == C.CliAnswer(None, "") and "No such file" in missing.err
+    complains = write_cli(tmp_path, "runc", "echo out; echo 'Error: no such container' >&2; exit 125\n")
+    assert C.run_cli([complains], 5.0) == C.CliAnswer(125, "out\n", err="Error: no such container\n")
 
 
 def test_a_real_cli_on_the_path_answers_the_reader(host, tmp_path, monkeypatch):

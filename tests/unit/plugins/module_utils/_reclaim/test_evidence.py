@@ -45,7 +45,15 @@ def test_survivor_that_is_a_zombie_says_so(child):
 def test_survivor_gone_meanwhile_has_empty_evidence():
     with open("/proc/sys/kernel/pid_max") as handle:
         missing = int(handle.read()) + 1
-    assert survivor(psutil, missing) == {"pid": missing, "state": None, "wchan": None, "username": None, "parents": []}
+    assert survivor(psutil, missing) == {"pid": missing, "state": None, "wchan": None, "username": None, "parents": [], "container": None}
+
+
+def test_survivor_names_its_container(child):
+    sleeper = child("sleep", "60")
+    container = {"runtime": "podman", "id": "a" * 64, "name": "vllm", "image": "localhost/vllm:test"}
+    got = survivor(psutil, sleeper.pid, container)
+    assert got["container"] == container and got["container"] is not container
+    assert got["state"] in ("sleeping", "running") and got["parents"][0]["pid"] == os.getpid()
 
 
 def test_xid_lines_of_the_first_readable_log(tmp_path):

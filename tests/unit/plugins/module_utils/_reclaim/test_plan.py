@@ -272,3 +272,28 @@ def test_builtin_exclusions_match_the_program(cmdline, excluded):
     result = plan(fake(rows), {9200: 0})
     assert (9200 in result.left_alone) is excluded
     assert (9200 in {tg.pid for tg in result.targets}) is not excluded
+
+
+def test_a_runtimes_process_in_a_holders_tree_is_kept_with_what_it_runs():
+    """`podman run` in the foreground passes a signal on to its container: never signalled, its subtree not walked."""
+    rows = [Row(4000, 1, "python3", ["python3", "job.py"]),
+            Row(4001, 4000, "podman", ["podman", "run", "--rm", "localhost/tool"]),
+            Row(4002, 4001, "python3", ["python3", "tool-helper.py"]),
+            Row(4003, 4000, "bash", ["bash", "collect.sh"])]
+    result = plan(fake(rows), {4000: 0})
+    assert roles(result) == [(4000, "holder", 0), (4003, "descendant", 1)]
+
+
+def test_the_climb_stops_at_a_container_monitor():
+    """A vLLM server that a container monitor (conmon) runs is the top of its chain: conmon is never its launcher."""
+    rows, workers = vllm_server(1000, [0], parent=990)
+    rows.append(Row(990, 1, "conmon", ["/usr/bin/conmon", "--api-version", "1", "-c", "a" * 64, "-r", "/usr/sbin/runc"]))
+    result = plan(fake(rows), workers, launcher_patterns=[r"^(\S*/)?python[0-9.]*\s", "^VLLM::", "conmon"])
+    assert result.targets[0].pid == 1000 and 990 not in {tg.pid for tg in result.targets}
+
+
+def test_a_runtimes_process_that_holds_a_gpu_is_left_alone_saying_why():
+    rows = [Row(990, 1, "conmon", ["/usr/bin/conmon", "-c", "a" * 64])]
+    result = plan(fake(rows), {990: 0})
+    assert result.targets == [] and result.left_alone == {990: "a container runtime's own process (always excluded)"}
+    assert result.on_purpose == {990: "exclude"}

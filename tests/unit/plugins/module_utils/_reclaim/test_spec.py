@@ -10,7 +10,8 @@ import signal
 import pytest
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import (
-    budget_warning, build_spec, DEFAULT_LAUNCHER_PATTERNS, is_excluded, matches_any, parse_signal, SpecError)
+    always_excluded, budget_warning, build_spec, DEFAULT_LAUNCHER_PATTERNS, DRIVER_HELPER, is_excluded, matches_any, parse_signal,
+    RUNTIME_PROCESS, SpecError)
 
 # what AnsibleModule hands build_spec when the task sets nothing
 DEFAULTS = {"gpus": None, "match": None, "exclude": [], "kill_tree": True, "launcher_patterns": DEFAULT_LAUNCHER_PATTERNS,
@@ -87,6 +88,51 @@ def test_driver_helpers_are_always_excluded():
     for name in ("my-monitor", "nvidia-persistenced", "nv-hostengine", "dcgm-exporter", "nvidia-smi"):
         assert is_excluded(got, name, None), name
     assert not is_excluded(got, "VLLM::Worker_TP0", ["VLLM::Worker_TP0"])
+    assert always_excluded("nv-hostengine", ["/usr/bin/nv-hostengine", "-n"]) == DRIVER_HELPER
+
+
+@pytest.mark.parametrize("name, cmdline", [
+    ("conmon", ["/usr/bin/conmon", "--api-version", "1", "-c", "a" * 64]),
+    ("podman", ["/usr/bin/podman", "--root", "/var/lib/containers/storage", "container", "cleanup", "a" * 64]),
+    ("docker", ["docker", "run", "--gpus", "all", "vllm/vllm-openai"]),
+    ("runc:[2:INIT]", ["runc", "init"]),
+    ("containerd-shim", ["/usr/bin/containerd-shim-runc-v2", "-namespace", "moby", "-id", "b" * 64]),
+    ("dockerd", ["/usr/sbin/dockerd", "-H", "fd://"]),
+    ("catatonit", ["/usr/bin/catatonit", "-P"]),
+    ("podman-init", ["/run/podman-init", "--", "python3", "-m", "vllm.entrypoints.openai.api_server"]),
+])
+def test_a_container_runtimes_own_processes_are_always_excluded(name, cmdline):
+    assert always_excluded(name, cmdline) == RUNTIME_PROCESS
+    assert is_excluded(spec(), name, cmdline), "whatever exclude says"
+
+
+def test_a_holder_that_names_a_runtime_in_its_arguments_is_not_excluded():
+    assert always_excluded("python3", ["python3", "-m", "vllm.entrypoints.openai.api_server", "--served-model-name", "podman"]) is None
+
+
+@pytest.mark.parametrize("title", ["/run/podman-init -- python3 serve.py", "/usr/bin/catatonit -- vllm serve m", "/sbin/docker-init -- x"])
+def test_the_inits_runtimes_put_in_containers_adopt_orphans(title):
+    assert matches_any(spec().subreapers, title.split()[0].rsplit("/", 1)[-1], title.split())
+
+
+def test_containers_defaults_refuse_and_keep():
+    got = spec()
+    assert (got.containers, got.container_restart) == ("refuse", "keep")
+    assert (spec(containers="stop", container_restart="disable").containers, spec(containers="stop").container_restart) == ("stop", "keep")
+
+
+@pytest.mark.parametrize("args, words", [
+    ({"containers": "kill"}, "containers: 'kill' is neither refuse nor stop"),
+    ({"containers": True}, "containers: True is neither refuse nor stop"),
+    ({"container_restart": "no"}, "container_restart: 'no' is neither keep nor disable"),
+    ({"container_restart": False}, "container_restart: False is neither keep nor disable"),
+    ({"container_restart": "disable"}, "container_restart: 'disable' applies to the containers a run stops, and containers is 'refuse': "
+                                       "set containers: stop as well, or leave container_restart at keep"),
+])
+def test_bad_containers_options_name_the_option_and_the_value(args, words):
+    with pytest.raises(SpecError) as caught:
+        spec(**args)
+    assert str(caught.value) == words
 
 
 @pytest.mark.parametrize("value, expected", [

@@ -1,0 +1,304 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""gpu_reclaim and containers: which of a run's targets run in a container, and what becomes of each container.
+
+A process that runs in a container is never signalled by gpu_reclaim: its runtime owns it. A container's PID 1 has no
+default signal actions (it ignores SIGTERM), and once it is killed the runtime applies the container's restart policy
+with processes of its own (podman's ``container cleanup``), which a respawn watch would take for the holder's. So the
+targets of a run (holders, launchers, their trees) that run in a container, read from their cgroups
+(_host/container.py), are set apart by container, and the run:
+
+- with ``containers: refuse`` (the default), fails before it signals or stops anything, naming each container (its
+  runtime, name or id, image) and the option to set;
+- with ``containers: stop``, stops each container through its runtime's command line (``docker stop -t N ID``,
+  ``podman stop -t N ID``: the container's stop signal, then SIGKILL after N seconds), verifies the GPUs as always, and
+  reads each container again: one that runs again fails the run. With ``container_restart: disable`` it then sets the
+  container's restart policy to ``no`` (``docker update --restart=no ID``, ``podman update --restart=no ID`` where
+  podman's update has ``--restart``);
+- refuses a Kubernetes container whatever ``containers`` says: the kubelet owns it and starts it again; its pod's UID
+  names it.
+
+A container this module itself runs in is no container here: its processes are the host's for the run.
+
+Package rule (_reclaim): what gpu_reclaim decides and does. It imports the flat files of module_utils, _host, _gpu
+and its own files: never _bench, _server or _report, and never a module; nothing in _gpu or _host imports it.
+
+Private to this collection: the API may change without notice.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import typing as t
+
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import DOCKER, INSPECT_TIMEOUT_S, KUBERNETES, PODMAN
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import CliAnswer, ContainerRef, ContainerState, FindCli, RunCli
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import inspect_argv, parse_container, run_cli
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import Target
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import CONTAINER_RESTART_DISABLE, CONTAINERS_STOP, ReclaimSpec
+
+# how long a runtime's stop may take beyond its own -t (the runtime's SIGKILL, its clean-up) before it is given up
+STOP_SLACK_S = 30.0
+UPDATE_TIMEOUT_S = 30.0
+# the restart policies under which a runtime starts a container again when it exits by itself (never after its stop)
+RESTARTS_ON_EXIT = ("always", "unless-stopped", "on-failure")
+SHORT_ID = 12
+
+ContainerOf = t.Callable[[int], t.Optional[ContainerRef]]
+
+
+def stop_argv(cli: str, seconds: int, ids: t.Sequence[str]) -> t.List[str]:
+    """``docker stop`` / ``podman stop``: each container's stop signal, SIGKILL after ``seconds``."""
+    return [cli, "stop", "-t", str(seconds)] + list(ids)
+
+
+def disable_restart_argv(cli: str, container_id: str) -> t.List[str]:
+    """``docker update`` / ``podman update``: the container's restart policy set to no."""
+    return [cli, "update", "--restart=no", container_id]
+
+
+def stop_seconds(grace: float, time_left: float) -> int:
+    """The stop's -t (whole seconds): ``grace``, at most the time the task has left, rounded up."""
+    return int(math.ceil(max(0.0, min(grace, time_left))))
+
+
+def starts_again(runtime: str, policy: t.Optional[str]) -> t.Optional[str]:
+    """When the runtime starts a container it stopped again by itself, given its restart policy; None when it does not.
+
+    docker: ``always`` when dockerd starts (a daemon restart, a reboot); ``unless-stopped`` and ``on-failure`` keep a
+    stopped container stopped. podman: ``podman-restart.service``, where it is enabled, starts the containers whose
+    policy is ``always`` at boot (podman's documentation calls ``unless-stopped`` identical to it)."""
+    if runtime == DOCKER and policy == "always":
+        return "dockerd starts it again when it starts (a daemon restart, a reboot): its restart policy is always"
+    if runtime == PODMAN and policy in ("always", "unless-stopped"):
+        return ("podman-restart.service, where it is enabled, starts it again at boot: its restart policy is %s (podman documents "
+                "unless-stopped as identical to always)" % policy)
+    return None
+
+
+class HeldContainer:
+    """A container that runs targets of the plan: its reference (from a cgroup), those targets, what its runtime says
+    of it, and what became of it."""
+
+    def __init__(self, ref: ContainerRef) -> None:
+        self.ref = ref
+        self.targets: t.List[Target] = []
+        self.state: t.Optional[ContainerState] = None  # inspect's answer before anything is done
+        self.inspect_error: t.Optional[str] = None
+        self.refused: t.Optional[str] = None  # why the run refuses it, in words
+        self.stopped = False  # the stop was asked for
+        self.stop_error: t.Optional[str] = None
+        self.stopped_s: t.Optional[float] = None  # seconds the runtime took to stop it
+        self.after: t.Optional[ContainerState] = None  # inspect's answer after the stop (and the policy change)
+        self.policy_error: t.Optional[str] = None
+
+    @property
+    def runtime(self) -> str:
+        return self.ref.runtime
+
+    @property
+    def id(self) -> str:
+        return self.ref.container_id
+
+    @property
+    def gpus(self) -> t.List[int]:
+        return sorted({gpu for target in self.targets for gpu in target.gpus})
+
+    @property
+    def pids(self) -> t.List[int]:
+        return sorted(target.pid for target in self.targets)
+
+    @property
+    def restart_policy(self) -> t.Optional[str]:
+        return None if self.state is None else self.state.restart_policy
+
+    def label(self) -> str:
+        """The container as an operator finds it: runtime, name (or id) and image; for Kubernetes, the pod's UID."""
+        if self.runtime == KUBERNETES:
+            return "Kubernetes container %s of pod %s" % (self.id[:SHORT_ID], self.ref.pod_uid or "(UID unknown)")
+        name = self.state.name if self.state is not None else None
+        image = self.state.image if self.state is not None else None
+        return "%s container %s (%s image %s)" % (self.runtime, name or self.id[:SHORT_ID],
+                                                  "id %s," % self.id[:SHORT_ID] if name else "name unknown,", image or "unknown")
+
+    def holding(self) -> str:
+        """"holds GPU 0 through PID 7153 (python3)": what of it the plan found."""
+        holders = [target for target in self.targets if target.gpus] or self.targets
+        return "holds GPU %s through %s" % (", ".join(str(gpu) for gpu in self.gpus) or "?", ", ".join(
+            "PID %d (%s)" % (target.pid, target.name or "?") for target in holders))
+
+    def fact(self) -> t.Dict[str, t.Any]:
+        """runtime, id, name and image (and pod_uid for Kubernetes), as gpu_facts names a holder's container."""
+        fact: t.Dict[str, t.Any] = {"runtime": self.runtime, "id": self.id, "name": self.state.name if self.state else None,
+                                    "image": self.state.image if self.state else None}
+        if self.runtime == KUBERNETES:
+            fact["pod_uid"] = self.ref.pod_uid
+        return fact
+
+    def entry(self) -> t.Dict[str, t.Any]:
+        """What the result says of it (would_stop_containers, containers_refused, containers_stopped)."""
+        return dict(self.fact(), gpus=self.gpus, pids=self.pids, restart_policy=self.restart_policy)
+
+    def stopped_entry(self) -> t.Dict[str, t.Any]:
+        """The result's containers_stopped entry."""
+        running = None if self.after is None else self.after.running
+        policy_after = self.after.restart_policy if self.after is not None and self.after.restart_policy is not None else None
+        return dict(self.entry(), stopped=self.stop_error is None and running is False, running_after=running,
+                    seconds_to_stop=self.stopped_s, error=self.stop_error, restart_policy_after=policy_after,
+                    restart_policy_error=self.policy_error,
+                    starts_again=starts_again(self.runtime, policy_after if policy_after is not None else self.restart_policy))
+
+
+def set_apart(targets: t.Sequence[Target], container_of: ContainerOf,
+              own: t.Optional[ContainerRef]) -> t.Tuple[t.List[Target], t.List[HeldContainer]]:
+    """The targets that run on the host (to signal), and the containers the others run in, each with its targets (in the
+    plan's order). ``own``: the container this module runs in, whose processes count as the host's."""
+    host: t.List[Target] = []
+    held: t.Dict[t.Tuple[str, str], HeldContainer] = {}
+    for target in targets:
+        ref = container_of(target.pid)
+        if ref is None or (own is not None and (ref.runtime, ref.container_id) == (own.runtime, own.container_id)):
+            host.append(target)
+            continue
+        held.setdefault((ref.runtime, ref.container_id), HeldContainer(ref)).targets.append(target)
+    return host, list(held.values())
+
+
+class Runtimes:
+    """The container runtimes' command lines, as one run uses them: each found once (``find``: the module's
+    get_bin_path; the PATH's by default) and run by ``run`` (_host/container.py run_cli)."""
+
+    def __init__(self, find: t.Optional[FindCli] = None, run: t.Optional[RunCli] = None) -> None:
+        self._find = find or shutil.which
+        self._run = run or run_cli
+        self._clis: t.Dict[str, t.Optional[str]] = {}
+        self._restart_update: t.Dict[str, bool] = {}
+
+    def cli(self, runtime: str) -> t.Optional[str]:
+        """The path of ``docker`` or ``podman``; None when it is not installed."""
+        if runtime not in self._clis:
+            self._clis[runtime] = self._find(runtime)
+        return self._clis[runtime]
+
+    def run(self, argv: t.Sequence[str], timeout: float) -> CliAnswer:
+        return self._run(argv, timeout)
+
+    def inspect(self, runtime: str, container_id: str) -> t.Tuple[t.Optional[ContainerState], t.Optional[str]]:
+        """(the container as ``inspect`` shows it, None and why when it cannot be read)."""
+        cli = self.cli(runtime)
+        if cli is None:
+            return None, "%s is not installed here (not found on the PATH)" % runtime
+        answer = self.run(inspect_argv(runtime, cli, container_id), INSPECT_TIMEOUT_S)
+        state = parse_container(answer.out, container_id) if answer.rc == 0 else None
+        if state is None:
+            return None, "%s inspect %s: %s" % (runtime, container_id[:SHORT_ID], _failure(answer, INSPECT_TIMEOUT_S))
+        return state, None
+
+    def can_disable_restart(self, runtime: str) -> bool:
+        """Whether this runtime's ``update`` takes --restart (docker's does; podman's only in versions that added it)."""
+        if runtime not in self._restart_update:
+            cli = self.cli(runtime)
+            answer = self.run([cli, "update", "--help"], INSPECT_TIMEOUT_S) if cli else CliAnswer(None, "")
+            self._restart_update[runtime] = answer.rc == 0 and "--restart" in answer.out + answer.err
+        return self._restart_update[runtime]
+
+
+def _failure(answer: CliAnswer, timeout: float) -> str:
+    if answer.timed_out:
+        return "no answer within %g s" % timeout
+    if answer.rc is None:
+        return "could not be run%s" % (": " + answer.err.strip() if answer.err.strip() else "")
+    text = (answer.err.strip() or answer.out.strip()).splitlines()
+    return "exited %d%s" % (answer.rc, ": " + text[-1][:300] if text else "") if answer.rc != 0 else "an answer that is not this container"
+
+
+def judge(held: t.Sequence[HeldContainer], spec: ReclaimSpec, runtimes: Runtimes) -> None:
+    """Read each container's runtime (name, image, restart policy) and decide whether the run refuses it (``refused``)."""
+    for container in held:
+        if container.runtime != KUBERNETES:
+            container.state, container.inspect_error = runtimes.inspect(container.runtime, container.id)
+        container.refused = _refusal(container, spec, runtimes)
+
+
+def _refusal(container: HeldContainer, spec: ReclaimSpec, runtimes: Runtimes) -> t.Optional[str]:
+    what = "%s %s" % (container.label(), container.holding())
+    if container.runtime == KUBERNETES:
+        return ("%s: the kubelet owns it and would start it again, so gpu_reclaim neither signals nor stops it (whatever containers "
+                "says): delete or scale down the pod with UID %s, or drain the node" % (what, container.ref.pod_uid or "unknown"))
+    if spec.containers != CONTAINERS_STOP:
+        return ("%s: a container's processes are never signalled (its runtime owns them); set containers: stop to stop it through "
+                "%s (%s stop), or stop it yourself" % (what, container.runtime, container.runtime))
+    if container.state is None:
+        return ("%s: containers: stop, but %s cannot stop it: %s (podman knows the containers of the user it runs as only: root's "
+                "to root's podman, a rootless one to its user's): stop it yourself" % (what, container.runtime, container.inspect_error))
+    if (spec.container_restart == CONTAINER_RESTART_DISABLE and container.restart_policy not in (None, "no")
+            and not runtimes.can_disable_restart(container.runtime)):
+        return ("%s: container_restart: disable, but this %s cannot change a container's restart policy (its update command has no "
+                "--restart; podman 4.3's has none), which is %s: set container_restart: keep, or stop it yourself and recreate it "
+                "with --restart=no" % (what, container.runtime, container.restart_policy))
+    return None
+
+
+def stop(held: t.Sequence[HeldContainer], runtimes: Runtimes, seconds: int, clock: t.Callable[[], float]) -> None:
+    """Stop every container (one command per runtime, all its containers at once), then read each again. A container
+    that runs after its stop has ``stop_error``."""
+    by_runtime: t.Dict[str, t.List[HeldContainer]] = {}
+    for container in held:
+        by_runtime.setdefault(container.runtime, []).append(container)
+    for runtime, containers in sorted(by_runtime.items()):
+        cli = t.cast(str, runtimes.cli(runtime))  # judge() refused a container whose runtime is not installed
+        argv = stop_argv(cli, seconds, [container.id for container in containers])
+        began = clock()
+        answer = runtimes.run(argv, seconds + STOP_SLACK_S)
+        took = round(clock() - began, 3)
+        for container in containers:
+            container.stopped = True
+            container.stopped_s = took
+            container.after, error = runtimes.inspect(runtime, container.id)
+            said = "%s stop -t %d %s: %s" % (runtime, seconds, container.id[:SHORT_ID],
+                                             _failure(answer, seconds + STOP_SLACK_S) if answer.rc != 0 else "exited 0")
+            if container.after is None:
+                container.stop_error = "%s; and then %s" % (said, error)
+            elif container.after.running is not False:
+                container.stop_error = "%s; it still runs" % said
+
+
+def disable_restart(held: t.Sequence[HeldContainer], runtimes: Runtimes) -> None:
+    """Set the restart policy of every container stopped without error to no (one whose policy is no already is left
+    alone), then read it again; ``policy_error`` says what failed."""
+    for container in held:
+        if container.stop_error is not None or container.after is None or container.after.restart_policy in (None, "no"):
+            continue
+        cli = t.cast(str, runtimes.cli(container.runtime))
+        answer = runtimes.run(disable_restart_argv(cli, container.id), UPDATE_TIMEOUT_S)
+        after, error = runtimes.inspect(container.runtime, container.id)
+        if after is not None:
+            container.after = after
+        if answer.rc != 0 or after is None or after.restart_policy != "no":
+            container.policy_error = "%s update --restart=no %s: %s" % (
+                container.runtime, container.id[:SHORT_ID],
+                _failure(answer, UPDATE_TIMEOUT_S) if answer.rc != 0 else error or "its restart policy is still %s" % after.restart_policy)
+
+
+def running_again(held: t.Sequence[HeldContainer], runtimes: Runtimes) -> t.List[t.Tuple[HeldContainer, str]]:
+    """After the verification: each stopped container that runs again (its runtime started it), with why in words."""
+    found = []
+    for container in held:
+        if container.stop_error is not None or not container.stopped:
+            continue
+        now, _error = runtimes.inspect(container.runtime, container.id)
+        if now is not None and now.running:
+            before = container.after.restart_count if container.after is not None else None
+            found.append((container, "%s started %s again after its stop (restart policy %s, restart count %s -> %s): stop it yourself, "
+                                     "and set container_restart: disable" % (
+                                         container.runtime, container.label(), now.restart_policy, before, now.restart_count)))
+            container.after = now
+    return found
+
+
+def may_restart(held: t.Sequence[HeldContainer]) -> bool:
+    """A stopped container has a restart policy under which its runtime starts it when it exits by itself."""
+    return any(container.stopped and container.restart_policy in RESTARTS_ON_EXIT for container in held)
