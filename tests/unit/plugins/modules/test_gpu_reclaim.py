@@ -1143,3 +1143,24 @@ def test_a_runtimes_process_forked_by_a_live_parent_is_never_ended(monkeypatch):
     assert host.psutil.signalled(301) == [] and 301 in host.psutil.table
     (candidate,) = result["respawn_watch"]["candidates"]
     assert candidate["pid"] == 301 and "a container runtime's own process" in candidate["reason"]
+
+
+def test_a_managed_container_is_the_callers_stop_in_check_mode_and_refused_in_a_real_run(monkeypatch, cgroups):
+    """The caller stops its own container itself (the role's container mode): a check run counts its processes as that
+    stop's; a real run that still finds it refuses it, and signals nothing."""
+    host = Containerized(cgroups)
+    args = {"gpus": ["0"], "managed_containers": [PODMAN_ID[:12]], "grace": 0.05, "timeout": 1}
+    preview = run_with_runtimes(monkeypatch, host, dict(args, _ansible_check_mode=True))
+    assert not preview.get("failed") and preview["containers_refused"] == [] and preview["would_fail"] == []
+    assert [entry["pid"] for entry in preview["would_kill"]] == [3000]
+    assert host.psutil.signals == [] and host.cli.commands("stop") == []
+    real = run_with_runtimes(monkeypatch, host, args)
+    assert real["failed"] is True and [c["name"] for c in real["containers_refused"]] == ["vllm-llama"]
+    assert host.psutil.signals == [] and host.cli.commands("stop") == []
+
+
+def test_managed_containers_must_be_container_ids(monkeypatch, cgroups):
+    host = Containerized(cgroups)
+    result = run_with_runtimes(monkeypatch, host, {"gpus": ["0"], "managed_containers": ["vllm-llama"]})
+    assert result["failed"] is True and "managed_containers" in result["msg"] and "vllm-llama" in result["msg"]
+    assert host.psutil.signals == []
