@@ -34,7 +34,8 @@ from inventories import inventory_for
 from readings import holders
 
 PODMAN = shutil.which("podman")
-KIND = "gpuops-test.example/gpu"
+# each test writes a spec of a kind of its own: two spec files that define the same device make it unresolvable
+KIND = "gpuops-test-%s.example/gpu"
 CDI_DIR = Path("/var/run/cdi")
 # runc: crun fails on this machine's cgroups (v1 and v2 side by side); limits no higher than the machine grants
 RUN_OPTIONS = ["--runtime", "runc", "--ulimit", "nofile=1024:20000", "--ulimit", "nproc=4096:4096"]
@@ -62,24 +63,29 @@ def empty_image() -> t.Iterator[str]:
     name = "localhost/gpuops-empty-%s:test" % uuid.uuid4().hex[:8]
     tar = subprocess.run(["tar", "-cf", "-", "-T", "/dev/null"], capture_output=True, check=True).stdout
     imported = subprocess.run([str(PODMAN), "import", "-", name], input=tar, capture_output=True, timeout=120, check=True)
-    image_id = imported.stdout.decode().strip().splitlines()[-1]
+    assert imported.stdout.strip()
     yield name
-    podman("rmi", "-f", image_id, check=False)
+    # by its name: an empty image has the same id wherever it is imported, and another test may hold it under its own
+    # name; podman removes the image itself with its last name
+    podman("rmi", name, check=False)
 
 
 @pytest.fixture
 def cdi_spec(make_host: t.Callable[..., t.Any]) -> t.Iterator[t.Tuple[t.Any, Path]]:
-    """A simulated host, and a CDI spec of KIND whose device N is its GPU N (and mounts its state); removed after."""
+    """A simulated host, and a CDI spec of a kind of its own (host.cdi_kind) whose device N is its GPU N (and mounts its
+    state); removed after."""
     host = make_host("gpu-node-01")
+    token = uuid.uuid4().hex[:8]
+    host.cdi_kind = KIND % token
     spec = {
         "cdiVersion": "0.5.0",
-        "kind": KIND,
+        "kind": host.cdi_kind,
         "devices": [{"name": str(index), "containerEdits": {"env": ["GPUOPS_SIM_CDI_GPU_%d=%d" % (index, index)]}}
                     for index in range(8)],
         "containerEdits": {"mounts": [{"hostPath": str(host.state), "containerPath": str(host.state), "options": ["bind", "rw"]}]},
     }
     CDI_DIR.mkdir(parents=True, exist_ok=True)
-    path = CDI_DIR / ("gpuops-test-%s.json" % uuid.uuid4().hex[:8])
+    path = CDI_DIR / ("gpuops-test-%s.json" % token)
     path.write_text(json.dumps(spec))
     try:
         yield host, path
@@ -101,7 +107,7 @@ def container_inventory(tmp_path: Path, host: t.Any, image: str, **extra: t.Any)
         "vllm_server_container_name": name,
         "vllm_server_container_image": image,
         "vllm_server_container_runtime": "podman",
-        "vllm_server_container_cdi_kind": KIND,
+        "vllm_server_container_cdi_kind": host.cdi_kind,
         "vllm_server_container_volumes": volumes,
         "vllm_server_container_run_options": RUN_OPTIONS + ([] if OWN_PID_NAMESPACE else ["--pid", "host"]),
         "vllm_server_tensor_parallel_size": 2,
