@@ -15,13 +15,15 @@ description:
     launched.
   - Says whether it looks like vLLM (O(match)), and how it was started, from its cgroup and its ancestors - in this order
     a container (its cgroup names C(docker-ID.scope), C(/docker/ID), C(libpod-ID), or a Kubernetes pod's container
-    C(cri-containerd-ID.scope), C(crio-ID.scope) or C(/kubepods/QOS/podUID/ID)); a
+    C(cri-containerd-ID.scope), C(crio-ID.scope) or C(/kubepods/QOS/podUID/ID)), or the runtime's process that holds a
+    container's published port (podman's C(conmon), C(docker-proxy)); a
     systemd service (its cgroup is C(NAME.service); O(unit) is this role's own); nohup'd (its parent is gone, or PID 1 or
     an init system adopted it); by hand in tmux or screen (one of its ancestors is their server); by hand in a shell; or
     by another live process.
   - RV(listener.takeover) is true when a vLLM server may be stopped and replaced by the role (its parent shell, tmux or
-    screen is never touched); RV(listener.refusal) says why not otherwise (a process that is not vLLM, another tool's
-    unit unless O(stop_units), a container), naming it and the way out.
+    screen is never touched; a docker or podman container is stopped through its runtime); RV(listener.refusal) says why
+    not otherwise (a process that is not vLLM, another tool's unit unless O(stop_units), a Kubernetes pod's container, a
+    container whose runtime does not answer), naming it and the way out.
   - Reads only; changes nothing. The command line is shown with secrets masked.
 author:
   - gpuops maintainers (@gpuops)
@@ -111,8 +113,40 @@ listener:
       description: The systemd service of its cgroup (C(systemd), C(own_unit)), else null.
       type: str
     container:
-      description: The container's runtime and short id (C(container)), else null.
-      type: str
+      description:
+        - The container the server runs in (C(how=container)), else null. It is found by the listener's cgroup (the host's
+          network), or, for a published port (C(-p)), by the runtime's process that holds it (podman's conmon names its
+          container; docker is asked which container publishes the port). Then RV(listener.pid) and the keys beside it are
+          the container's server (its main process, or the first process of its tree that matches O(match)).
+      type: dict
+      contains:
+        runtime:
+          description: C(docker), C(podman) or C(kubernetes).
+          type: str
+        id:
+          description: Its full id.
+          type: str
+        name:
+          description: Its name, as its runtime's C(inspect) says; null when the runtime did not answer.
+          type: str
+        image:
+          description: Its image, the same way.
+          type: str
+        restart_policy:
+          description: Its restart policy, the same way.
+          type: str
+        starts_again:
+          description: When its runtime would start it again by itself once stopped (a daemon restart, a reboot), in words; else null.
+          type: str
+        error:
+          description: Why its runtime could not be asked about it (then it is refused); else null.
+          type: str
+        port_held_by:
+          description: The runtime's process that holds its published port (C(pid), C(name)); null when the server itself listens.
+          type: dict
+        pod_uid:
+          description: With C(runtime=kubernetes), its pod's UID.
+          type: str
     by:
       description: The PID of the shell, tmux or screen server or process that started it; null when its parent is gone.
       type: int

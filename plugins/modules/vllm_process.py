@@ -206,7 +206,10 @@ options:
         O(state=stopped) does. Another tool's unit that runs it (O(takeover.how=systemd)) is stopped and disabled first;
         then it is drained with O(drain_url) and its whole tree is stopped (SIGTERM, then SIGKILL after O(stop_timeout));
         its parent (a shell, tmux, screen) is not signalled.
-      - A process that no longer runs with this start time is not stopped.
+      - A server in a docker or podman container (O(takeover.container)) is drained, then its container is stopped through
+        its runtime (C(RUNTIME stop -t STOP_TIMEOUT ID)); it is never signalled, removed, or changed (its restart policy
+        stays; RV(gpuops.fleet.vllm_listener#module:listener.container.starts_again) says when the runtime starts it again).
+      - A process that no longer runs with this start time is not stopped; a container that no longer runs is not either.
     type: dict
     suboptions:
       pid:
@@ -223,6 +226,22 @@ options:
       unit:
         description: The other tool's unit that runs it, stopped and disabled when O(takeover.how=systemd).
         type: str
+      container:
+        description: The container it runs in (RV(gpuops.fleet.vllm_listener#module:listener.container)), stopped through its runtime.
+        type: dict
+        suboptions:
+          runtime:
+            description: Its runtime.
+            type: str
+            choices: [podman, docker]
+            required: true
+          id:
+            description: Its full id (64 hexadecimal digits).
+            type: str
+            required: true
+          name:
+            description: Its name, for the messages.
+            type: str
   unchanged_result:
     description:
       - With O(state=status) and O(decide), when nothing must change (RV(reason) empty), the fact C(vllm_server_result) is set
@@ -509,6 +528,11 @@ takeover_stopped:
     unit_disabled:
       description: Whether the other tool's unit that ran it was stopped or disabled (O(takeover.how=systemd)).
       type: bool
+    container:
+      description:
+        - With O(takeover.container), the container as C(inspect) read it before its stop (the keys of RV(container)); null
+          otherwise, or when its runtime no longer knows it.
+      type: dict
 container:
   description:
     - In the container mode, the container as C(inspect) reads it (C(runtime), C(id), C(name), C(image), C(running), C(status),
@@ -531,6 +555,8 @@ unit_changed:
   type: bool
 """
 
+import json
+import re
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
@@ -580,6 +606,11 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
         "create_time": {"type": "float", "required": True},
         "how": {"type": "str"},
         "unit": {"type": "str"},
+        "container": {"type": "dict", "options": {
+            "runtime": {"type": "str", "choices": list(RUNTIMES), "required": True},
+            "id": {"type": "str", "required": True},
+            "name": {"type": "str"},
+        }},
     }},
     "unchanged_result": {"type": "dict"},
     "systemd": {"type": "dict", "options": {
@@ -631,6 +662,9 @@ def check_params(params: t.Mapping[str, t.Any], mode: str) -> None:
         http_url("drain_url", params["drain_url"])
     if params["takeover"] is not None:
         between("takeover.pid", params["takeover"]["pid"], 2, 2 ** 22, "")
+        box = params["takeover"]["container"]
+        if box is not None and not re.match(r"^[0-9a-f]{64}$", box["id"]):
+            raise SpecError("takeover.container.id: expected a container's full id (64 hexadecimal digits), got %s" % json.dumps(box["id"]))
     check_options(dict(params, mode=mode))
 
 
@@ -691,7 +725,8 @@ def _stop(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[str
 
 
 def _taken(taken: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
-    return {"stopped": taken["stopped"], "drained": taken.get("drained") or {}, "unit_disabled": taken["unit_disabled"]}
+    return {"stopped": taken["stopped"], "drained": taken.get("drained") or {}, "unit_disabled": taken["unit_disabled"],
+            "container": taken.get("container")}
 
 
 def _launch(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:

@@ -27,11 +27,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ansible_run import REPO, RESTART, flat, recap, run_playbook
+from ansible_run import BIN, REPO, RESTART, flat, recap, run_playbook
 import gpusim.api
-from gpusim.api import free_port, pid_alive
+from gpusim.api import free_port, pid_alive, starttime, wait_for
+from gpusim.spawn import FAKEVLLM_DIR
 from inventories import inventory_for
-from readings import holders
+from readings import assert_server_owns_gpus, health, holders, listening_pid
 
 PODMAN = shutil.which("podman")
 # each test writes a spec of a kind of its own: two spec files that define the same device make it unresolvable
@@ -93,14 +94,20 @@ def cdi_spec(make_host: t.Callable[..., t.Any]) -> t.Iterator[t.Tuple[t.Any, Pat
         path.unlink()
 
 
-def container_inventory(tmp_path: Path, host: t.Any, image: str, **extra: t.Any) -> t.Tuple[Path, str]:
-    """The inventory of one simulated host whose server runs in a container of ``image`` on GPUs 2 and 5; its name."""
-    host.port = free_port()
-    name = "gpuops-ctr-%s" % uuid.uuid4().hex[:8]
+def host_volumes() -> t.List[str]:
+    """Read-only mounts that let the empty image run the fake vLLM as the host runs it: /usr, the repository, its venv."""
     volumes = ["/usr:/usr:ro", "/lib:/lib:ro", "/lib64:/lib64:ro", "/bin:/bin:ro", "%s:%s:ro" % (REPO, REPO)]
     for path in (VENV, Path(sys.base_prefix).resolve()):
         if not str(path).startswith(("/usr/", str(REPO) + "/")):
             volumes.append("%s:%s:ro" % (path, path))
+    return volumes
+
+
+def container_inventory(tmp_path: Path, host: t.Any, image: str, **extra: t.Any) -> t.Tuple[Path, str]:
+    """The inventory of one simulated host whose server runs in a container of ``image`` on GPUs 2 and 5; its name."""
+    host.port = free_port()
+    name = "gpuops-ctr-%s" % uuid.uuid4().hex[:8]
+    volumes = host_volumes()
     variables = {
         "vllm_server_launch_mode": "container",
         "vllm_server_name": name,
@@ -208,3 +215,58 @@ def test_a_published_port_held_by_conmon_is_the_container_own(cdi_spec, empty_im
         assert inspect(name) is None and not any(holders(host)[i] for i in range(8)), holders(host)
     finally:
         podman("rm", "-f", "-t", "0", name, check=False)
+
+
+def test_a_container_started_by_hand_on_the_port_is_taken_over_through_podman(cdi_spec, empty_image, tmp_path):
+    """`podman run -d --restart=always -p PORT:PORT ...` of a vLLM server by hand, on the inventory's port and GPUs; the
+    role runs in its process mode. --check names the container and changes nothing; the run stops the container through
+    podman (never signalling it: its restart policy would start it again), keeps it, stopped, and launches its own server;
+    a rerun leaves that alone."""
+    host, _spec = cdi_spec
+    host.port = free_port()
+    hand = "hand-vllm-%s" % uuid.uuid4().hex[:8]
+    argv = [str(BIN / "python3"), str(FAKEVLLM_DIR / "bin" / "vllm"), "serve", "zai-org/GLM-5-GGUF", "--host", "0.0.0.0",
+            "--port", str(host.port), "--tensor-parallel-size", "2", "--api-key", "sk-hand-secret"]
+    options = ["--name", hand, "--restart=always", "-p", "%d:%d" % (host.port, host.port), "-e", "GPUOPS_SIM_STATE=%s" % host.state]
+    options += ["--device", "%s=0" % host.cdi_kind, "--device", "%s=1" % host.cdi_kind]
+    options += [word for volume in host_volumes() for word in ("-v", volume)] + RUN_OPTIONS
+    options += [] if OWN_PID_NAMESPACE else ["--pid", "host"]
+    inventory = inventory_for(tmp_path, [host], vllm_server_tensor_parallel_size=2, vllm_server_api_key="sk-role-key")
+    podman("run", "-d", *options, empty_image, *argv)
+    try:
+        assert wait_for(lambda: health(host.port) == 200, 60, 0.2), podman("logs", hand, check=False).stdout[-2000:]
+        first = inspect(hand)
+        assert first is not None and listening_pid(host.port) == first["State"]["ConmonPid"], "conmon holds the published port"
+        tree = {pid: starttime(pid) for pid in _tree(first["State"]["Pid"])}
+        held = holders(host)
+        assert held[0] and held[1] and set(held[0] + held[1]) <= set(tree), (held, tree)
+
+        preview = run_playbook(RESTART, inventory, "--check")
+        said = flat(preview.stdout)
+        assert preview.returncode == 0, said[-4000:]
+        assert "would take over PID" in said and "in the podman container %s (image %s" % (hand, empty_image) in said, said[-3000:]
+        assert "would stop its podman container through podman and keep it, stopped" in said and "sk-hand-secret" not in said
+        same = inspect(hand)
+        assert same is not None and same["State"]["Running"] and same["State"]["Pid"] == first["State"]["Pid"]
+        assert all(pid_alive(pid, start) for pid, start in tree.items())
+
+        run = run_playbook(RESTART, inventory)
+        text = flat(run.stdout)
+        assert run.returncode == 0, text[-6000:]
+        after = inspect(hand)
+        assert after is not None and not after["State"]["Running"], "the container is kept, stopped"
+        assert [pid for pid, start in tree.items() if pid_alive(pid, start)] == []
+        server, _workers = assert_server_owns_gpus(host, [0, 1], 2)
+        assert server not in tree and "libpod" not in Path("/proc/%d/cgroup" % server).read_text(), "the role's server runs on the host"
+        assert "taken over: PID" in text and "started in the podman container %s" % hand in text, text[-4000:]
+        assert "its container stopped through podman" in text and "podman-restart.service" in text, text[-4000:]
+        assert "sk-hand-secret" not in text and "--api-key ********" in text
+        # its restart policy did not start it again: the runtime was asked to stop it, nothing signalled it
+        assert not wait_for(lambda: (inspect(hand) or {}).get("State", {}).get("Running"), 3, 0.5)
+        assert (inspect(hand) or {}).get("RestartCount", 0) == first.get("RestartCount", 0)
+
+        again = run_playbook(RESTART, inventory, "-e", "vllm_restart_force=false")
+        assert again.returncode == 0 and recap(again.stdout)[host.name]["changed"] == 0, again.stdout[-3000:]
+        assert pid_alive(server) and health(host.port) == 200
+    finally:
+        podman("rm", "-f", "-t", "0", hand, check=False)

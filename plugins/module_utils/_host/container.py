@@ -79,6 +79,11 @@ RUNTIME_PROGRAMS = re.compile(
     r"|catatonit|podman-init|docker-init)$")
 
 
+# the runtime processes that hold a container's published port (-p) on the host: podman's container monitor (rootful
+# podman), docker's userland proxy, rootless podman's port forwarder
+PORT_PUBLISHERS = ("conmon", "docker-proxy", "rootlessport", "rootlessport-child")
+
+
 class ContainerRef(t.NamedTuple):
     """A container as a cgroup path names it. ``engine``: the runtime that named the cgroup (docker, podman,
     containerd, crio; "" for a Kubernetes container whose cgroup is its bare id)."""
@@ -166,6 +171,36 @@ def is_runtime_process(name: t.Optional[str], cmdline: t.Optional[t.Sequence[str
     themselves, and ending one ends its whole container (which a restart policy starts again) or, for rootless podman's,
     every container of that user. The GPU holder below such an init is an ordinary process."""
     return any(RUNTIME_PROGRAMS.match(program) for program in program_names(name, cmdline))
+
+
+def conmon_container_id(cmdline: t.Sequence[str]) -> t.Optional[str]:
+    """The id of the container a conmon monitors: its ``-c ID``, ``--cid ID`` or ``--cid=ID`` (64 hex digits); None
+    when its command line has none."""
+    words = list(cmdline)
+    for index, word in enumerate(words):
+        value = words[index + 1] if word in ("-c", "--cid") and index + 1 < len(words) else word[6:] if word.startswith("--cid=") else None
+        if value is not None and _BARE_ID.match(value):
+            return value
+    return None
+
+
+def publishing_argv(cli: str, port: int) -> t.List[str]:
+    """docker's command that prints the full id of each container that publishes ``port`` on the host, one per line."""
+    return [cli, "ps", "--quiet", "--no-trunc", "--filter", "publish=%d" % port]
+
+
+def starts_again(runtime: str, policy: t.Optional[str]) -> t.Optional[str]:
+    """When the runtime starts a container it stopped again by itself, given its restart policy; None when it does not.
+
+    docker: ``always`` when dockerd starts (a daemon restart, a reboot); ``unless-stopped`` and ``on-failure`` keep a
+    stopped container stopped. podman: ``podman-restart.service``, where it is enabled, starts the containers whose
+    policy is ``always`` at boot (podman's documentation calls ``unless-stopped`` identical to it)."""
+    if runtime == DOCKER and policy == "always":
+        return "dockerd starts it again when it starts (a daemon restart, a reboot): its restart policy is always"
+    if runtime == PODMAN and policy in ("always", "unless-stopped"):
+        return ("podman-restart.service, where it is enabled, starts it again at boot: its restart policy is %s (podman documents "
+                "unless-stopped as identical to always)" % policy)
+    return None
 
 
 def run_cli(argv: t.Sequence[str], timeout: float) -> CliAnswer:
@@ -256,6 +291,43 @@ class ContainerReader:
             fact["pod_uid"] = ref.pod_uid
         return fact
 
+    def state(self, ref: ContainerRef) -> t.Tuple[t.Optional[ContainerState], t.Optional[str]]:
+        """(what the runtime's ``inspect`` says of the container, None and why when it says nothing usable)."""
+        cli = self._cli(ref.runtime)
+        if cli is None:
+            return None, "no %s command was found" % ref.runtime if ref.runtime in _INSPECT else "its runtime is %s" % ref.runtime
+        argv = inspect_argv(ref.runtime, cli, ref.container_id)
+        answer = self._run(argv, self._timeout)
+        found = parse_container(answer.out, ref.container_id) if answer.rc == 0 else None
+        if found is None:
+            said = "did not answer within %g s" % self._timeout if answer.timed_out else "exited %s: %s" % (
+                answer.rc, (answer.err or answer.out).strip()[:200])
+            return None, "`%s` %s" % (" ".join(argv), said if answer.rc != 0 or answer.timed_out else "printed no such container")
+        return found, None
+
+    def publisher(self, name: str, cmdline: t.Sequence[str], port: int) -> t.Optional[ContainerRef]:
+        """The container whose published ``port`` the runtime's process (``name``, ``cmdline``) holds: conmon names it on
+        its command line, docker is asked which container publishes the port; None for another process, or when docker
+        does not name exactly one."""
+        if name not in PORT_PUBLISHERS and not any(program in PORT_PUBLISHERS for program in program_names(name, cmdline)):
+            return None
+        found = conmon_container_id(cmdline)
+        if found:
+            return ContainerRef(PODMAN, found, engine=PODMAN)
+        cli = self._cli(DOCKER) if "docker-proxy" in (name,) + tuple(program_names(name, cmdline)) else None
+        if cli is None:
+            return None
+        answer = self._run(publishing_argv(cli, port), self._timeout)
+        ids = [word for word in answer.out.split() if _BARE_ID.match(word)] if answer.rc == 0 else []
+        return ContainerRef(DOCKER, ids[0], engine=DOCKER) if len(ids) == 1 else None
+
+    def _cli(self, runtime: str) -> t.Optional[str]:
+        if runtime not in _INSPECT:
+            return None
+        if runtime not in self._clis:
+            self._clis[runtime] = self._find(_INSPECT[runtime][0])
+        return self._clis[runtime]
+
     def _inspect(self, ref: ContainerRef) -> t.Tuple[t.Optional[str], t.Optional[str]]:
         key = (ref.runtime, ref.container_id)
         if key not in self._seen:
@@ -263,11 +335,7 @@ class ContainerReader:
         return self._seen[key]
 
     def _ask(self, ref: ContainerRef) -> t.Tuple[t.Optional[str], t.Optional[str]]:
-        if ref.runtime not in _INSPECT:
-            return None, None
-        if ref.runtime not in self._clis:
-            self._clis[ref.runtime] = self._find(_INSPECT[ref.runtime][0])
-        cli = self._clis[ref.runtime]
+        cli = self._cli(ref.runtime)
         if cli is None:
             return None, None
         answer = self._run(inspect_argv(ref.runtime, cli, ref.container_id), self._timeout)

@@ -34,9 +34,9 @@ import math
 import shutil
 import typing as t
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import DOCKER, INSPECT_TIMEOUT_S, KUBERNETES, PODMAN
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import INSPECT_TIMEOUT_S, KUBERNETES
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import CliAnswer, ContainerRef, ContainerState, FindCli, RunCli
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import inspect_argv, parse_container, run_cli
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import inspect_argv, parse_container, run_cli, starts_again
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import Target
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import CONTAINER_RESTART_DISABLE, CONTAINERS_STOP, ReclaimSpec
 
@@ -63,20 +63,6 @@ def disable_restart_argv(cli: str, container_id: str) -> t.List[str]:
 def stop_seconds(grace: float, time_left: float) -> int:
     """The stop's -t (whole seconds): ``grace``, at most the time the task has left, rounded up."""
     return int(math.ceil(max(0.0, min(grace, time_left))))
-
-
-def starts_again(runtime: str, policy: t.Optional[str]) -> t.Optional[str]:
-    """When the runtime starts a container it stopped again by itself, given its restart policy; None when it does not.
-
-    docker: ``always`` when dockerd starts (a daemon restart, a reboot); ``unless-stopped`` and ``on-failure`` keep a
-    stopped container stopped. podman: ``podman-restart.service``, where it is enabled, starts the containers whose
-    policy is ``always`` at boot (podman's documentation calls ``unless-stopped`` identical to it)."""
-    if runtime == DOCKER and policy == "always":
-        return "dockerd starts it again when it starts (a daemon restart, a reboot): its restart policy is always"
-    if runtime == PODMAN and policy in ("always", "unless-stopped"):
-        return ("podman-restart.service, where it is enabled, starts it again at boot: its restart policy is %s (podman documents "
-                "unless-stopped as identical to always)" % policy)
-    return None
 
 
 class HeldContainer:

@@ -17,7 +17,7 @@ import time
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import pid_trust as _pid_trust
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import KUBERNETES, container_of as _container_of
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import KUBERNETES, container_of as _container_of, starts_again
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.devices import device_holders
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import read_cgroup
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import containers as _containers, evidence
@@ -700,7 +700,7 @@ class Reclaim:
         warnings = []
         for container in containers:
             policy = container.after.restart_policy if container.after is not None and container.after.restart_policy else container.restart_policy
-            again = _containers.starts_again(container.runtime, policy)
+            again = starts_again(container.runtime, policy)
             if again is None:
                 continue
             if self.runtimes.can_disable_restart(container.runtime):

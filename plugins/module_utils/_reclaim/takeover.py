@@ -7,9 +7,10 @@ may take it over.
 
 The process listening on ``vllm_server_port`` is the server the inventory describes. The role takes it over (drains it,
 stops its whole tree, launches its own) when it looks like vLLM and nothing would start it again: started by hand in
-tmux, screen or a shell, nohup'd, or by any other live parent. It refuses, before stopping anything, a listener that is
-not vLLM (nginx, say), one of another tool's systemd unit (killing it makes the unit start it again) and one in a
-container.
+tmux, screen or a shell, nohup'd, or by any other live parent, and a docker or podman container (stopped through its
+runtime, never signalled: its restart policy would start it again). It refuses, before stopping anything, a listener that
+is not vLLM (nginx, say), one of another tool's systemd unit (killing it makes the unit start it again), a Kubernetes
+pod's container (the kubelet owns it) and a container whose runtime does not answer.
 
 Package rule (_reclaim): whose a process is, like owner.py for a GPU holder. It imports the flat files of module_utils,
 _host and its own files.
@@ -23,6 +24,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import listener as _listener
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import KUBERNETES, ContainerReader, container_of, starts_again
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.procfs import PROC
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import DEFAULT_SUBREAPERS, matches_any, regexes
 
@@ -42,24 +44,85 @@ def read_listener(psutil: t.Any, port: int, match: t.Sequence[str] = tuple(DEFAU
                     lambda name, cmdline: matches_any(adopters, name, cmdline), unit, stop_units)
 
 
-def describe(psutil: t.Any, port: int, is_vllm: Looks, adopts: Looks, own_unit: t.Optional[str] = None,
-             stop_units: bool = False, proc_root: str = PROC) -> t.Optional[t.Dict[str, t.Any]]:
-    """The listener on ``port`` as the role shows it (its command line masked), None when nothing listens.
-
-    ``is_vllm``: whether a process (name, command line) is a vLLM server; ``adopts``: whether a parent adopts orphans.
-    Raises ListenerError when unrelated processes share the port."""
-    pid = _listener.listening_pid(psutil, port)
-    if pid is None:
-        return None
+def _process(psutil: t.Any, pid: int) -> t.Optional[t.Tuple[str, t.List[str], float, t.List[int]]]:
+    """(name, command line, start time, its descendants' PIDs) of a live process; None when it is gone or unreadable."""
     try:
         proc = psutil.Process(pid)
         with proc.oneshot():
             name, cmdline, create_time = proc.name(), proc.cmdline(), proc.create_time()
-        tree = [child.pid for child in proc.children(recursive=True)]
+        return name, cmdline, create_time, [child.pid for child in proc.children(recursive=True)]
     except psutil.Error:
+        return None
+
+
+def _container(psutil: t.Any, reader: ContainerReader, pid: int, seen: t.Tuple[str, t.List[str], float, t.List[int]], port: int,
+               is_vllm: Looks, proc_root: str) -> t.Optional[t.Tuple[t.Dict[str, t.Any], t.Tuple[int, str, t.List[str], float, t.List[int]]]]:
+    """The listener's container and the container's server: (``{runtime, id, name, image, restart_policy, starts_again,
+    error, port_held_by}`` (``pod_uid`` for Kubernetes), (PID, name, command line, start time, descendants) of the process
+    to take over). The listener is in the container (the host's network), or it is the runtime's process that holds the
+    container's published port (then the server is the container's main process, or the first vLLM-shaped process of its
+    tree). None when the listener is neither."""
+    name, cmdline = seen[0], seen[1]
+    ref = container_of(pid, proc_root)
+    held_by = None
+    if ref is None:
+        ref = reader.publisher(name, cmdline, port)
+        if ref is None:
+            return None
+        held_by = {"pid": pid, "name": name}
+    state, error = reader.state(ref)
+    box: t.Dict[str, t.Any] = {
+        "runtime": ref.runtime, "id": ref.container_id, "name": state.name if state else None, "image": state.image if state else None,
+        "restart_policy": state.restart_policy if state else None, "error": error, "port_held_by": held_by,
+        "starts_again": starts_again(ref.runtime, state.restart_policy) if state else None,
+    }
+    if ref.runtime == KUBERNETES:
+        box["pod_uid"] = ref.pod_uid
+    server = (pid,) + seen
+    if held_by is not None and state is not None and state.pid:
+        main = _process(psutil, state.pid)
+        if main is not None:
+            server = (state.pid,) + main
+            for child in main[3]:
+                found = _process(psutil, child)
+                if found is not None and not is_vllm(main[0], main[1]) and is_vllm(found[0], found[1]):
+                    server = (child,) + found
+                    break
+    return box, t.cast(t.Tuple[int, str, t.List[str], float, t.List[int]], server)
+
+
+def container_words(box: t.Mapping[str, t.Any]) -> str:
+    """``the podman container NAME (image IMAGE, id SHORT)``, for a container as _container() describes it."""
+    if box["runtime"] == KUBERNETES:
+        return "the Kubernetes container %s of pod %s" % (box["id"][:12], box.get("pod_uid") or "(unknown)")
+    said = ["image %s" % box["image"]] if box.get("image") else []
+    return "the %s container %s (%s)" % (box["runtime"], box.get("name") or box["id"][:12], ", ".join(said + ["id %s" % box["id"][:12]]))
+
+
+def describe(psutil: t.Any, port: int, is_vllm: Looks, adopts: Looks, own_unit: t.Optional[str] = None,
+             stop_units: bool = False, proc_root: str = PROC, containers: t.Optional[ContainerReader] = None) -> t.Optional[t.Dict[str, t.Any]]:
+    """The listener on ``port`` as the role shows it (its command line masked), None when nothing listens.
+
+    ``is_vllm``: whether a process (name, command line) is a vLLM server; ``adopts``: whether a parent adopts orphans;
+    ``containers``: how a container's runtime is asked (ContainerReader). A server in a container is described by the
+    process that serves in it (``pid``), even when the runtime's process holds its published port
+    (``container.port_held_by``). Raises ListenerError when unrelated processes share the port."""
+    pid = _listener.listening_pid(psutil, port)
+    if pid is None:
+        return None
+    seen = _process(psutil, pid)
+    if seen is None:
         # gone since the socket table was read (or unreadable): nothing to take over; a launch on the port then names it
         return None
-    started = _listener.how_started(pid, own_unit, lambda p: adopts(p.name, p.cmdline), proc_root)
+    found = _container(psutil, containers or ContainerReader(proc=proc_root), pid, seen, port, is_vllm, proc_root)
+    box = found[0] if found else None
+    if found:
+        pid, name, cmdline, create_time, tree = found[1]
+        started = _listener.Started(_listener.CONTAINER, "in %s" % container_words(found[0]) + (
+            ", its port held by %s PID %d" % (found[0]["port_held_by"]["name"], found[0]["port_held_by"]["pid"]) if found[0]["port_held_by"] else ""))
+    else:
+        name, cmdline, create_time, tree = seen
+        started = _listener.how_started(pid, own_unit, lambda p: adopts(p.name, p.cmdline), proc_root)
     vllm = is_vllm(name, cmdline)
     shown = " ".join(masked_argv(cmdline)) or name
     info = {
@@ -73,7 +136,7 @@ def describe(psutil: t.Any, port: int, is_vllm: Looks, adopts: Looks, own_unit: 
         "how": started.how,
         "started": started.words,
         "unit": started.unit,
-        "container": started.container,
+        "container": box,
         "by": started.by,
     }
     info["refusal"] = refusal(info, port, stop_units)
@@ -88,9 +151,13 @@ def refusal(info: t.Mapping[str, t.Any], port: int, stop_units: bool = False) ->
     if not info["vllm"]:
         return "port %d is held by %s, which is not a vLLM server: it is not stopped; stop it or choose another vllm_server_port" % (
             port, who)
-    if info["how"] == _listener.CONTAINER:
-        return ("port %d is held by the vLLM server %s: a container restarts what it runs, and this container is not the "
-                "role's own; stop the container (%s) and rerun" % (port, who, info["container"]))
+    box = info.get("container") or {}
+    if info["how"] == _listener.CONTAINER and box.get("runtime") == KUBERNETES:
+        return ("port %d is held by the vLLM server %s: the kubelet runs this pod and starts what it runs again; change "
+                "its deployment (kubectl), then rerun" % (port, who))
+    if info["how"] == _listener.CONTAINER and box.get("error"):
+        return ("port %d is held by the vLLM server %s, and its runtime could not be asked about it (%s): stop the container "
+                "yourself and rerun" % (port, who, box["error"]))
     if info["how"] == _listener.UNIT and not stop_units:
         return ("port %d is held by the vLLM server %s, which would start it again when it ends: set "
                 "vllm_server_takeover_units=true to let this run stop and disable %s, or stop and disable it yourself "

@@ -11,6 +11,7 @@ process that exits are adopted by PID 1.
 
 from __future__ import annotations
 
+import contextlib
 import typing as t
 
 STATUS_ZOMBIE = "zombie"
@@ -19,11 +20,15 @@ OBEYS = {TERM: ("exit", 0.0), KILL: ("exit", 0.0)}
 IGNORES_TERM = {KILL: ("exit", 0.0)}
 
 
-class NoSuchProcess(Exception):
+class Error(Exception):
+    """psutil.Error: the base of its exceptions."""
+
+
+class NoSuchProcess(Error):
     pass
 
 
-class AccessDenied(Exception):
+class AccessDenied(Error):
     pass
 
 
@@ -50,6 +55,7 @@ class Row:
 class FakePsutil:
     """Plays the ``psutil`` module: pass an instance where the code expects the module."""
 
+    Error = Error
     NoSuchProcess = NoSuchProcess
     AccessDenied = AccessDenied
     STATUS_ZOMBIE = STATUS_ZOMBIE
@@ -157,9 +163,16 @@ class FakeProcess:
             ppid = self.host.table[ppid].ppid
         return chain
 
-    def children(self) -> t.List["FakeProcess"]:
+    def cmdline(self) -> t.List[str]:
+        return list(self._row().cmdline)
+
+    def oneshot(self) -> t.ContextManager[None]:
+        return contextlib.nullcontext()
+
+    def children(self, recursive: bool = False) -> t.List["FakeProcess"]:
         self._row()
-        return [self.host.Process(row.pid) for row in sorted(self.host.table.values(), key=lambda r: r.pid) if row.ppid == self.pid]
+        found = [self.host.Process(row.pid) for row in sorted(self.host.table.values(), key=lambda r: r.pid) if row.ppid == self.pid]
+        return found + [grandchild for child in found for grandchild in child.children(True)] if recursive else found
 
     def as_dict(self, attrs: t.Sequence[str], ad_value: t.Any = None) -> t.Dict[str, t.Any]:
         row = self._row()

@@ -316,8 +316,8 @@ def own_port_holder(listener: t.Mapping[str, t.Any], reading: t.Mapping[str, t.A
     cid = str(reading.get("container_id") or "")
     if not cid or not reading.get("running"):
         return False
-    held_by = str(listener.get("container") or "")
-    if held_by and held_by.split()[-1] == cid[:12]:
+    box = listener.get("container") or {}
+    if box.get("id") == cid:
         return True
     if container.get("conmon_pid") and str(listener.get("pid")) == str(container["conmon_pid"]):
         return True
@@ -357,6 +357,36 @@ def stop(module: t.Any, psutil: t.Any, target: Target, drain_url: t.Optional[str
     was_running = result["running"]
     result.update(running=False, pid=None, create_time=None,
                   msg="%s %s" % ("stopped and removed" if was_running else "removed", what))
+    return result
+
+
+def stop_taken_over(module: t.Any, psutil: t.Any, box: t.Mapping[str, t.Any], drain_url: t.Optional[str] = None,
+                    drain_timeout: float = 60.0, stop_timeout: float = 30.0) -> t.Dict[str, t.Any]:
+    """Stop a container found serving on the port, never launched here (``box``: its runtime, id and name): drained
+    first, then ``RUNTIME stop -t STOP_TIMEOUT ID``. It is never removed, and its restart policy is left as it is (a
+    stop by its runtime is one its policy does not undo, until the daemon or the host starts again: ``starts_again``).
+    Returns changed, stopped (its processes that ended), drained (when drained), container (what inspect said before
+    the stop) and msg."""
+    runtime, cid = str(box["runtime"]), str(box["id"])
+    said = "%s container %s" % (runtime, box.get("name") or cid[:12])
+    cli = module.get_bin_path(runtime, required=True)
+    found = inspect(module, cli, cid)
+    result: t.Dict[str, t.Any] = {"changed": False, "stopped": [], "container": found}
+    if found is None or not found["running"]:
+        result["msg"] = "the %s no longer runs" % said
+        return result
+    reading: t.Dict[str, t.Any] = {"pid": found["pid"], "running": True}
+    members = snapshot_then_drain(module, psutil, reading, drain_url, drain_timeout)
+    if "drained" in reading:
+        result["drained"] = reading["drained"]
+    result["changed"] = True
+    if module.check_mode:
+        result["msg"] = "would stop the %s through %s" % (said, runtime)
+        return result
+    began = time.monotonic()
+    runtime_command(module, str(cli), "stop", "-t", str(int(round(stop_timeout))), cid, tolerate_missing=True)
+    result["stopped"] = ended_members(psutil, members, round(time.monotonic() - began, 3))
+    result["msg"] = "stopped the %s through %s (it is kept, stopped) and %d process(es) of it" % (said, runtime, len(result["stopped"]))
     return result
 
 

@@ -297,10 +297,10 @@ def test_launch_without_any_runtime_says_so(tmp_path):
 
 def test_the_container_own_listener_is_not_taken_over_and_another_container_is():
     reading = {"mode": "container", "running": True, "pid": 10, "container_id": "b" * 64, "container": {"conmon_pid": 9}}
-    inside = {"pid": 11, "how": "container", "container": "podman " + "b" * 12, "name": "python3"}
+    inside = {"pid": 11, "how": "container", "container": {"runtime": "podman", "id": "b" * 64}, "name": "python3"}
     assert taken_over(inside, reading) is None
     assert taken_over({"pid": 9, "how": "process", "name": "conmon"}, reading) is None
     assert taken_over({"pid": 7, "how": "process", "name": "docker-proxy"}, reading) is None
-    other = {"pid": 12, "how": "container", "container": "podman " + "c" * 12, "name": "python3", "refusal": "r"}
+    other = {"pid": 12, "how": "container", "container": {"runtime": "podman", "id": "c" * 64}, "name": "python3", "refusal": None}
     assert taken_over(other, reading) == other
     assert taken_over(inside, dict(reading, running=False)) == inside
