@@ -639,8 +639,14 @@ foreign:
       type: dict
       returned: always
       sample: {pid: 1200, name: python3, cmdline: [python3, batch_infer.py], username: alice}
+    container:
+      description:
+        - The container it runs in, as RV(gpuops.fleet.gpu_facts#module:ansible_facts.gpus[].processes[].container) gives
+          it (C(runtime), C(id), C(name), C(image); C(pod_uid) for Kubernetes); V(null) when it runs in none.
+      type: dict
+      returned: always
     reason:
-      description: One line that names it and what it belongs to.
+      description: One line that names it (and its container) and what it belongs to.
       type: str
       returned: always
       sample: "PID 1234 VLLM::Worker_TP0 on GPU 3 belongs to live PID 1200 (python3 batch_infer.py), not to this server: not ended"

@@ -556,13 +556,13 @@ unit_changed:
 """
 
 import json
-import re
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, finish, http_url
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import is_full_id
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import ListenerError
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import DEFAULT_MATCH, read_listener
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import (
@@ -663,7 +663,7 @@ def check_params(params: t.Mapping[str, t.Any], mode: str) -> None:
     if params["takeover"] is not None:
         between("takeover.pid", params["takeover"]["pid"], 2, 2 ** 22, "")
         box = params["takeover"]["container"]
-        if box is not None and not re.match(r"^[0-9a-f]{64}$", box["id"]):
+        if box is not None and not is_full_id(box["id"]):
             raise SpecError("takeover.container.id: expected a container's full id (64 hexadecimal digits), got %s" % json.dumps(box["id"]))
     check_options(dict(params, mode=mode))
 

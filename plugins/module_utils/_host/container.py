@@ -173,6 +173,11 @@ def is_runtime_process(name: t.Optional[str], cmdline: t.Optional[t.Sequence[str
     return any(RUNTIME_PROGRAMS.match(program) for program in program_names(name, cmdline))
 
 
+def is_full_id(text: str) -> bool:
+    """Whether ``text`` is a container's full id (64 lowercase hex digits)."""
+    return bool(_BARE_ID.match(text))
+
+
 def conmon_container_id(cmdline: t.Sequence[str]) -> t.Optional[str]:
     """The id of the container a conmon monitors: its ``-c ID``, ``--cid ID`` or ``--cid=ID`` (64 hex digits); None
     when its command line has none."""
@@ -290,36 +295,6 @@ class ContainerReader:
         if ref.runtime == KUBERNETES:
             fact["pod_uid"] = ref.pod_uid
         return fact
-
-    def state(self, ref: ContainerRef) -> t.Tuple[t.Optional[ContainerState], t.Optional[str]]:
-        """(what the runtime's ``inspect`` says of the container, None and why when it says nothing usable)."""
-        cli = self._cli(ref.runtime)
-        if cli is None:
-            return None, "no %s command was found" % ref.runtime if ref.runtime in _INSPECT else "its runtime is %s" % ref.runtime
-        argv = inspect_argv(ref.runtime, cli, ref.container_id)
-        answer = self._run(argv, self._timeout)
-        found = parse_container(answer.out, ref.container_id) if answer.rc == 0 else None
-        if found is None:
-            said = "did not answer within %g s" % self._timeout if answer.timed_out else "exited %s: %s" % (
-                answer.rc, (answer.err or answer.out).strip()[:200])
-            return None, "`%s` %s" % (" ".join(argv), said if answer.rc != 0 or answer.timed_out else "printed no such container")
-        return found, None
-
-    def publisher(self, name: str, cmdline: t.Sequence[str], port: int) -> t.Optional[ContainerRef]:
-        """The container whose published ``port`` the runtime's process (``name``, ``cmdline``) holds: conmon names it on
-        its command line, docker is asked which container publishes the port; None for another process, or when docker
-        does not name exactly one."""
-        if name not in PORT_PUBLISHERS and not any(program in PORT_PUBLISHERS for program in program_names(name, cmdline)):
-            return None
-        found = conmon_container_id(cmdline)
-        if found:
-            return ContainerRef(PODMAN, found, engine=PODMAN)
-        cli = self._cli(DOCKER) if "docker-proxy" in (name,) + tuple(program_names(name, cmdline)) else None
-        if cli is None:
-            return None
-        answer = self._run(publishing_argv(cli, port), self._timeout)
-        ids = [word for word in answer.out.split() if _BARE_ID.match(word)] if answer.rc == 0 else []
-        return ContainerRef(DOCKER, ids[0], engine=DOCKER) if len(ids) == 1 else None
 
     def _cli(self, runtime: str) -> t.Optional[str]:
         if runtime not in _INSPECT:

@@ -34,7 +34,9 @@ import math
 import shutil
 import typing as t
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import INSPECT_TIMEOUT_S, KUBERNETES
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import DOCKER, INSPECT_TIMEOUT_S, KUBERNETES, PODMAN, PORT_PUBLISHERS
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import conmon_container_id, is_full_id, publishing_argv
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import program_names
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import CliAnswer, ContainerRef, ContainerState, FindCli, RunCli
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import inspect_argv, parse_container, run_cli, starts_again
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import Target
@@ -182,6 +184,23 @@ class Runtimes:
         if state is None:
             return None, "%s inspect %s: %s" % (runtime, container_id[:SHORT_ID], _failure(answer, INSPECT_TIMEOUT_S))
         return state, None
+
+    def publisher(self, name: str, cmdline: t.Sequence[str], port: int) -> t.Optional[ContainerRef]:
+        """The container whose published ``port`` the runtime's process (``name``, ``cmdline``) holds on the host:
+        conmon names it on its command line; docker is asked which container publishes the port (docker-proxy). None
+        for any other process, or when docker does not name exactly one."""
+        programs = {name} | set(program_names(name, cmdline))
+        if not programs & set(PORT_PUBLISHERS):
+            return None
+        found = conmon_container_id(cmdline)
+        if found:
+            return ContainerRef(PODMAN, found, engine=PODMAN)
+        cli = self.cli(DOCKER) if "docker-proxy" in programs else None
+        if cli is None:
+            return None
+        answer = self.run(publishing_argv(cli, port), INSPECT_TIMEOUT_S)
+        ids = [word for word in answer.out.split() if is_full_id(word)] if answer.rc == 0 else []
+        return ContainerRef(DOCKER, ids[0], engine=DOCKER) if len(ids) == 1 else None
 
     def can_disable_restart(self, runtime: str) -> bool:
         """Whether this runtime's ``update`` takes --restart (docker's does; podman's only in versions that added it)."""

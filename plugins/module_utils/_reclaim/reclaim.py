@@ -260,11 +260,16 @@ class Reclaim:
         if verdict.parent is not None:
             pinfo = self.describe(verdict.parent)
             parent = {"pid": verdict.parent, "name": pinfo["name"], "cmdline": pinfo["cmdline"], "username": pinfo["username"]}
+        box = self._container_fact(pid)
+        inside = ""
+        if box is not None:
+            inside = " in the %s container %s" % (box["runtime"], box.get("name") or box["id"][:_containers.SHORT_ID])
+            inside += " of pod %s" % box["pod_uid"] if box.get("pod_uid") else ""
         return {
             "pid": pid, "name": info["name"], "cmdline": info["cmdline"], "username": info["username"], "gpus": gpus,
-            "parent": parent, "launcher": verdict.top if verdict.top != pid else None,
-            "reason": "PID %d %s on GPU %s belongs to live PID %s (%s), not to this server: not ended" % (
-                pid, info["name"] or "?", ", ".join(str(g) for g in gpus) or "?", verdict.parent, label(parent)),
+            "parent": parent, "launcher": verdict.top if verdict.top != pid else None, "container": box,
+            "reason": "PID %d %s on GPU %s%s belongs to live PID %s (%s), not to this server: not ended" % (
+                pid, info["name"] or "?", ", ".join(str(g) for g in gpus) or "?", inside, verdict.parent, label(parent)),
         }
 
     def _unverifiable(self, before: t.Mapping[int, Reading], holders: t.Mapping[int, t.Any],

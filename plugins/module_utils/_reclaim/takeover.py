@@ -24,8 +24,9 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import listener as _listener
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import KUBERNETES, ContainerReader, container_of, starts_again
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import KUBERNETES, container_of, starts_again
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.procfs import PROC
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.containers import Runtimes
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import DEFAULT_SUBREAPERS, matches_any, regexes
 
 # the role's vllm_server_reclaim_match: what a vLLM server looks like (its API server, `vllm serve`, its workers)
@@ -55,7 +56,7 @@ def _process(psutil: t.Any, pid: int) -> t.Optional[t.Tuple[str, t.List[str], fl
         return None
 
 
-def _container(psutil: t.Any, reader: ContainerReader, pid: int, seen: t.Tuple[str, t.List[str], float, t.List[int]], port: int,
+def _container(psutil: t.Any, runtimes: Runtimes, pid: int, seen: t.Tuple[str, t.List[str], float, t.List[int]], port: int,
                is_vllm: Looks, proc_root: str) -> t.Optional[t.Tuple[t.Dict[str, t.Any], t.Tuple[int, str, t.List[str], float, t.List[int]]]]:
     """The listener's container and the container's server: (``{runtime, id, name, image, restart_policy, starts_again,
     error, port_held_by}`` (``pod_uid`` for Kubernetes), (PID, name, command line, start time, descendants) of the process
@@ -66,11 +67,11 @@ def _container(psutil: t.Any, reader: ContainerReader, pid: int, seen: t.Tuple[s
     ref = container_of(pid, proc_root)
     held_by = None
     if ref is None:
-        ref = reader.publisher(name, cmdline, port)
+        ref = runtimes.publisher(name, cmdline, port)
         if ref is None:
             return None
         held_by = {"pid": pid, "name": name}
-    state, error = reader.state(ref)
+    state, error = runtimes.inspect(ref.runtime, ref.container_id) if ref.runtime != KUBERNETES else (None, None)
     box: t.Dict[str, t.Any] = {
         "runtime": ref.runtime, "id": ref.container_id, "name": state.name if state else None, "image": state.image if state else None,
         "restart_policy": state.restart_policy if state else None, "error": error, "port_held_by": held_by,
@@ -100,11 +101,11 @@ def container_words(box: t.Mapping[str, t.Any]) -> str:
 
 
 def describe(psutil: t.Any, port: int, is_vllm: Looks, adopts: Looks, own_unit: t.Optional[str] = None,
-             stop_units: bool = False, proc_root: str = PROC, containers: t.Optional[ContainerReader] = None) -> t.Optional[t.Dict[str, t.Any]]:
+             stop_units: bool = False, proc_root: str = PROC, runtimes: t.Optional[Runtimes] = None) -> t.Optional[t.Dict[str, t.Any]]:
     """The listener on ``port`` as the role shows it (its command line masked), None when nothing listens.
 
     ``is_vllm``: whether a process (name, command line) is a vLLM server; ``adopts``: whether a parent adopts orphans;
-    ``containers``: how a container's runtime is asked (ContainerReader). A server in a container is described by the
+    ``runtimes``: how a container's runtime is asked. A server in a container is described by the
     process that serves in it (``pid``), even when the runtime's process holds its published port
     (``container.port_held_by``). Raises ListenerError when unrelated processes share the port."""
     pid = _listener.listening_pid(psutil, port)
@@ -114,7 +115,7 @@ def describe(psutil: t.Any, port: int, is_vllm: Looks, adopts: Looks, own_unit: 
     if seen is None:
         # gone since the socket table was read (or unreadable): nothing to take over; a launch on the port then names it
         return None
-    found = _container(psutil, containers or ContainerReader(proc=proc_root), pid, seen, port, is_vllm, proc_root)
+    found = _container(psutil, runtimes or Runtimes(), pid, seen, port, is_vllm, proc_root)
     box = found[0] if found else None
     if found:
         pid, name, cmdline, create_time, tree = found[1]

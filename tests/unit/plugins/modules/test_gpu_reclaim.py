@@ -642,9 +642,23 @@ def test_check_mode_names_the_colleagues_worker_in_would_fail_and_foreign(monkey
         "not to this server nor an orphan: someone else's job"]
     assert result["foreign"] == [{
         "pid": 3001, "name": "VLLM::Worker_TP0", "cmdline": ["VLLM::Worker_TP0"], "username": "alice", "gpus": [3],
-        "launcher": None, "parent": {"pid": 3000, "name": "python3", "cmdline": BATCH, "username": "alice"},
+        "launcher": None, "parent": {"pid": 3000, "name": "python3", "cmdline": BATCH, "username": "alice"}, "container": None,
         "reason": "PID 3001 VLLM::Worker_TP0 on GPU 3 belongs to live PID 3000 (python3 batch_infer.py), not to this server: not ended"}]
     assert host.psutil.signals == []
+
+
+def test_a_colleagues_worker_in_a_container_is_named_with_its_container(monkeypatch, cgroups):
+    """The colleague's job runs in a docker container: left alone as before, its entry and its reason name the container."""
+    host, held = incident_and_colleague()
+    cgroups.update({3000: ContainerRef("docker", DOCKER_ID, engine="docker"), 3001: ContainerRef("docker", DOCKER_ID, engine="docker")})
+    host.cli = FakeRuntimeCli([FakeContainer("docker", DOCKER_ID, "alice-batch", "vllm/vllm-openai:v0.11.0", 3000, "no")])
+    result = run_with_runtimes(monkeypatch, host, dict(FAST, match=VLLM_MATCH, orphans_only=True, _ansible_check_mode=True))
+    assert {k["pid"] for k in result["would_kill"]} == set(held)
+    (foreign,) = result["foreign"]
+    assert foreign["container"] == {"runtime": "docker", "id": DOCKER_ID, "name": "alice-batch", "image": "vllm/vllm-openai:v0.11.0"}
+    assert foreign["reason"] == ("PID 3001 VLLM::Worker_TP0 on GPU 3 in the docker container alice-batch belongs to live PID 3000 "
+                                 "(python3 batch_infer.py), not to this server: not ended")
+    assert host.psutil.signals == [] and host.cli.commands("stop") == []
 
 
 def test_real_run_ends_the_orphans_leaves_the_colleague_and_fails_naming_it(monkeypatch):

@@ -95,6 +95,8 @@ def test_each_mode_names_the_option_it_lacks(fake, tmp_path, args, needle):
     ({"state": "started", "state_file": "/tmp/x.json"}, "state"),
     ({"state": "stopped", "state_file": "/tmp/x.json", "stop_timeout": -1}, "stop_timeout"),
     ({"state": "stopped", "state_file": "/tmp/x.json", "stop_timeout": 99999}, "stop_timeout"),
+    ({"state": "stopped", "state_file": "/tmp/x.json", "takeover": {"pid": 4000, "create_time": 1.0, "container": {
+        "runtime": "podman", "id": "hand-vllm"}}}, 'takeover.container.id: expected a container\'s full id (64 hexadecimal digits), got "hand-vllm"'),
 ])
 def test_bad_input_names_the_option(args, needle):
     result = call_main(vllm_process, args)

@@ -353,13 +353,3 @@ def test_other_processes_are_not_the_runtimes(name, cmdline):
 ])
 def test_conmon_names_the_container_it_monitors(cmdline, expected):
     assert C.conmon_container_id(cmdline) == expected
-
-
-def test_state_says_why_a_runtime_gave_nothing(host):
-    ref = C.ContainerRef("docker", DOCKER_ID, engine="docker")
-    failing = C.ContainerReader(find, FakeCli(docker=C.CliAnswer(1, "", err="Cannot connect to the Docker daemon\n")), proc=host)
-    assert failing.state(ref) == (None, "`/usr/bin/docker inspect --type container %s` exited 1: Cannot connect to the Docker daemon" % DOCKER_ID)
-    slow = C.ContainerReader(find, FakeCli(docker=C.CliAnswer(None, "", timed_out=True)), timeout=2, proc=host)
-    assert slow.state(ref)[1].endswith("did not answer within 2 s")
-    found, error = C.ContainerReader(find, FakeCli(docker=C.CliAnswer(0, DOCKER_INSPECT)), proc=host).state(ref)
-    assert error is None and (found.name, found.image, found.pid) == ("vllm-llama", "vllm/vllm-openai:v0.11.0", 4242)

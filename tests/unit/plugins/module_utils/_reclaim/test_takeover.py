@@ -12,6 +12,7 @@ import os
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import container as C
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import listener as L
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import takeover as T
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.containers import Runtimes
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import refusal
 
 from ...fake_psutil import FakeClock, FakePsutil, Row
@@ -76,7 +77,7 @@ def describe(monkeypatch, tmp_path, rows, listening, cgroups, cli, find=lambda n
     looks = T.matches_any
     patterns = T.regexes("match", T.DEFAULT_MATCH)
     return T.describe(psutil, 8000, lambda name, cmdline: looks(patterns, name, cmdline), lambda name, cmdline: False,
-                      proc_root=str(tmp_path), containers=C.ContainerReader(find, cli, proc=str(tmp_path)))
+                      proc_root=str(tmp_path), runtimes=Runtimes(find, cli))
 
 
 def test_a_server_in_a_container_on_the_hosts_network_is_taken_over_by_its_runtime(monkeypatch, tmp_path):
@@ -128,8 +129,8 @@ def test_docker_proxy_of_an_unknown_container_stays_a_non_vllm_listener(monkeypa
 def test_a_container_whose_runtime_is_missing_or_kubernetes_is_refused(monkeypatch, tmp_path):
     rows = [Row(1, 0, "systemd"), Row(300, 1, "python3", VLLM)]
     found = describe(monkeypatch, tmp_path, rows, 300, {300: "/system.slice/docker-%s.scope" % DOCKER_ID}, Cli(), find=lambda name: None)
-    assert found["takeover"] is False and found["container"]["error"] == "no docker command was found"
-    assert "no docker command was found" in found["refusal"]
+    assert found["takeover"] is False and found["container"]["error"] == "docker is not installed here (not found on the PATH)"
+    assert "docker is not installed here" in found["refusal"]
     pod = "/kubepods.slice/kubepods-pod%s.slice/cri-containerd-%s.scope" % (POD_UID.replace("-", "_"), K8S_ID)
     (tmp_path / "300" / "cgroup").write_text("0::%s\n" % pod)
     found = describe(monkeypatch, tmp_path, rows, 300, {}, Cli())
