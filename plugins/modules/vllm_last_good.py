@@ -43,7 +43,9 @@ options:
     description:
       - With O(state=marked), the configuration of the running server that passed its checks, with the keys C(argv) (list),
         C(env) (the environment the server was launched with, names to strings), C(gpus) (list of indices),
-        C(config_hash), and, shown in reports, C(model), C(served_name), C(mode), C(tensor_parallel_size), C(port), C(name).
+        C(config_hash), C(container) (in the container mode, how the container ran: vllm_process's
+        O(gpuops.fleet.vllm_process#module:container); else null), and, shown in reports, C(model), C(served_name), C(mode),
+        C(tensor_parallel_size), C(port), C(name).
     type: dict
   secret_env:
     description: More names of C(env) in O(config) whose values are secrets, beyond those recognised by their name.
@@ -93,7 +95,8 @@ summary:
   description:
     - The last known-good configuration without any value that may be secret (V(null) when none is kept), with the keys
       C(argv) (secret arguments masked), C(env_keys), C(gpus), C(model), C(served_name), C(mode), C(config_hash),
-      C(tensor_parallel_size), C(port), C(name), C(since) (seconds since the epoch).
+      C(tensor_parallel_size), C(port), C(name), C(container) (its C(run_options) masked as C(argv)), C(since) (seconds
+      since the epoch).
   returned: always
   type: dict
 config:

@@ -35,6 +35,7 @@ from inventories import inventory_for
 from readings import assert_server_owns_gpus, health, holders, listening_pid
 
 PODMAN = shutil.which("podman")
+ROLLOUT = REPO / "playbooks" / "rollout_vllm.yml"
 # each test writes a spec of a kind of its own: two spec files that define the same device make it unresolvable
 KIND = "gpuops-test-%s.example/gpu"
 CDI_DIR = Path("/var/run/cdi")
@@ -270,3 +271,33 @@ def test_a_container_started_by_hand_on_the_port_is_taken_over_through_podman(cd
         assert pid_alive(server) and health(host.port) == 200
     finally:
         podman("rm", "-f", "-t", "0", hand, check=False)
+
+
+def test_a_rollout_to_a_bad_image_rolls_back_to_the_image_that_was_good(cdi_spec, empty_image, tmp_path):
+    """The container mode's rollback runs the container as the last known-good configuration ran it: a canary whose new
+    image cannot start is rolled back to the previous image, not relaunched with the new one."""
+    host, _spec = cdi_spec
+    load = {"vllm_server_benchmark_input_len": 16, "vllm_server_benchmark_output_len": 16, "vllm_server_benchmark_num_requests": 2,
+            "vllm_server_benchmark_concurrency": 1, "vllm_server_benchmark_warmup_requests": 1, "vllm_server_benchmark_repeats": 2,
+            "vllm_rollout_results_dir": str(tmp_path / "results")}
+    inventory, name = container_inventory(tmp_path, host, empty_image, **load)
+    missing = "localhost/gpuops-missing-%s:test" % uuid.uuid4().hex[:8]
+    try:
+        first = run_playbook(RESTART, inventory)
+        assert first.returncode == 0, first.stdout[-4000:]
+        good = inspect(name)
+        assert good is not None and good["ImageName"] == empty_image
+
+        run = run_playbook(ROLLOUT, inventory, "-e", "vllm_server_container_image=%s" % missing, timeout=600)
+        text = flat(run.stdout)
+        assert run.returncode != 0 and "rollout halted" in text, text[-4000:]
+        back = inspect(name)
+        assert back is not None and back["State"]["Running"] and back["Id"] != good["Id"], back
+        assert back["ImageName"] == empty_image, "the rollback ran %s, not the last known-good image" % back["ImageName"]
+        assert back["Config"]["Labels"]["gpuops.fleet.config-hash"] == good["Config"]["Labels"]["gpuops.fleet.config-hash"]
+        report = json.loads((tmp_path / "results" / "report.json").read_text())
+        assert report["rollbacks"][0]["status"] == "ok", report["rollbacks"]
+        held = holders(host)
+        assert held[2] and held[5] and set(held[2] + held[5]) <= set(_tree(back["State"]["Pid"])), held
+    finally:
+        podman("rm", "-f", "-t", "0", name, check=False)

@@ -108,7 +108,7 @@ def recorded_process(psutil: t.Any, record: t.Optional[t.Mapping[str, t.Any]]) -
 # one.
 
 GOOD_SUFFIX = ".last-good"
-GOOD_KEYS = ("argv", "env", "gpus", "model", "served_name", "mode", "config_hash", "tensor_parallel_size", "port", "name")
+GOOD_KEYS = ("argv", "env", "gpus", "model", "served_name", "mode", "config_hash", "tensor_parallel_size", "port", "name", "container")
 GOOD_MODE = 0o600
 
 
@@ -174,6 +174,8 @@ def good_config(raw: t.Mapping[str, t.Any], option: str) -> t.Dict[str, t.Any]:
         config["argv"] = [str(word) for word in raw["argv"]]
     if isinstance(raw.get("env"), dict):
         config["env"] = string_env(raw["env"])
+    if raw.get("container") is not None and not isinstance(raw["container"], dict):
+        raise RecordError("%s: container must be a dict (the container mode's spec) or null, got %r" % (option, raw["container"]))
     try:
         config["gpus"] = [int(gpu) for gpu in raw.get("gpus") or []]
         for key in ("tensor_parallel_size", "port"):
@@ -190,6 +192,8 @@ def good_summary(good: t.Optional[t.Mapping[str, t.Any]], masked_argv: t.Callabl
         return None
     shown = {key: good.get(key) for key in GOOD_KEYS if key not in ("argv", "env")}
     shown["argv"] = masked_argv(good.get("argv") or [])
+    if isinstance(good.get("container"), dict):
+        shown["container"] = dict(good["container"], run_options=masked_argv(good["container"].get("run_options") or []))
     shown["env_keys"] = sorted(good.get("env") or {})
     shown["since"] = good.get("since")
     return shown

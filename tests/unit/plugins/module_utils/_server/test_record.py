@@ -17,7 +17,7 @@ import pytest
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import (
-    carry_last_good, good_path, good_summary, mark_good, read_last_good, read_record, recorded_process, RecordError, remove_record, same_process,
+    carry_last_good, good_config, good_path, good_summary, mark_good, read_last_good, read_record, recorded_process, RecordError, remove_record, same_process,
     write_record)
 
 
@@ -83,6 +83,20 @@ def test_mark_read_carry_and_summary(tmp_path):
     shown = good_summary(good, masked_argv)
     assert "hf_secret" not in repr(shown) and "sk-secret" not in repr(shown)
     assert shown["env_keys"] == ["HF_TOKEN", "NCCL_PROTO"] and shown["gpus"] == [0, 1]
+
+
+def test_a_container_configuration_is_kept_and_its_run_options_masked_in_the_summary(tmp_path):
+    state = str(tmp_path / "vllm-8000.json")
+    box = {"name": "gpuops-vllm-8000", "runtime": "podman", "image": "vllm/vllm-openai:v0.10.2", "volumes": ["/models:/models:ro"],
+           "run_options": ["--api-key", "sk-in-options"], "restart": "unless-stopped"}
+    mark_good(state, dict(CONFIG, mode="container", container=box), 1.0)
+    assert read_last_good(state)["container"] == box
+    shown = good_summary(read_last_good(state), masked_argv)
+    assert shown["container"]["image"] == "vllm/vllm-openai:v0.10.2" and "sk-in-options" not in repr(shown)
+    assert good_config(dict(CONFIG, container=box), "config")["container"] == box
+    with pytest.raises(RecordError) as raised:
+        good_config(dict(CONFIG, container="vllm/vllm-openai"), "config")
+    assert "config: container must be a dict" in str(raised.value)
 
 
 @pytest.mark.parametrize("change, named", [
