@@ -237,15 +237,15 @@ bench: venv sim collection-path browser
 	@[ -f $(BENCH_SCRIPT) ] || { echo "bench: $(BENCH_SCRIPT) does not exist yet" >&2; exit 1; }
 	$(PY) $(BENCH_SCRIPT)
 
-demo: venv sim collection-path
+# as root, podman too: the demo's gpu-node-03 runs its server in a container (left out otherwise)
+demo: venv sim collection-path $(if $(filter 0,$(shell id -u)),container-tools)
 	@[ -f $(DEMO_SCRIPT) ] || { echo "demo: $(DEMO_SCRIPT) does not exist yet" >&2; exit 1; }
 	bash $(DEMO_SCRIPT)
 
-# ends a fleet left by `KEEP=1 make demo`: gpusim ends its processes by recorded PID
+# ends a fleet left by `KEEP=1 make demo`: its containers, image and CDI spec by the names the demo gave them, then
+# gpusim ends its processes by recorded PID
 demo-clean:
-	@for state in build/demo/*/; do \
-	  if [ -f "$$state/host" ]; then PYTHONPATH=simulator $(PY) -m gpusim cleanup --state "$$state"; fi; \
-	done
+	bash $(DEMO_SCRIPT) clean
 
 constraints: venv
 	@{ echo "# Every package of the control node + test venv, pinned (pip freeze of a venv built from"; \

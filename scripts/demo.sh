@@ -7,6 +7,12 @@
 #                SIGKILLed, VLLM::Worker_TP1..7 alive, 93,029 MiB held on 7 GPUs
 #   gpu-node-02  an 8-GPU host running an older TP=4 server on GPUs 4-7, started by hand from a shell
 #                that stays: restart_vllm.yml takes it over (the shell lives on)
+#   gpu-node-03  (as root, with podman) an 8-GPU host whose inventory runs its server in a podman container (launch
+#                mode container, TP=4 on GPUs 0-3); someone's `podman run -d --restart=always -p ...` of an older
+#                server holds the port: restart_vllm.yml stops that container through podman, keeps it, and runs
+#                its own. The image is empty: the host's /usr and this checkout are mounted read-only, and the
+#                GPUs are CDI devices of a kind of the demo's own (gpuops-demo.example/gpu), whose edits name the
+#                simulated GPU and mount the host's state.
 #
 # Run by `make demo` (which builds the venv and the fake NVML first). Every
 # process it starts is recorded by gpusim and ended by recorded PID on exit;
@@ -21,25 +27,58 @@ export ANSIBLE_CONFIG=$root/ansible.cfg
 export PYTHONPATH=$root/simulator
 
 gpusim() { "$py" -m gpusim "$@"; }
-hosts=(gpu-node-01 gpu-node-02)
+hosts=(gpu-node-01 gpu-node-02 gpu-node-03)
+
+# gpu-node-03's containers: by the names the demo gives them, its image and CDI spec by theirs
+image=localhost/gpuops-demo:latest
+kind=gpuops-demo.example/gpu
+cdi=/var/run/cdi/gpuops-demo.json
+boxes=(gpuops-demo-hand gpuops-demo-node-03)
+with_containers() { [ "$(id -u)" = 0 ] && command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1; }
 
 cleanup() {
+  if with_containers; then
+    for box in "${boxes[@]}"; do podman rm -f -t 0 "$box" >/dev/null 2>&1 || true; done
+    podman rmi "$image" >/dev/null 2>&1 || true
+    rm -f "$cdi"
+  fi
   for h in "${hosts[@]}"; do
     if [ -d "$demo/$h" ]; then gpusim cleanup --state "$demo/$h" >/dev/null || true; fi
   done
 }
+if [ "${1:-}" = clean ]; then cleanup; exit 0; fi
 if [ "${KEEP:-0}" != 1 ]; then trap cleanup EXIT; fi
 cleanup
 rm -rf "$demo" && mkdir -p "$demo"
+if ! with_containers; then
+  echo "gpu-node-03 (a server in a podman container) is left out: it needs root and podman with runc (make container-tools)"
+  hosts=(gpu-node-01 gpu-node-02)
+fi
 
 banner() { printf '\n\033[1m==== %s\033[0m\n' "$*"; }
 
 banner "1. Two simulated GPU hosts (fake libnvidia-ml.so.1, loaded by the real nvidia-ml-py)"
 for h in "${hosts[@]}"; do gpusim create --state "$demo/$h"; done
 # the role's inventory: gpu-node-01 serves TP=8 with NCCL_PROTO=LL, gpu-node-02 TP=4 on GPUs 4-7
-"$py" -m gpusim.inventory --out "$demo/inventory.json" "$demo/gpu-node-01:18001" "$demo/gpu-node-02:18002" \
+node03=() node03_vars=()
+if [ "${#hosts[@]}" = 3 ]; then
+  # read-only mounts that let the empty image run the fake vLLM as the host runs it: /usr, this checkout and the
+  # interpreter the venv was made from, wherever it is
+  mounts=(/usr:/usr:ro /lib:/lib:ro /lib64:/lib64:ro /bin:/bin:ro "$root:$root:ro")
+  base=$("$py" -c 'import os, sys; print(os.path.realpath(sys.base_prefix))')
+  case $base in /usr|/usr/*) ;; *) mounts+=("$base:$base:ro") ;; esac
+  volumes=$("$py" -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "${mounts[@]}")
+  run_options='["--runtime", "runc", "--ulimit", "nofile=1024:20000", "--ulimit", "nproc=4096:4096"]'
+  node03=("$demo/gpu-node-03:18003")
+  node03_vars=(--host-var gpu-node-03.vllm_server_launch_mode=container
+          --host-var gpu-node-03.vllm_server_tensor_parallel_size=4 --host-var gpu-node-03.vllm_server_container_name=gpuops-demo-node-03
+          --host-var gpu-node-03.vllm_server_container_image=$image --host-var gpu-node-03.vllm_server_container_runtime=podman
+          --host-var gpu-node-03.vllm_server_container_cdi_kind=$kind --host-var "gpu-node-03.vllm_server_container_volumes=$volumes"
+          --host-var "gpu-node-03.vllm_server_container_run_options=$run_options")
+fi
+"$py" -m gpusim.inventory --out "$demo/inventory.json" "$demo/gpu-node-01:18001" "$demo/gpu-node-02:18002" "${node03[@]}" \
   --host-var gpu-node-01.vllm_server_tensor_parallel_size=8 --host-var 'gpu-node-01.vllm_server_env={"NCCL_PROTO": "LL"}' \
-  --host-var gpu-node-02.vllm_server_tensor_parallel_size=4 --host-var 'gpu-node-02.vllm_server_gpus=[4, 5, 6, 7]' >/dev/null
+  --host-var gpu-node-02.vllm_server_tensor_parallel_size=4 --host-var 'gpu-node-02.vllm_server_gpus=[4, 5, 6, 7]' "${node03_vars[@]}" >/dev/null
 echo "inventory: $demo/inventory.json (group vllm_servers)"
 
 banner "2. gpu-node-01: vLLM TP=8 at 93,029 MiB per GPU, then the incident's cleanup"
@@ -47,6 +86,34 @@ gpusim vllm --state "$demo/gpu-node-01" --tp 8 --mib 93029 >/dev/null
 gpusim incident --state "$demo/gpu-node-01"
 echo "gpu-node-02: an older TP=4 server on GPUs 4-7 and port 18002, started by hand in a shell that stays (not by the role)"
 gpusim vllm --state "$demo/gpu-node-02" --tp 4 --first-gpu 4 --mib 61000 --port 18002 --wrapper "/bin/bash" >/dev/null
+if [ "${#hosts[@]}" = 3 ]; then
+  echo "gpu-node-03: an empty image, a CDI spec whose device N is the simulated GPU N, and an older TP=4 server that someone"
+  echo "             started with podman run -d --restart=always -p 18003:18003, on GPUs 0-3"
+  tar -cf - -T /dev/null | podman import - "$image" >/dev/null
+  "$py" - "$cdi" "$kind" "$demo/gpu-node-03" <<'PY'
+import json, os, sys
+path, kind, state = sys.argv[1:]
+os.makedirs(os.path.dirname(path), exist_ok=True)
+spec = {"cdiVersion": "0.5.0", "kind": kind,
+        "devices": [{"name": str(n), "containerEdits": {"env": ["GPUOPS_SIM_CDI_GPU_%d=%d" % (n, n)]}} for n in range(8)],
+        "containerEdits": {"mounts": [{"hostPath": state, "containerPath": state, "options": ["bind", "rw"]}]}}
+with open(path, "w") as handle:
+    json.dump(spec, handle)
+PY
+  podman run -d --name gpuops-demo-hand --restart=always -p 18003:18003 -e GPUOPS_SIM_STATE="$demo/gpu-node-03" \
+    --device $kind=0 --device $kind=1 --device $kind=2 --device $kind=3 \
+    $(printf -- '-v %s ' "${mounts[@]}") \
+    --runtime runc --ulimit nofile=1024:20000 --ulimit nproc=4096:4096 \
+    "$image" "$py" "$root/simulator/fakevllm/bin/vllm" serve zai-org/GLM-5-GGUF --host 0.0.0.0 --port 18003 \
+    --tensor-parallel-size 4 >/dev/null
+  "$py" -c 'import sys, time, urllib.request
+for _ in range(150):
+    try:
+        sys.exit(0 if urllib.request.urlopen("http://127.0.0.1:18003/health", timeout=2).status == 200 else 1)
+    except OSError:
+        time.sleep(0.2)
+sys.exit("the hand-started container never answered /health")' 
+fi
 echo
 echo "What the incident's own check saw (nvidia-smi ... | head -1):"
 LD_LIBRARY_PATH=$root/simulator/build/lib GPUOPS_SIM_STATE=$demo/gpu-node-01 \
@@ -64,9 +131,12 @@ ansible-playbook -i "$demo/inventory.json" playbooks/gpu_facts.yml
 banner "6. The same command without force: the servers match the inventory, nothing changes"
 ansible-playbook -i "$demo/inventory.json" playbooks/restart_vllm.yml -e vllm_restart_force=false
 
-banner "7. benchmark_matrix.yml: NCCL_PROTO unset / LL / LL128 on both hosts, 2 interleaved rounds"
+# the measurements run on gpu-node-01 and gpu-node-02 only, to keep the demo short
+measured=(--limit gpu-node-01,gpu-node-02)
+
+banner "7. benchmark_matrix.yml: NCCL_PROTO unset / LL / LL128 on gpu-node-01 and gpu-node-02, 2 interleaved rounds"
 matrix=$demo/benchmark
-ansible-playbook -i "$demo/inventory.json" playbooks/benchmark_matrix.yml \
+ansible-playbook -i "$demo/inventory.json" playbooks/benchmark_matrix.yml "${measured[@]}" \
   -e '{"vllm_benchmark_configs": [{"name": "default", "env": {"NCCL_PROTO": null}}, {"name": "LL", "env": {"NCCL_PROTO": "LL"}}, {"name": "LL128", "env": {"NCCL_PROTO": "LL128"}}]}' \
   -e vllm_benchmark_repeats=2 -e vllm_benchmark_results_dir="$matrix" \
   -e vllm_server_benchmark_output_len=64 -e vllm_server_benchmark_num_requests=8 -e vllm_server_benchmark_concurrency=4 \
@@ -78,19 +148,19 @@ echo "report: $matrix/ (results.csv, report.json, raw/, chart.png); the servers 
 
 banner "8. rollout_vllm.yml: a benchmark-gated rollout - LL128 halts at the canary, LL passes"
 # the fleet back on NCCL_PROTO unset first, so each rollout starts from the same place
-ansible-playbook -i "$demo/inventory.json" playbooks/restart_vllm.yml -e vllm_restart_force=false \
+ansible-playbook -i "$demo/inventory.json" playbooks/restart_vllm.yml "${measured[@]}" -e vllm_restart_force=false \
   -e '{"vllm_server_env": {}}' >"$demo/rollout-reset.log" 2>&1 || { tail -40 "$demo/rollout-reset.log"; exit 1; }
 rollout_load=(-e vllm_server_benchmark_output_len=32 -e vllm_server_benchmark_num_requests=4 -e vllm_server_benchmark_concurrency=2
               -e vllm_server_benchmark_warmup_requests=1 -e vllm_server_benchmark_input_len=16 -e vllm_server_benchmark_repeats=3)
 echo "rollout_vllm.yml -e '{\"vllm_server_env\": {\"NCCL_PROTO\": \"LL128\"}}' (serial 1: gpu-node-01 is the canary)"
-if ansible-playbook -i "$demo/inventory.json" playbooks/rollout_vllm.yml -e '{"vllm_server_env": {"NCCL_PROTO": "LL128"}}' \
+if ansible-playbook -i "$demo/inventory.json" playbooks/rollout_vllm.yml "${measured[@]}" -e '{"vllm_server_env": {"NCCL_PROTO": "LL128"}}' \
      -e vllm_rollout_results_dir="$demo/rollout-LL128" "${rollout_load[@]}" >"$demo/rollout-LL128.log" 2>&1; then
   echo "the LL128 rollout was expected to halt"; tail -40 "$demo/rollout-LL128.log"; exit 1
 fi
 cat "$demo/rollout-LL128/summary.txt"
 echo
 echo "rollout_vllm.yml -e '{\"vllm_server_env\": {\"NCCL_PROTO\": \"LL\"}}'"
-ansible-playbook -i "$demo/inventory.json" playbooks/rollout_vllm.yml -e '{"vllm_server_env": {"NCCL_PROTO": "LL"}}' \
+ansible-playbook -i "$demo/inventory.json" playbooks/rollout_vllm.yml "${measured[@]}" -e '{"vllm_server_env": {"NCCL_PROTO": "LL"}}' \
   -e vllm_rollout_results_dir="$demo/rollout-LL" "${rollout_load[@]}" >"$demo/rollout-LL.log" 2>&1 \
   || { tail -40 "$demo/rollout-LL.log"; exit 1; }
 cat "$demo/rollout-LL/summary.txt"

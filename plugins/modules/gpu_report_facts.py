@@ -161,6 +161,12 @@ servers:
       description: The systemd unit, for a record of the systemd launch mode; else V(null).
       type: str
       returned: always
+    container:
+      description:
+        - For a record of the container mode, its container (C(runtime), C(id), C(name), C(image)); its runtime's C(inspect)
+          gives RV(servers[].running) and RV(servers[].pid) (the container's main process, by the host's PID). Else V(null).
+      type: dict
+      returned: always
     health:
       description: The answer of C(/health), such as V(HTTP 200) or V(connection refused); V(null) when not asked.
       type: str

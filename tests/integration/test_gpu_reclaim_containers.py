@@ -102,6 +102,9 @@ def test_a_container_holder_is_refused_by_default_and_nothing_is_signalled(make_
     time.sleep(1)  # a runtime applying a restart policy to a signalled container would have by now
     assert holder.untouched(), holder.now()["State"]
     assert host.used_mib()[0] == MIB and host.holders(0) == [holder.pid]
+    # the facts table an operator reads names the holder's container
+    table = run_playbook(REPO / "playbooks" / "gpu_facts.yml", inventory(host))
+    assert table.returncode == 0 and "(pid %d, podman container %s)" % (holder.pid, holder.name) in flat(table.stdout), table.stdout[-2000:]
 
 
 def test_stop_stops_a_restart_always_container_through_podman_and_it_stays_stopped(make_host, inventory, tmp_path, podman_containers):

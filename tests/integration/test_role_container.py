@@ -153,6 +153,15 @@ def test_container_launch_idempotent_drift_and_stop(cdi_spec, empty_image, tmp_p
         again = run_playbook(RESTART, inventory, "-e", "vllm_restart_force=false")
         assert again.returncode == 0, again.stdout[-4000:]
         assert recap(again.stdout)[host.name]["changed"] == 0, again.stdout[-3000:]
+
+        # the fleet report reads the container's record through podman: its server runs, and its workers are its own
+        report = run_playbook(REPO / "playbooks" / "gpu_report.yml", inventory, "-e", "gpu_report_dir=%s" % (tmp_path / "report"))
+        assert report.returncode == 0, report.stdout[-3000:]
+        (seen,) = json.loads((tmp_path / "report" / "report.json").read_text())["hosts"]
+        (server,) = seen["servers"]
+        assert (server["running"], server["pid"], server["error"], server["container"]["name"]) == (True, main_pid, None, name), server
+        owners = {holder["pid"]: holder["owner"] for gpu in seen["gpus"] if gpu["index"] in (2, 5) for holder in gpu["holders"]}
+        assert owners and set(owners.values()) == {"server"}, owners
         same = inspect(name)
         assert same is not None and same["Id"] == first["Id"] and same["State"]["Pid"] == main_pid
 

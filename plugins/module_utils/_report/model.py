@@ -131,6 +131,7 @@ def _server(raw: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
         "healthy": raw.get("healthy") if isinstance(raw.get("healthy"), bool) else None,
         "up_since": when(raw.get("create_time")),
         "unit": _text(raw.get("unit")),
+        "container": _container(raw.get("container")),
         "argv": masked_text(argv) if isinstance(argv, list) else None,
         "error": _text(raw.get("error")),
     }

@@ -19,9 +19,13 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.facts import run_facts
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import (
+    DOCKER, INSPECT_TIMEOUT_S, PODMAN, RunCli, inspect_argv, is_full_id, parse_container, run_cli,
+)
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.process_table import ProcessTable, protected_pids
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.owner import ORPHAN, OWNER, GetSid, Ownership, getsid, label
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import climb
@@ -46,15 +50,20 @@ GONE = "gone"
 
 HttpGet = t.Callable[[str, float], Reply]
 
+# a server entry before its record is read
+EMPTY_SERVER: t.Dict[str, t.Any] = {
+    "name": None, "record": None, "pid": None, "create_time": None, "running": False, "model": None, "port": None, "gpus": None,
+    "config_hash": None, "launched_at": None, "argv": None, "health": None, "healthy": None, "error": None, "unit": None,
+    "container": None,
+}
+
 
 def _server(path: str, psutil: t.Any, health_host: str, health_timeout: float, get: HttpGet) -> t.Dict[str, t.Any]:
     """One record of the role, what it says and whether its process runs and answers /health."""
-    name = os.path.basename(path)[:-len(".json")]
-    entry: t.Dict[str, t.Any] = {
-        "name": name, "record": path, "pid": None, "create_time": None, "running": False, "model": None, "port": None,
-        "gpus": None, "config_hash": None, "launched_at": None, "argv": None, "health": None, "healthy": None, "error": None,
-        "unit": None,
-    }
+    entry: t.Dict[str, t.Any] = dict(EMPTY_SERVER, name=os.path.basename(path)[:-len(".json")], record=path)
+    box = _container_record(path)
+    if box is not None:  # the container mode's record: the container, whose runtime knows its main process
+        return _container_server(entry, box, psutil, health_host, health_timeout, get)
     unit = _systemd_record(path)
     if unit is not None:  # the systemd launch mode's record: the unit, not a PID (systemctl knows the rest)
         entry.update(unit=unit.get("unit"), config_hash=unit.get("config_hash"), argv=masked_argv(unit.get("argv") or []) or None,
@@ -70,7 +79,7 @@ def _server(path: str, psutil: t.Any, health_host: str, health_timeout: float, g
         return entry
     meta = record.get("metadata") if isinstance(record.get("metadata"), dict) else {}
     entry.update(
-        name=str(meta.get("name") or name), pid=record["pid"], create_time=record["create_time"], model=meta.get("model"),
+        name=str(meta.get("name") or entry["name"]), pid=record["pid"], create_time=record["create_time"], model=meta.get("model"),
         port=meta.get("port"), gpus=meta.get("gpus"), config_hash=record.get("config_hash"), launched_at=record.get("launched_at"),
         argv=masked_argv(record.get("argv") or []) or None,
     )
@@ -80,6 +89,45 @@ def _server(path: str, psutil: t.Any, health_host: str, health_timeout: float, g
         reply = get("http://%s:%s/health" % (health_host, port), health_timeout)
         entry.update(health=reply.describe(), healthy=reply.status == 200)
     return entry
+
+
+def _container_server(entry: t.Dict[str, t.Any], box: t.Mapping[str, t.Any], psutil: t.Any, health_host: str, health_timeout: float,
+                      get: HttpGet, run: t.Optional[RunCli] = None, find: t.Optional[t.Callable[[str], t.Optional[str]]] = None) -> t.Dict[str, t.Any]:
+    """A record of the container mode: what it says, and what the container's runtime says of it (``inspect``: whether
+    it runs, its main process by the host's PID), then /health."""
+    meta = box.get("metadata") if isinstance(box.get("metadata"), dict) else {}
+    runtime, cid = str(box.get("runtime") or ""), str(box.get("container_id") or "")
+    entry.update(name=str(meta.get("name") or entry["name"]), model=meta.get("model"), port=meta.get("port"), gpus=meta.get("gpus"),
+                 config_hash=box.get("config_hash"), launched_at=box.get("launched_at"), argv=masked_argv(box.get("argv") or []) or None,
+                 container={"runtime": runtime, "id": cid, "name": box.get("container_name"), "image": box.get("image")})
+    cli = (find or shutil.which)(runtime) if runtime in (DOCKER, PODMAN) else None
+    if cli is None or not is_full_id(cid):
+        entry["error"] = "container %s: %s" % (box.get("container_name"), "its record names no container id" if cli else
+                                               "no %s command here to ask about it" % (runtime or "runtime"))
+        return entry
+    answer = (run or run_cli)(inspect_argv(runtime, cli, cid), INSPECT_TIMEOUT_S)
+    state = parse_container(answer.out, cid) if answer.rc == 0 else None
+    entry["running"] = bool(state and state.running and state.pid)
+    if entry["running"]:
+        entry["pid"] = state.pid
+        try:
+            entry["create_time"] = psutil.Process(state.pid).create_time()
+        except psutil.Error:
+            entry["running"] = False
+    port = meta.get("port")
+    if entry["running"] and port not in (None, ""):
+        reply = get("http://%s:%s/health" % (health_host, port), health_timeout)
+        entry.update(health=reply.describe(), healthy=reply.status == 200)
+    return entry
+
+
+def _container_record(path: str) -> t.Optional[t.Dict[str, t.Any]]:
+    try:
+        with open(path, "r", encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("mode") == "container" and "pid" not in data else None
 
 
 def _systemd_record(path: str) -> t.Optional[t.Dict[str, t.Any]]:

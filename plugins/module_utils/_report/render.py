@@ -172,8 +172,11 @@ def _servers_html(host: t.Mapping[str, t.Any]) -> str:
         return '<p class="servers">No server managed by the role here.</p>' if host["status"] == "ok" else ""
     rows = []
     for server in host["servers"]:
+        box = server.get("container")
         if server["unit"]:
             state = "systemd unit %s" % server["unit"]
+        elif box:
+            state = "%s in %s container %s" % ("running" if server["running"] else "NOT RUNNING", box["runtime"], box["name"] or (box["id"] or "")[:12])
         elif server["running"]:
             state = "running"
         else:

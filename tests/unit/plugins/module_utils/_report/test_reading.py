@@ -10,6 +10,7 @@ import types
 import pytest
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import process_table as _process_table
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import CliAnswer
 from ansible_collections.gpuops.fleet.plugins.module_utils._report import reading
 from ansible_collections.gpuops.fleet.plugins.module_utils._http.request import Reply
 from ansible_collections.gpuops.fleet.tests.unit.plugins.fake_psutil import FakeClock, FakePsutil, host_rows, ME, Row, vllm_server
@@ -88,3 +89,41 @@ def test_bad_options_fail_before_reading(params, words):
 
     result, _warnings, failed = reading.run_reading(params, None, None, never)
     assert failed and words in result["msg"]
+
+
+CONTAINER_ID = "a4c35aa0d77e36f95e22ad209320eb32b4dfb9d02474ad9a4bf326b656c9dbc6"
+
+
+def test_a_container_records_server_is_read_through_its_runtime(tmp_path, monkeypatch):
+    """The container mode's record names a container: podman's inspect gives its main process (1000), whose /health is asked."""
+    psutil = FakePsutil(host_rows() + [Row(1000, 1, "python3", ["vllm", "serve"], create_time=1000.0)], FakeClock())
+    record = {"mode": "container", "runtime": "podman", "container_id": CONTAINER_ID, "container_name": "gpuops-vllm-8000",
+              "image": "vllm/vllm-openai:v0.11.0", "config_hash": "c", "argv": ["vllm", "serve", "--api-key", "k"],
+              "metadata": {"name": "vllm-8000", "port": 8000, "gpus": [0, 1], "model": "m"}}
+    (tmp_path / "vllm-8000.json").write_text(json.dumps(record))
+    inspected = json.dumps([{"Id": CONTAINER_ID, "Name": "gpuops-vllm-8000", "State": {"Running": True, "Pid": 1000}}])
+    ran = []
+
+    def run(argv, timeout):
+        ran.append(list(argv))
+        return CliAnswer(0, inspected) if argv[-1] == CONTAINER_ID else CliAnswer(125, "")
+
+    def get(url, timeout):
+        return Reply(200, "", None)
+
+    def entry():
+        return dict(reading.EMPTY_SERVER, name="vllm-8000", record="r")
+
+    found = reading._container_server(entry(), record, psutil, "127.0.0.1", 2.0, get, run, lambda name: "/usr/bin/" + name)
+    assert (found["running"], found["pid"], found["create_time"], found["health"], found["error"]) == (True, 1000, 1000.0, "HTTP 200", None)
+    assert found["container"] == {"runtime": "podman", "id": CONTAINER_ID, "name": "gpuops-vllm-8000", "image": "vllm/vllm-openai:v0.11.0"}
+    assert found["argv"] == ["vllm", "serve", "--api-key", "********"] and ran[0][:2] == ["/usr/bin/podman", "inspect"]
+    stopped = reading._container_server(entry(), dict(record, container_id="b" * 64), psutil, "127.0.0.1", 2.0, get, run,
+                                        lambda name: "/usr/bin/" + name)
+    assert stopped["running"] is False and stopped["pid"] is None and stopped["health"] is None
+    missing = reading._container_server(entry(), record, psutil, "127.0.0.1", 2.0, get, run, lambda name: None)
+    assert missing["running"] is False and missing["error"] == "container gpuops-vllm-8000: no podman command here to ask about it"
+    # read_servers finds it among the records (no runtime is asked here: none is found)
+    monkeypatch.setattr(reading.shutil, "which", lambda name: None)
+    (listed,) = reading.read_servers(str(tmp_path), psutil, "127.0.0.1", 1.0, get)
+    assert listed["container"]["id"] == CONTAINER_ID and listed["error"].startswith("container gpuops-vllm-8000: no podman command")
