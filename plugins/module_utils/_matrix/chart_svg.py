@@ -27,6 +27,8 @@ PALETTE = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f
 HEIGHT = 260
 TOP, BOTTOM, LEFT, RIGHT = 24, 56, 58, 12
 BAR, GAP = 26, 22
+CHAR = 6.5  # the width of a character of the 11px labels, about
+LABEL_CHARS = 28  # a group's label longer than this is cut (it is whole in each bar's tooltip and in the tables)
 LEGEND = 140  # the width of one entry of the legend (a name of up to 18 characters)
 
 
@@ -74,7 +76,9 @@ def bar_chart(groups: t.Sequence[Group], unit: str, title: str, chart_id: str) -
     values = [v for _l, bars in groups for bar in bars for v in (bar.value, bar.high) if v is not None and not math.isnan(v)]
     ticks = nice_ticks(max(values) if values else 0.0)
     top = ticks[-1]
-    per_group = max([len(bars) for _l, bars in groups] + [1]) * BAR + GAP
+    longest = max([len(label) for label, _b in groups] + [0])
+    per_group = max(max([len(bars) for _l, bars in groups] + [1]) * BAR + GAP, min(longest, LABEL_CHARS) * CHAR + 10)
+    fits = max(4, int((per_group - 6) // CHAR))
     width = max(LEFT + RIGHT + max(1, len(groups)) * per_group, 360)
     columns = max(1, (width - LEFT) // LEGEND)
     legend_rows = int(math.ceil(len(series) / float(columns))) if len(series) > 1 else 0
@@ -122,7 +126,7 @@ def bar_chart(groups: t.Sequence[Group], unit: str, title: str, chart_id: str) -
                     mid, TOP + plot - 3))
             out.append("</g>")
         out.append('<text class="group" x="%.1f" y="%d" text-anchor="middle" font-size="11" fill="#222">%s</text>' % (
-            centre, TOP + plot + 14, esc(label if len(label) <= 24 else label[:23] + "\u2026")))
+            centre, TOP + plot + 14, esc(label if len(label) <= fits else label[:fits - 1] + "\u2026")))
     out.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="#888"/>' % (LEFT, width - RIGHT, TOP + plot, TOP + plot))
     for i, name in enumerate(series if legend_rows else []):
         lx, ly = LEFT + (i % columns) * LEGEND, HEIGHT - 20 + (i // columns) * 16
