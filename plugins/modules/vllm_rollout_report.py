@@ -25,7 +25,7 @@ description:
     print) - the outcome and its reason; per gated batch, each host's baseline against canary for decode tok/s per stream and median
     TTFT as inline SVG charts with the min - max over the repeats, and every metric's figures and verdict in a table; the TTFT, ITL
     and TPOT percentiles (p50, p90, p99) of each side; the workload (kind, file, short hash, prompt and output lengths) when the
-    measurements name one, and TTFT per turn, the client's schedule slip (with a warning when its p99 is large: the client, not the
+    measurements name one, and TTFT per turn, the client's schedule slip (with a warning when its p99 is large - the client, not the
     server, was late) and the server's prefix cache when they carry them; the rollbacks and what runs where.
 author:
   - gpuops maintainers (@gpuops)
@@ -126,7 +126,7 @@ settings:
   returned: always
   type: dict
 files:
-  description: The files this step writes.
+  description: The files this step writes; with O(step=final), C(report.html) among them.
   returned: always
   type: list
   elements: str

@@ -144,3 +144,27 @@ def dump_dom(page: Path, *flags: str) -> t.Tuple[Node, str, str]:
 
 def console_errors(stderr: str) -> t.List[str]:
     return [line for line in stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line or "Content Security Policy" in line]
+
+
+def assert_self_contained(page: Path) -> None:
+    """The page names nothing outside itself, has no script, and its own policy forbids any script: a copy of it with a
+    script added renders with the script blocked (the page as a reader with scripts off sees it)."""
+    text = page.read_text(encoding="utf-8")
+    assert "http://" not in text and "https://" not in text and "<script" not in text and " src=" not in text
+    copy = page.with_name(page.stem + ".with-script.html")
+    copy.write_text(text.replace("</body>", "<script>document.title='script ran'</script></body>"), encoding="utf-8")
+    try:
+        dom, _raw, stderr = dump_dom(copy)
+    finally:
+        copy.unlink()
+    assert "Content Security Policy" in stderr and dom.find("title").text() != "script ran"
+
+
+def numbers(row: "Node") -> t.List[t.Optional[float]]:
+    """The exact figure (data-value) of each numeric cell of a table row, None for N/A."""
+    return [float(td.attrs["data-value"]) if td.attrs.get("data-value") else None for td in row.find_all("td", class_="num")]
+
+
+def chart_points(dom: "Node", chart_id: str) -> t.List["Node"]:
+    """Each point (one bar, or n/a) of an inline SVG chart of the page, in order."""
+    return dom.find("svg", id=chart_id).find_all("g", class_="point")

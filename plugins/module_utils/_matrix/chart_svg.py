@@ -69,8 +69,8 @@ def _series(groups: t.Sequence[Group]) -> t.List[str]:
 
 
 def bar_chart(groups: t.Sequence[Group], unit: str, title: str, chart_id: str) -> str:
-    """The chart as a ``<figure>``: ``title`` as its caption, then the ``<svg>`` (a legend of the series under it when
-    there are several), scaled down to the page's width."""
+    """The chart as a ``<figure>``: ``title`` as its caption, then the ``<svg>`` with a legend of the series under it,
+    scaled down to the page's width."""
     series = _series(groups)
     colour = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(series)}
     values = [v for _l, bars in groups for bar in bars for v in (bar.value, bar.high) if v is not None and not math.isnan(v)]
@@ -81,7 +81,7 @@ def bar_chart(groups: t.Sequence[Group], unit: str, title: str, chart_id: str) -
     fits = max(4, int((per_group - 6) // CHAR))
     width = max(LEFT + RIGHT + max(1, len(groups)) * per_group, 360)
     columns = max(1, (width - LEFT) // LEGEND)
-    legend_rows = int(math.ceil(len(series) / float(columns))) if len(series) > 1 else 0
+    legend_rows = int(math.ceil(len(series) / float(columns)))
     height = HEIGHT + legend_rows * 16
     plot = HEIGHT - TOP - BOTTOM
 
