@@ -64,7 +64,7 @@ def figure(value: float) -> str:
 def _series(groups: t.Sequence[Group]) -> t.List[str]:
     names: t.List[str] = []
     for _label, bars in groups:
-        names += [bar.series for bar in bars if bar.series not in names]
+        names += [item.series for item in bars if item.series not in names]
     return names
 
 
@@ -73,7 +73,7 @@ def bar_chart(groups: t.Sequence[Group], unit: str, title: str, chart_id: str) -
     scaled down to the page's width."""
     series = _series(groups)
     colour = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(series)}
-    values = [v for _l, bars in groups for bar in bars for v in (bar.value, bar.high) if v is not None and not math.isnan(v)]
+    values = [v for _l, bars in groups for item in bars for v in (item.value, item.high) if v is not None and not math.isnan(v)]
     ticks = nice_ticks(max(values) if values else 0.0)
     top = ticks[-1]
     longest = max([len(label) for label, _b in groups] + [0])
@@ -88,10 +88,10 @@ def bar_chart(groups: t.Sequence[Group], unit: str, title: str, chart_id: str) -
     def y(value: float) -> float:
         return TOP + plot - (plot * max(0.0, value) / top if top else 0.0)
 
+    svg_id = esc(chart_id)
     out = ['<figure class="chart"><figcaption>%s</figcaption>' % esc(title),
-           '<svg class="chart" id="%s" role="img" viewBox="0 0 %d %d" width="%d" height="%d" '
-           'aria-labelledby="%s-title"><title id="%s-title">%s</title>' % (esc(chart_id), width, height, width, height, esc(chart_id),
-                                                                            esc(chart_id), esc(title))]
+           '<svg class="chart" id="%s" role="img" viewBox="0 0 %d %d" width="%d" height="%d" aria-labelledby="%s-title">'
+           '<title id="%s-title">%s</title>' % (svg_id, width, height, width, height, svg_id, svg_id, esc(title))]
     for tick in ticks:
         out.append('<line class="grid" x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#e4e4ea"/>'
                    '<text class="tick" x="%d" y="%.1f" text-anchor="end" font-size="10" fill="#555">%s</text>' % (
@@ -101,24 +101,24 @@ def bar_chart(groups: t.Sequence[Group], unit: str, title: str, chart_id: str) -
     for g, (label, bars) in enumerate(groups):
         x0 = LEFT + g * per_group + GAP / 2.0
         centre = x0 + len(bars) * BAR / 2.0
-        for b, bar in enumerate(bars):
+        for b, item in enumerate(bars):
             x = x0 + b * BAR
             mid = x + BAR / 2.0
-            known = bar.value is not None and not math.isnan(bar.value)
-            value = float(bar.value) if bar.value is not None and known else 0.0
-            tip = "%s, %s: %s %s" % (label, bar.series, figure(value) if known else "n/a", unit)
-            if known and bar.low is not None and bar.high is not None:
-                tip += " (%s - %s)" % (figure(bar.low), figure(bar.high))
+            known = item.value is not None and not math.isnan(item.value)
+            value = float(item.value) if item.value is not None and known else 0.0
+            tip = "%s, %s: %s %s" % (label, item.series, figure(value) if known else "n/a", unit)
+            if known and item.low is not None and item.high is not None:
+                tip += " (%s - %s)" % (figure(item.low), figure(item.high))
             out.append('<g class="point" data-group="%s" data-series="%s" data-value="%s"><title>%s</title>' % (
-                esc(label), esc(bar.series), esc(repr(value) if known else ""), esc(tip)))
+                esc(label), esc(item.series), esc(repr(value) if known else ""), esc(tip)))
             if known:
                 out.append('<rect class="bar" x="%.1f" y="%.1f" width="%d" height="%.1f" fill="%s"/>' % (
-                    x + 2, y(value), BAR - 4, TOP + plot - y(value), colour[bar.series]))
+                    x + 2, y(value), BAR - 4, TOP + plot - y(value), colour[item.series]))
                 label_y = y(value) - 3
-                if bar.low is not None and bar.high is not None:
+                if item.low is not None and item.high is not None:
                     out.append('<path class="whisker" d="M%.1f %.1fV%.1fM%.1f %.1fH%.1fM%.1f %.1fH%.1f" stroke="#222" fill="none"/>' % (
-                        mid, y(bar.low), y(bar.high), mid - 4, y(bar.low), mid + 4, mid - 4, y(bar.high), mid + 4))
-                    label_y = min(label_y, y(bar.high) - 3)
+                        mid, y(item.low), y(item.high), mid - 4, y(item.low), mid + 4, mid - 4, y(item.high), mid + 4))
+                    label_y = min(label_y, y(item.high) - 3)
                 out.append('<text class="value" x="%.1f" y="%.1f" text-anchor="middle" font-size="9" fill="#222">%s</text>' % (
                     mid, label_y, esc(figure(value))))
             else:

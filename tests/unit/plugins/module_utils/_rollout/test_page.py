@@ -12,7 +12,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.modules.vllm_rollout_report import build_report
 from ansible_collections.gpuops.fleet.tests.unit.plugins.module_utils._matrix.test_page import (
-    CACHE, EVIL, PER_TURN, SLIP, WORKLOAD, Tags, assert_self_contained, points)
+    CACHE, PER_TURN, SLIP, WORKLOAD, Tags, assert_self_contained, points)
 
 SETTINGS = {"threshold_pct": 3, "ttft_threshold_pct": 10, "serial": 1, "repeats": 3}
 HOST = "n1<i>\"'&"  # a host name with every character HTML cares about (no slash: it names a file)
