@@ -15,10 +15,25 @@ description:
     C(raw/*.json), one file per host x configuration x round, failed ones included."
   - "O(step=report) writes C(results.csv) (one row per measurement), C(summary.md) (per host and for the fleet: each
     configuration's median decode tok/s with its min and max, the change against the baseline, median TPOT, the run-to-run
-    spread; the winner and whether its margin is larger than the spread; the failures), C(report.json) (the same figures) and
-    C(chart.png) (when matplotlib is importable by the controller's Python; the summary says why not otherwise)."
-  - O(step=left_running) adds what each server was left running (O(left_running), kept in C(left_running.json)) to C(summary.md)
-    and C(report.json); a host missing from it is named as not reached.
+    spread; the winner and whether its margin is larger than the spread; the failures), C(report.json) (the same figures),
+    C(report.html) (below) and C(chart.png) (when matplotlib is importable by the controller's Python; the summary says why
+    not otherwise)."
+  - C(report.html) is one self-contained page (no script, nothing fetched - no CDN, font or external image - and every value
+    escaped; readable with scripts off and in print) - the winner; decode tok/s per configuration and host with the min - max
+    over the rounds as an inline SVG chart, and every figure of the summary in tables (per configuration for the fleet, and
+    per host); TTFT and ITL percentiles (p50, p90, p99) per configuration as charts, with TPOT's, in a table; the failures and
+    what each server was left running.
+  - "Sections that appear only when the measurements carry them (in their summary or their benchmark result): C(workload)
+    (its kind, file, the first 12 digits of its sha256, and the prompt and output lengths' min, p50, p90 and max); C(per_turn)
+    (TTFT per turn of a session workload, chart and table, with the cached tokens); C(schedule_slip_ms) (how late the client
+    sent a replayed trace's requests, with a warning when the p99 is more than 10 ms - the client, not the server, was late);
+    C(prefix_cache) (the server's prefix cache queries, hits and hit rate)."
+  - "C(report.json) has, per configuration (per host and for the fleet), beside the figures of the summary: C(latency)
+    (C(ttft_ms), C(itl_ms), C(tpot_ms), each C(p50), C(p90), C(p99): the median over the repeats), and C(per_turn),
+    C(schedule_slip_ms) (the largest over the measurements) and C(prefix_cache) (summed), V(null) when no measurement has them;
+    and C(workloads), each distinct workload the measurements name."
+  - O(step=left_running) adds what each server was left running (O(left_running), kept in C(left_running.json)) to C(summary.md),
+    C(report.json) and C(report.html); a host missing from it is named as not reached.
   - Figures follow C(vllm bench serve) - TPOT of a request is (E2EL - TTFT) / (output tokens - 1), decode tok/s is
     1000 / median TPOT, one stream's decode rate. A failed measurement is left out of every median, and a configuration with a
     failed measurement cannot win. The configuration to leave running is the fleet's winner (the plan's C(leave=best)), the
@@ -61,7 +76,7 @@ seealso:
 """
 
 EXAMPLES = r"""
-- name: Write the CSV, the Markdown summary, report.json and the chart
+- name: Write the CSV, the Markdown summary, report.json, report.html and the chart
   gpuops.fleet.vllm_benchmark_report:
     path: /srv/benchmarks/20260101T000000Z
   register: matrix_report
@@ -137,6 +152,10 @@ failures:
   returned: always
   type: list
   elements: dict
+page:
+  description: Path of C(report.html), the report as one self-contained page.
+  returned: always
+  type: str
 chart:
   description: C(chart.png), or V(null) when it was skipped.
   returned: always

@@ -18,9 +18,15 @@ description:
     than the threshold (percent of the baseline) AND by more than the larger side's spread. Gated are decode tok/s per stream
     and median TTFT (whose rise must also exceed C(ttft_floor_ms)); thresholds in O(settings); p99 TTFT is reported only. A host in O(failures) (it did not
     come up, or a side could not be measured) fails the batch too. RV(halt) says whether the rollout must stop.
-  - V(final) writes C(report.json), C(summary.md), C(summary.txt) (the one-screen summary) and C(chart.png) (skipped with a note without matplotlib) from the
-    batches' verdicts, O(fleet) (what each host runs at the end), O(rollbacks) and O(outcome), and returns RV(screen), the
-    one-screen summary.
+  - V(final) writes C(report.json), C(summary.md), C(summary.txt) (the one-screen summary), C(report.html) and C(chart.png) (skipped
+    with a note without matplotlib) from the batches' verdicts, O(fleet) (what each host runs at the end), O(rollbacks) and O(outcome),
+    and returns RV(screen), the one-screen summary.
+  - C(report.html) is one self-contained page (no script, nothing fetched, every value escaped; readable with scripts off and in
+    print) - the outcome and its reason; per gated batch, each host's baseline against canary for decode tok/s per stream and median
+    TTFT as inline SVG charts with the min - max over the repeats, and every metric's figures and verdict in a table; the TTFT, ITL
+    and TPOT percentiles (p50, p90, p99) of each side; the workload (kind, file, short hash, prompt and output lengths) when the
+    measurements name one, and TTFT per turn, the client's schedule slip (with a warning when its p99 is large - the client, not the
+    server, was late) and the server's prefix cache when they carry them; the rollbacks and what runs where.
 author:
   - gpuops maintainers (@gpuops)
 attributes:
@@ -120,7 +126,7 @@ settings:
   returned: always
   type: dict
 files:
-  description: The files this step writes.
+  description: The files this step writes; with O(step=final), C(report.html) among them.
   returned: always
   type: list
   elements: str
@@ -142,6 +148,7 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import failure, finish
+from ansible_collections.gpuops.fleet.plugins.module_utils._rollout import page as rollout_page
 from ansible_collections.gpuops.fleet.plugins.module_utils._rollout import report as rollout_report
 from ansible_collections.gpuops.fleet.plugins.module_utils._rollout.decision import RolloutError, check_settings
 
@@ -190,6 +197,7 @@ def build_report(params: t.Mapping[str, t.Any], check_mode: bool) -> t.Dict[str,
     contents: t.Dict[str, t.Union[str, bytes]] = {"report.json": json.dumps(report, indent=2, sort_keys=True) + "\n", "summary.md": summary}
     if png:
         contents["chart.png"] = png
+    contents[rollout_page.PAGE] = rollout_page.render_page(report)
     lines = rollout_report.screen(report)
     contents["summary.txt"] = "\n".join(lines) + "\n"
     for name, content in contents.items():

@@ -25,8 +25,10 @@ from ansible_run import flat, REPO, RESTART, run_playbook
 from gpusim.api import pid_alive
 from inventories import role_host_vars, write_role_inventory
 from readings import server_pid
+from report_fleet import assert_self_contained, chart_points, chromium, console_errors, dump_dom, numbers
 
 MATRIX = REPO / "playbooks" / "benchmark_matrix.yml"
+BUILD = REPO / "build" / "benchmark-report"
 PACE = {"baseline": 47.3, "LL": 57.6, "LL128": 45.5}
 # the client times one stream's decode to well under 1% on an idle machine; 4% survives a loaded 2-core one
 TOLERANCE = 0.04
@@ -85,6 +87,48 @@ def markdown_tables(text: str) -> t.Dict[str, t.Dict[str, t.List[str]]]:
 
 def csv_median(rows: t.Sequence[t.Dict[str, str]], column: str) -> float:
     return statistics.median(float(r[column]) for r in rows)
+
+
+def assert_page_as_seen(results: Path, hosts: t.Sequence[str], names: t.Sequence[str]) -> None:
+    """report.html, rendered by chromium as a person would read it (its own policy forbids every script): each
+    configuration's row with the figures of report.json, and one point of the decode chart per configuration x host,
+    a bar whose height is to scale and whose label is the host's median."""
+    page = results / "report.html"
+    assert_self_contained(page)
+    dom, _raw, stderr = dump_dom(page)
+    assert not console_errors(stderr), console_errors(stderr)
+    report = json.loads((results / "report.json").read_text())
+    keys = ("decode_tok_s", "decode_tok_s_min", "decode_tok_s_max", "change_decode_pct", "median_tpot_ms", "change_tpot_pct", "spread_tok_s")
+    fleet_rows = dom.find("table", id="decode-table").find_all("tr", class_="ok") + dom.find("table", id="decode-table").find_all("tr", class_="failed")
+    assert sorted(tr.attrs["data-config"] for tr in fleet_rows) == sorted(names)
+    for tr in fleet_rows:
+        name = tr.attrs["data-config"]
+        assert tr.find("td").text() == name + (" (baseline)" if name == report["baseline"] else "")
+        assert numbers(tr) == [report["fleet"][name][key] for key in keys], name
+        shown = [td.text() for td in tr.find_all("td", class_="num")]
+        assert shown[0] == ("N/A" if report["fleet"][name]["decode_tok_s"] is None else "%.2f" % report["fleet"][name]["decode_tok_s"])
+    host_rows = [tr for tr in dom.find("table", id="host-table").find_all("tr") if "data-host" in tr.attrs]
+    assert [(tr.attrs["data-host"], tr.attrs["data-config"]) for tr in host_rows] == [(h, n) for h in hosts for n in names]
+    for tr in host_rows:
+        assert numbers(tr) == [report["per_host"][tr.attrs["data-host"]]["configs"][tr.attrs["data-config"]][key] for key in keys]
+    points = chart_points(dom, "decode-chart")
+    assert [(p.attrs["data-group"], p.attrs["data-series"]) for p in points] == [(n, h) for n in names for h in hosts]
+    scale = set()
+    for point in points:
+        value = report["per_host"][point.attrs["data-series"]]["configs"][point.attrs["data-group"]]["decode_tok_s"]
+        if value is None:
+            assert not point.find_all("rect") and point.find("text", class_="value").text() == "n/a"
+            continue
+        assert point.find("text", class_="value").text() == "%.1f" % value
+        scale.add(round(float(point.find("rect", class_="bar").attrs["height"]) / value, 2))
+    assert len(scale) == 1 and scale.pop() > 0  # every bar's height is its value times one scale
+    assert [p.attrs["data-series"] for p in chart_points(dom, "ttft-chart")] == ["p50", "p90", "p99"] * len(names)
+    for optional in ("workload", "per-turn", "slip", "prefix-cache"):  # the synthetic load carries none of them
+        assert not dom.find_all("section", id=optional)
+    BUILD.mkdir(parents=True, exist_ok=True)
+    shot = BUILD / "benchmark-matrix.png"
+    proc, _wall = chromium(page, "--screenshot=%s" % shot, "--window-size=1200,2400", "--hide-scrollbars")
+    assert proc.returncode == 0 and shot.stat().st_size > 10000, proc.stderr[-2000:]
 
 
 @pytest.mark.timeout(1500)
@@ -164,6 +208,7 @@ def test_matrix_on_two_hosts_ll_wins_crash_is_reported_best_is_left_running(flee
         assert (pace["nccl_proto"], pace["source"], pace["tokens_per_s"]) == ("LL", "NCCL_PROTO", 57.6)
         assert_runs(node, pid, [0, 1])
     assert "- gpu-node-01: runs **LL**" in summary
+    assert_page_as_seen(results, ["gpu-node-01", "gpu-node-02"], names)
 
 
 @pytest.mark.timeout(900)
@@ -181,6 +226,9 @@ def test_matrix_leaves_the_baseline_and_a_null_removes_an_inventory_variable(fle
     summary = (results / "summary.md").read_text()
     assert "Winner: **LL**" in summary and "spread is unknown (one round)" in summary
     assert "Configuration to leave running: **unset** (vllm_benchmark_leave=baseline)" in summary
+    assert_page_as_seen(results, [node.name], ["unset", "LL"])
+    left_row = dump_dom(results / "report.html")[0].find("table", id="left-table").find("tr", data_host=node.name)
+    assert left_row.attrs["data-status"] == "ok" and "PID %d" % server_pid(node) in left_row.text()
     pid = server_pid(node)
     assert pid != int(cells["LL"]["server"]["pid"])  # LL ran last: leaving the baseline restarted it
     assert "NCCL_PROTO" not in psutil.Process(pid).environ()

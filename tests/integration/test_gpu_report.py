@@ -10,7 +10,6 @@ import base64
 import contextlib
 import csv
 import hashlib
-import html.parser
 import json
 import os
 import re
@@ -23,7 +22,7 @@ import pytest
 
 from gpusim.api import pid_alive, wait_for
 from fake_container import in_cgroup, podman_cgroup, write_fake_podman
-from report_fleet import chromium, chromium_binary, synthetic_results
+from report_fleet import chromium, chromium_binary, console_errors, dump_dom, synthetic_results
 from ansible_run import flat, REPO, run_playbook
 from inventories import role_host_vars, write_role_inventory
 from simhost import free_port
@@ -56,78 +55,6 @@ seen[f].checked=document.getElementById(f).checked;});document.documentElement.s
 @pytest.fixture(autouse=True)
 def browser():
     assert chromium_binary() is not None, "chromium is not installed: `make integration` installs Debian's chromium (make browser)"
-
-
-class Node:
-    def __init__(self, tag: str, attrs: t.Dict[str, t.Optional[str]], parent: t.Optional["Node"]) -> None:
-        self.tag, self.attrs, self.parent, self.children, self.parts = tag, attrs, parent, [], []
-
-    def text(self) -> str:
-        return " ".join("".join(self.parts_all()).split())
-
-    def parts_all(self) -> t.Iterator[str]:
-        for part in self.parts:
-            yield from ([part] if isinstance(part, str) else part.parts_all())
-
-    def iter(self) -> t.Iterator["Node"]:
-        for child in self.children:
-            yield child
-            yield from child.iter()
-
-    def find_all(self, tag: str, **attrs: str) -> t.List["Node"]:
-        def ok(node: "Node") -> bool:
-            if node.tag != tag:
-                return False
-            for key, value in attrs.items():
-                key = key.rstrip("_").replace("_", "-")
-                have = node.attrs.get(key)
-                if key == "class" and value not in (have or "").split() or key != "class" and have != value:
-                    return False
-            return True
-        return [node for node in self.iter() if ok(node)]
-
-    def find(self, tag: str, **attrs: str) -> "Node":
-        found = self.find_all(tag, **attrs)
-        assert found, "no <%s %s>" % (tag, attrs)
-        return found[0]
-
-
-class Dom(html.parser.HTMLParser):
-    """The DOM chromium dumped, as a small tree (no third-party parser needed)."""
-    VOID = {"meta", "br", "img", "input", "col", "link", "hr"}
-
-    def __init__(self, text: str) -> None:
-        super().__init__(convert_charrefs=True)
-        self.root = Node("#root", {}, None)
-        self.cur = self.root
-        self.feed(text)
-
-    def handle_starttag(self, tag, attrs):
-        node = Node(tag, dict(attrs), self.cur)
-        self.cur.children.append(node)
-        self.cur.parts.append(node)
-        if tag not in self.VOID:
-            self.cur = node
-
-    def handle_endtag(self, tag):
-        node = self.cur
-        while node is not self.root and node.tag != tag:
-            node = node.parent
-        if node is not self.root:
-            self.cur = node.parent
-
-    def handle_data(self, data):
-        self.cur.parts.append(data)
-
-
-def dump_dom(page: Path, *flags: str) -> t.Tuple[Node, str, str]:
-    proc, _wall = chromium(page, "--enable-logging=stderr", "--v=0", *flags, "--dump-dom")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return Dom(proc.stdout).root, proc.stdout, proc.stderr
-
-
-def console_errors(stderr: str) -> t.List[str]:
-    return [line for line in stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line or "Content Security Policy" in line]
 
 
 def raw_page(page: Path) -> str:

@@ -26,6 +26,7 @@ from gpusim.api import free_port, pid_alive, starttime
 from ansible_run import flat, REPO, RESTART, run_playbook, start_playbook
 from inventories import role_host_vars, write_role_inventory
 from readings import assert_server_owns_gpus, environ, health, server_pid
+from report_fleet import assert_self_contained, chart_points, console_errors, dump_dom, numbers
 from simhost import SimHost
 
 ROLLOUT = REPO / "playbooks" / "rollout_vllm.yml"
@@ -132,6 +133,39 @@ def report(run: Path) -> t.Dict[str, t.Any]:
     return json.loads((run / "results" / "report.json").read_text())
 
 
+def dom_rollbacks(run: Path) -> t.List[t.Tuple[str, str]]:
+    """(host, status) of each row of the page's rollback table."""
+    table = dump_dom(run / "results" / "report.html")[0].find("table", id="rollback-table")
+    return [(tr.attrs["data-host"], tr.attrs["data-status"]) for tr in table.find_all("tr") if "data-host" in tr.attrs]
+
+
+def assert_page_as_seen(run: Path) -> None:
+    """report.html, rendered by chromium (its own policy forbids every script): the outcome, and per gated host the
+    baseline and the canary of each gated metric, in the chart and the table, with the figures of report.json."""
+    page = run / "results" / "report.html"
+    assert_self_contained(page)
+    dom, _raw, stderr = dump_dom(page)
+    assert not console_errors(stderr), console_errors(stderr)
+    data = report(run)
+    outcome = dom.find("p", id="outcome")
+    assert outcome.attrs["data-status"] == data["outcome"]["status"]
+    assert outcome.text() == "ROLLOUT %s: %s" % (data["outcome"]["status"].upper(), " ".join(data["outcome"]["reason"].split()))
+    for verdict in data["batches"]:
+        table = dom.find("table", id="gate-table-%s" % verdict["batch"])
+        for host in verdict["hosts"]:
+            for metric in host["metrics"]:
+                tr = table.find("tr", data_host=host["host"], data_metric=metric["metric"])
+                assert numbers(tr) == [metric["baseline"], metric["canary"], metric["change_pct"], metric["spread"], metric["threshold_pct"]]
+                assert tr.find_all("td")[-1].text() == " ".join(metric["verdict"].split())
+                if metric["metric"] in ("decode_tok_s", "median_ttft_ms"):
+                    points = [p for p in chart_points(dom, "gate-%s-%s" % (verdict["batch"], metric["metric"]))
+                              if p.attrs["data-group"] == host["host"]]
+                    assert [(p.attrs["data-series"], float(p.attrs["data-value"])) for p in points] == [
+                        ("baseline", metric["baseline"]), ("canary", metric["canary"])]
+    assert [tr.attrs["data-host"] for tr in dom.find("table", id="fleet-table").find_all("tr") if "data-host" in tr.attrs] == [
+        e["host"] for e in data["fleet"]]
+
+
 def test_bad_inputs_fail_before_anything_changes(make_fleet, tmp_path):
     # the canary and a host of a later batch: neither may change
     sim = make_fleet(2)
@@ -195,6 +229,8 @@ def test_ll128_canary_is_rolled_back_and_the_fleet_untouched(make_fleet, tmp_pat
     assert {e["host"]: e["runs"] for e in data["fleet"]} == dict.fromkeys(sim.names, "good")
     assert len(data["batches"]) == 1
     assert (tmp_path / "results" / "chart.png").read_bytes()[:4] == b"\x89PNG"
+    assert_page_as_seen(tmp_path)
+    assert dom_rollbacks(tmp_path) == [("gpu-node-01", "ok")]
 
 
 def test_canary_that_crashes_at_start_is_rolled_back(make_fleet, tmp_path):

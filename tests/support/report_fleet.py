@@ -3,11 +3,13 @@
 """Generated fleet facts for the report's size test and bench (no ansible, no simulator), and a headless browser.
 
 synthetic_results(hosts, gpus, holders): (host, registered gpu_report_facts result) pairs shaped like the module's
-output, every GPU held by `holders` processes of a role-managed server. chromium(): Debian's chromium, headless.
+output, every GPU held by `holders` processes of a role-managed server. chromium(): Debian's chromium, headless;
+dump_dom(): the DOM it rendered from a page, as a small tree (Dom, Node).
 """
 
 from __future__ import annotations
 
+import html.parser
 import shutil
 import subprocess
 import tempfile
@@ -70,3 +72,99 @@ def chromium(page: Path, *args: str, timeout: int = 120) -> t.Tuple[subprocess.C
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
                               start_new_session=True)
         return proc, time.monotonic() - start
+
+
+class Node:
+    def __init__(self, tag: str, attrs: t.Dict[str, t.Optional[str]], parent: t.Optional["Node"]) -> None:
+        self.tag, self.attrs, self.parent, self.children, self.parts = tag, attrs, parent, [], []
+
+    def text(self) -> str:
+        return " ".join("".join(self.parts_all()).split())
+
+    def parts_all(self) -> t.Iterator[str]:
+        for part in self.parts:
+            yield from ([part] if isinstance(part, str) else part.parts_all())
+
+    def iter(self) -> t.Iterator["Node"]:
+        for child in self.children:
+            yield child
+            yield from child.iter()
+
+    def find_all(self, tag: str, **attrs: str) -> t.List["Node"]:
+        def ok(node: "Node") -> bool:
+            if node.tag != tag:
+                return False
+            for key, value in attrs.items():
+                key = key.rstrip("_").replace("_", "-")
+                have = node.attrs.get(key)
+                if key == "class" and value not in (have or "").split() or key != "class" and have != value:
+                    return False
+            return True
+        return [node for node in self.iter() if ok(node)]
+
+    def find(self, tag: str, **attrs: str) -> "Node":
+        found = self.find_all(tag, **attrs)
+        assert found, "no <%s %s>" % (tag, attrs)
+        return found[0]
+
+
+class Dom(html.parser.HTMLParser):
+    """The DOM chromium dumped, as a small tree (no third-party parser needed)."""
+    VOID = {"meta", "br", "img", "input", "col", "link", "hr"}
+
+    def __init__(self, text: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.root = Node("#root", {}, None)
+        self.cur = self.root
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        node = Node(tag, dict(attrs), self.cur)
+        self.cur.children.append(node)
+        self.cur.parts.append(node)
+        if tag not in self.VOID:
+            self.cur = node
+
+    def handle_endtag(self, tag):
+        node = self.cur
+        while node is not self.root and node.tag != tag:
+            node = node.parent
+        if node is not self.root:
+            self.cur = node.parent
+
+    def handle_data(self, data):
+        self.cur.parts.append(data)
+
+
+def dump_dom(page: Path, *flags: str) -> t.Tuple[Node, str, str]:
+    proc, _wall = chromium(page, "--enable-logging=stderr", "--v=0", *flags, "--dump-dom")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return Dom(proc.stdout).root, proc.stdout, proc.stderr
+
+
+def console_errors(stderr: str) -> t.List[str]:
+    return [line for line in stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line or "Content Security Policy" in line]
+
+
+def assert_self_contained(page: Path) -> None:
+    """The page names nothing outside itself, has no script, and its own policy forbids any script: a copy of it with a
+    script added renders with the script blocked (the page as a reader with scripts off sees it)."""
+    text = page.read_text(encoding="utf-8")
+    assert "http://" not in text and "https://" not in text and "<script" not in text and " src=" not in text
+    copy = page.with_name(page.stem + ".with-script.html")
+    copy.write_text(text.replace("</body>", "<script>document.title='script ran'</script></body>"), encoding="utf-8")
+    try:
+        dom, _raw, stderr = dump_dom(copy)
+    finally:
+        copy.unlink()
+    assert "Content Security Policy" in stderr and dom.find("title").text() != "script ran"
+
+
+def numbers(row: "Node") -> t.List[t.Optional[float]]:
+    """The exact figure (data-value) of each numeric cell of a table row, None for N/A."""
+    return [float(td.attrs["data-value"]) if td.attrs.get("data-value") else None for td in row.find_all("td", class_="num")]
+
+
+def chart_points(dom: "Node", chart_id: str) -> t.List["Node"]:
+    """Each point (one bar, or n/a) of an inline SVG chart of the page, in order."""
+    return dom.find("svg", id=chart_id).find_all("g", class_="point")

@@ -6,7 +6,9 @@
 # files. It stands alone: it imports only the flat files of module_utils, no other package, never a module or a plugin.
 
 """The figures of a benchmark matrix: the measurements of a run folder, their medians per configuration (per host
-and for the fleet), the run-to-run spread, the winner and whether its margin is larger than that spread.
+and for the fleet), the run-to-run spread, the winner and whether its margin is larger than that spread; beside them
+the latency percentiles, and what a workload's results carry (figures per turn of a session, the client's schedule
+slip of a replayed trace, the server's prefix cache).
 
 Figures follow vllm bench serve: TPOT of a request is (E2EL - TTFT) / (output tokens - 1), and decode tok/s is
 1000 / median TPOT, the decode rate of one stream. A failed measurement is left out of every median, and a
@@ -24,6 +26,11 @@ import typing as t
 
 Cell = t.Dict[str, t.Any]
 Report = t.Dict[str, t.Any]
+
+LATENCIES = ("ttft", "itl", "tpot")
+PERCENTILES = ("p50", "p90", "p99")
+TURN_FIGURES = ("mean", "p50", "p90", "p99")
+SLIP_FIGURES = ("mean", "p50", "p90", "p99", "max")
 
 
 def load_cells(run_dir: str) -> t.List[Cell]:
@@ -76,6 +83,93 @@ def stats(cells: t.Sequence[Cell], spread_groups: t.Optional[t.Sequence[t.Sequen
     }
 
 
+def runs_of(cell: Cell) -> t.List[t.Dict[str, t.Any]]:
+    """The repeats of one measurement: its own ``runs`` (a rollout's side), else its benchmark result's."""
+    runs = cell.get("runs") or (cell.get("benchmark") or {}).get("runs") or []
+    return [run for run in runs if isinstance(run, dict)]
+
+
+def result_key(cell: Cell, key: str) -> t.Any:
+    """An optional figure of a measurement (a workload's per_turn, schedule_slip_ms, prefix_cache, workload): from its
+    summary, else its own top level, else its benchmark result's (or that result's first level's); None when none has it."""
+    benchmark = cell.get("benchmark") or {}
+    levels = benchmark.get("sweep") or [{}]
+    for where in (cell.get("summary") or {}, cell, benchmark, levels[0] if isinstance(levels[0], dict) else {}):
+        if isinstance(where, dict) and where.get(key) is not None:
+            return where[key]
+    return None
+
+
+def _median(values: t.Iterable[t.Any]) -> t.Optional[float]:
+    figures = [v for v in (number(value) for value in values) if v is not None]
+    return statistics.median(figures) if figures else None
+
+
+def latency(cells: t.Sequence[Cell]) -> t.Dict[str, t.Dict[str, t.Optional[float]]]:
+    """TTFT, ITL and TPOT percentiles (p50, p90, p99, ms): each the median over the repeats of the measured cells."""
+    runs = [run for c in cells if c.get("status", "ok") == "ok" for run in runs_of(c) if run.get("completed", 1) not in (0, "0")]
+    return {"%s_ms" % name: {p: _median(run.get("%s_%s_ms" % (p, name)) for run in runs) for p in PERCENTILES} for name in LATENCIES}
+
+
+def per_turn(cells: t.Sequence[Cell]) -> t.Optional[t.List[t.Dict[str, t.Any]]]:
+    """Each turn of a session workload: its requests, TTFT figures and cached tokens, each the median over the measured
+    cells; None when no cell has per-turn figures."""
+    turns: t.Dict[int, t.List[t.Dict[str, t.Any]]] = {}
+    for cell in (c for c in cells if c.get("status", "ok") == "ok"):
+        for entry in result_key(cell, "per_turn") or []:
+            turn = number(entry.get("turn")) if isinstance(entry, dict) else None
+            if turn is not None:
+                turns.setdefault(int(turn), []).append(entry)
+    if not turns:
+        return None
+    return [{"turn": turn, "requests": _median(e.get("requests") for e in entries),
+             "ttft_ms": {f: _median((e.get("ttft_ms") or {}).get(f) for e in entries) for f in TURN_FIGURES},
+             "cached_tokens": _median(e.get("cached_tokens") for e in entries), "measurements": len(entries)}
+            for turn, entries in sorted(turns.items())]
+
+
+def schedule_slip(cells: t.Sequence[Cell]) -> t.Optional[t.Dict[str, t.Optional[float]]]:
+    """How late the client sent a replayed trace's requests (ms): each figure the largest over the measured cells (the
+    worst measurement's); None when no cell has one."""
+    slips = [s for s in (result_key(c, "schedule_slip_ms") for c in cells if c.get("status", "ok") == "ok") if isinstance(s, dict)]
+    if not slips:
+        return None
+    out: t.Dict[str, t.Optional[float]] = {}
+    for key in SLIP_FIGURES:
+        values = [v for v in (number(s.get(key)) for s in slips) if v is not None]
+        out[key] = max(values) if values else None
+    return out
+
+
+def prefix_cache(cells: t.Sequence[Cell]) -> t.Optional[t.Dict[str, t.Optional[float]]]:
+    """The server's prefix cache over the measured cells: queries and hits summed, and the hit rate of those sums; None
+    when no cell has the counters."""
+    found = [p for p in (result_key(c, "prefix_cache") for c in cells if c.get("status", "ok") == "ok") if isinstance(p, dict)]
+    if not found:
+        return None
+    queries = sum(number(p.get("queries")) or 0.0 for p in found)
+    hits = sum(number(p.get("hits")) or 0.0 for p in found)
+    return {"queries": queries, "hits": hits, "hit_rate": hits / queries if queries else None}
+
+
+def workloads(cells: t.Sequence[Cell]) -> t.List[t.Dict[str, t.Any]]:
+    """The workloads the cells ran (file workloads: one per distinct file hash), in the order first met."""
+    found: t.List[t.Dict[str, t.Any]] = []
+    for cell in cells:
+        workload = result_key(cell, "workload")
+        if isinstance(workload, dict) and not any(w.get("sha256") == workload.get("sha256") and w.get("kind") == workload.get("kind")
+                                                  for w in found):
+            found.append(workload)
+    return found
+
+
+def extras(cells: t.Sequence[Cell]) -> t.Dict[str, t.Any]:
+    """The figures beyond decode tok/s: latency percentiles, and what a workload's results carry (per_turn,
+    schedule_slip_ms, prefix_cache; None when they carry none)."""
+    return {"latency": latency(cells), "per_turn": per_turn(cells), "schedule_slip_ms": schedule_slip(cells),
+            "prefix_cache": prefix_cache(cells)}
+
+
 def change(value: t.Optional[float], base: t.Optional[float]) -> t.Optional[float]:
     """Percent change of ``value`` from ``base``; None when either is unknown or the base is 0."""
     if value is None or base is None or base == 0:
@@ -125,16 +219,18 @@ def analyse(plan: t.Dict[str, t.Any], cells: t.Sequence[Cell]) -> Report:
     by = {(h, n): [c for c in cells if c.get("host") == h and c.get("config") == n] for h in hosts for n in names}
     per_host: t.Dict[str, t.Any] = {}
     for host in hosts:
-        configs = {n: stats(by[(host, n)]) for n in names}
+        configs = {n: dict(stats(by[(host, n)]), **extras(by[(host, n)])) for n in names}
         _with_changes(configs, names, baseline)
         ran = [n for n in names if configs[n]["runs"] > 0]
         per_host[host] = {"configs": configs,
                           "winner": winner(configs, [n for n in ran if configs[n]["failed"] == 0]),
                           "missing": [n for n in names if configs[n]["runs"] < plan["repeats"]]}
-    fleet = {n: stats([c for h in hosts for c in by[(h, n)]], [by[(h, n)] for h in hosts]) for n in names}
+    fleet = {n: dict(stats([c for h in hosts for c in by[(h, n)]], [by[(h, n)] for h in hosts]),
+                     **extras([c for h in hosts for c in by[(h, n)]])) for n in names}
     _with_changes(fleet, names, baseline)
     best = winner(fleet, [n for n in names if fleet[n]["ok"] > 0 and fleet[n]["failed"] == 0])
     failures = [{key: c.get(key) for key in ("host", "config", "round", "stage", "task", "error", "log_tail", "raw_file")}
                 for c in cells if c.get("status") != "ok"]
     return {"plan": plan, "names": names, "hosts": hosts, "baseline": baseline, "fleet": fleet, "winner": best,
-            "per_host": per_host, "leave": _leave(plan, best, baseline), "failures": failures, "cells": len(cells)}
+            "per_host": per_host, "leave": _leave(plan, best, baseline), "failures": failures, "cells": len(cells),
+            "workloads": workloads(cells)}

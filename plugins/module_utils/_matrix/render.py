@@ -182,7 +182,8 @@ def markdown(report: Report) -> str:
     out += ["", "## Files", "",
             "- `results.csv`: one row per host x configuration x round (%d)" % report["cells"],
             "- `raw/`: each measurement's full record (every repeat's figures, the server it measured)",
-            "- `report.json`: the figures of this summary"]
+            "- `report.json`: the figures of this summary",
+            "- `report.html`: this report as one page, with its charts (open it in a browser)"]
     chart = report.get("chart")
     out.append("- `%s`: median decode tok/s per configuration and host" % chart if chart else "- chart: %s" % report.get("chart_note"))
     out += ["", "## Left running", "",

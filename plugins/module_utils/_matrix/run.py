@@ -9,8 +9,8 @@
 and only when its content changes).
 
 Two steps, as the playbook runs them: V(report) after the measurements (results.csv, summary.md, report.json,
-chart.png), V(left_running) after each server was left running a configuration (left_running.json, and the summary
-and report.json again with it). Writing either again from the same files gives the same files.
+report.html, chart.png), V(left_running) after each server was left running a configuration (left_running.json, and
+the summary, report.json and report.html again with it). Writing either again from the same files gives the same files.
 
 Private to this collection: the API may change without notice.
 """
@@ -22,6 +22,7 @@ import os
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._matrix import analysis
+from ansible_collections.gpuops.fleet.plugins.module_utils._matrix import page
 from ansible_collections.gpuops.fleet.plugins.module_utils._matrix import render
 from ansible_collections.gpuops.fleet.plugins.module_utils._io import write_if_changed
 
@@ -60,7 +61,7 @@ def _check_left(left: t.Any, where: str) -> t.List[t.Dict[str, t.Any]]:
 
 
 def report_step(run_dir: str, check_mode: bool) -> t.Dict[str, t.Any]:
-    """results.csv, chart.png, summary.md and report.json from plan.json and raw/*.json."""
+    """results.csv, chart.png, summary.md, report.json and report.html from plan.json and raw/*.json."""
     plan_file = os.path.join(run_dir, "plan.json")
     plan = _read_json(plan_file, "the plan")
     _check_plan(plan, plan_file)
@@ -75,13 +76,14 @@ def report_step(run_dir: str, check_mode: bool) -> t.Dict[str, t.Any]:
     summary = render.markdown(report)
     files["summary.md"] = summary.encode("utf-8")
     files["report.json"] = _json_bytes(report)
+    files[page.PAGE] = page.render_page(report).encode("utf-8")
     changed = [name for name, content in files.items()
                if write_if_changed(os.path.join(run_dir, name), content, check_mode, prefix=".report.")]
     return {"report": report, "summary_md": summary, "files": sorted(files), "changed_files": changed}
 
 
 def left_running_step(run_dir: str, left: t.Optional[t.List[t.Dict[str, t.Any]]], check_mode: bool) -> t.Dict[str, t.Any]:
-    """left_running.json (from ``left``, else the folder's own), and the summary and report.json with it."""
+    """left_running.json (from ``left``, else the folder's own), and the summary, report.json and report.html with it."""
     left_file = os.path.join(run_dir, "left_running.json")
     if left is None:
         left = _check_left(_read_json(left_file, "what runs now"), left_file)
@@ -90,7 +92,8 @@ def left_running_step(run_dir: str, left: t.Optional[t.List[t.Dict[str, t.Any]]]
     report = _read_json(os.path.join(run_dir, "report.json"), "the report (run step=report first)")
     report["left_running"] = left
     summary = render.markdown(report) + "\n" + "\n".join(render.left_running_lines(report, left)) + "\n"
-    files = {"left_running.json": _json_bytes(left), "summary.md": summary.encode("utf-8"), "report.json": _json_bytes(report)}
+    files = {"left_running.json": _json_bytes(left), "summary.md": summary.encode("utf-8"), "report.json": _json_bytes(report),
+             page.PAGE: page.render_page(report).encode("utf-8")}
     changed = [name for name, content in files.items()
                if write_if_changed(os.path.join(run_dir, name), content, check_mode, prefix=".report.")]
     return {"report": report, "summary_md": summary, "files": sorted(files), "changed_files": changed}
@@ -117,6 +120,7 @@ def run_report(params: t.Mapping[str, t.Any], check_mode: bool) -> t.Dict[str, t
         "winner": report["winner"],
         "leave": report["leave"],
         "failures": report["failures"],
+        "page": os.path.join(run_dir, page.PAGE),
         "chart": report.get("chart"),
         "chart_note": report.get("chart_note", ""),
         "summary_md": out["summary_md"],

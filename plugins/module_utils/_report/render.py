@@ -17,14 +17,12 @@ Private to this collection: the API may change without notice.
 
 from __future__ import annotations
 
-import base64
 import csv
-import hashlib
-import html
 import io
 import json
 import typing as t
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._html import csp, document, esc
 from ansible_collections.gpuops.fleet.plugins.module_utils._report.model import CONTAINER_KEYS
 
 FILES = ("index.html", "gpus.csv", "holders.csv", "report.json", "summary.md")
@@ -82,12 +80,7 @@ document.querySelectorAll('#host-table th').forEach(function(h){h.removeAttribut
 th.setAttribute('aria-sort',up?'ascending':'descending');});});
 void document.body.offsetHeight;d.setAttribute('data-render-ms',performance.now().toFixed(1));d.setAttribute('data-script','ok');})();"""
 
-_SCRIPT_HASH = base64.b64encode(hashlib.sha256(_SCRIPT.encode("utf-8")).digest()).decode("ascii")
-CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-%s'; img-src data:; base-uri 'none'; form-action 'none'" % _SCRIPT_HASH
-
-
-def esc(value: t.Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
+CSP = csp(_SCRIPT)
 
 
 def _na(value: t.Any, fmt: str = "{}") -> str:
@@ -248,11 +241,7 @@ def render_html(report: t.Mapping[str, t.Any]) -> str:
     head_cells = "".join('<th data-key="%s"%s>%s</th>' % (key, " data-num" if num else "", text) for key, num, text in (
         ("name", False, "Host"), ("status", False, "Status"), ("problems", True, "Problems"), ("free", True, "Free"), ("held", True, "Held"),
         ("unhealthy", True, "Unhealthy"), ("used", True, "MiB used"))) + "<th>Managed servers</th>"
-    return "".join((
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
-        '<meta http-equiv="Content-Security-Policy" content="%s">' % esc(CSP),
-        '<meta name="viewport" content="width=device-width, initial-scale=1"><title>%s</title><style>%s</style></head><body>' % (
-            esc(report["title"]), _STYLE),
+    return document(report["title"], _STYLE, "".join((
         '<h1>%s</h1><p class="meta">generated %s; a GPU is free when it has no holder and at most %s MiB in use</p>' % (
             esc(report["title"]), esc(report["generated_at"] or "N/A"), esc(_mib(report["threshold_mib"]))),
         '<section id="numbers"><h2>The fleet in numbers</h2><dl class="numbers">%s</dl></section>' % numbers,
@@ -264,8 +253,7 @@ def render_html(report: t.Mapping[str, t.Any]) -> str:
         '<section id="overview"><h2>Hosts (%d)</h2><table id="host-table"><thead><tr>%s</tr></thead><tbody>%s</tbody></table></section>' % (
             len(report["hosts"]), head_cells, "".join(_overview_row(h) for h in report["hosts"])),
         '<section id="hosts">%s</section>' % "".join(_host_block(h) for h in report["hosts"]),
-        "<script>%s</script></body></html>\n" % _SCRIPT,
-    ))
+    )), _SCRIPT)
 
 
 def cell(value: t.Any) -> t.Any:

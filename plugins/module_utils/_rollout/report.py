@@ -159,6 +159,7 @@ def markdown(report: t.Mapping[str, t.Any]) -> str:
     chart = report.get("chart")
     out += ["", "## Files", "", "- `baseline/`, `canary/`: each measurement, every repeat's figures",
             "- `batches/`: each gated batch's verdicts", "- `report.json`: the figures of this summary",
+            "- `report.html`: this report as one page, with the gate's charts (open it in a browser)",
             "- `%s`: baseline vs canary decode tok/s per host (min - max over the repeats)" % chart if chart
             else "- chart: %s" % report.get("chart_note")]
     return "\n".join(out) + "\n"

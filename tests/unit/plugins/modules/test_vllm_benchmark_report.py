@@ -18,7 +18,7 @@ def test_report_then_check_mode_then_a_bad_step(tmp_path, monkeypatch):
     run_dir = write_run(tmp_path / "run", [{"name": "base"}, LL], {"base": [47.3, 47.2], "LL": [57.6, 57.5]})
     result = call_main(vllm_benchmark_report, {"path": run_dir})
     assert result["failed"] is False and result["changed"] is True and result["leave"]["config"] == "LL"
-    assert sorted(os.path.basename(f) for f in result["files"]) == ["report.json", "results.csv", "summary.md"]
+    assert sorted(os.path.basename(f) for f in result["files"]) == ["report.html", "report.json", "results.csv", "summary.md"]
     os.unlink(os.path.join(run_dir, "summary.md"))
     checked = call_main(vllm_benchmark_report, {"path": run_dir, "_ansible_check_mode": True})
     assert checked["changed"] is True and checked["changed_files"] == [os.path.join(run_dir, "summary.md")]

@@ -68,7 +68,7 @@ def test_report_writes_every_file_from_one_report_and_a_second_run_changes_nothi
     run_dir = write_run(tmp_path / "run", [{"name": "base"}, LL], {"base": [47.3, 47.2], "LL": [57.6, 57.5]})
     first = run_report(params(run_dir), False)
     assert first["changed"] is True and first["winner"]["config"] == "LL" and first["winner"]["significant"] is True
-    assert sorted(os.listdir(run_dir)) == ["plan.json", "raw", "report.json", "results.csv", "summary.md"]
+    assert sorted(os.listdir(run_dir)) == ["plan.json", "raw", "report.html", "report.json", "results.csv", "summary.md"]
     with open(os.path.join(run_dir, "summary.md"), encoding="utf-8") as handle:
         summary = handle.read()
     assert summary == first["summary_md"] and "discourages setting `NCCL_PROTO` in production" in summary
@@ -87,7 +87,7 @@ def test_report_writes_every_file_from_one_report_and_a_second_run_changes_nothi
 def test_check_mode_writes_nothing_and_still_says_who_wins(tmp_path):
     run_dir = write_run(tmp_path / "run", [{"name": "base"}, LL], {"base": [47.3], "LL": [57.6]})
     result = run_report(params(run_dir), True)
-    assert result["changed"] is True and result["winner"]["config"] == "LL" and len(result["changed_files"]) == 3
+    assert result["changed"] is True and result["winner"]["config"] == "LL" and len(result["changed_files"]) == 4
     assert sorted(os.listdir(run_dir)) == ["plan.json", "raw"]
 
 
