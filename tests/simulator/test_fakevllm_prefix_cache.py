@@ -202,4 +202,3 @@ def test_a_request_longer_than_the_cache_keeps_its_leading_blocks(fleet: Dict[st
     words = prompt(6 * SMALL_BLOCK + 1)  # six full blocks, four of which fit: the tail goes first, as in vLLM
     assert cached(server, words, max_tokens=1) == 0
     assert cached(server, words, max_tokens=1) == 4 * SMALL_BLOCK
-
