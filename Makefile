@@ -167,6 +167,9 @@ container-tools:
 	@$(call ensure_command,podman,podman runc catatonit)
 	@$(call ensure_command,runc,runc)
 	@$(call ensure_command,catatonit,catatonit)
+	@# dockerd for the docker tests, which start a daemon of their own (its own data root, no bridge, no iptables); the
+	@# package's service is not started (policy-rc.d). Where it cannot be installed those tests skip, saying why.
+	@$(call ensure_command,dockerd,docker.io) || echo "== docker.io could not be installed: the docker tests skip"
 
 integration: venv tools browser container-tools sim collection-path
 	@# test_role_takeover.py starts a vLLM server by hand in a real tmux pane

@@ -28,10 +28,11 @@ import psutil
 import pytest
 
 from ansible_run import BIN, REPO, RESTART, flat, recap, run_playbook
+from containers import docker_daemon, docker_missing, imported_image, unique_tag
 import gpusim.api
 from gpusim.api import free_port, pid_alive, starttime, wait_for
 from gpusim.spawn import FAKEVLLM_DIR
-from inventories import inventory_for
+from inventories import inventory_for, role_host_vars, write_role_inventory
 from readings import assert_server_owns_gpus, health, holders, listening_pid
 
 PODMAN = shutil.which("podman")
@@ -310,3 +311,42 @@ def test_a_rollout_to_a_bad_image_rolls_back_to_the_image_that_was_good(cdi_spec
         assert held[2] and held[5] and set(held[2] + held[5]) <= set(_tree(back["State"]["Pid"])), held
     finally:
         podman("rm", "-f", "-t", "0", name, check=False)
+
+
+def test_a_docker_container_on_the_hosts_network_is_taken_over_through_docker(make_host, tmp_path):
+    """`docker run -d --restart=always --network host ...` of a vLLM server by hand, with a dockerd of the test's own
+    (reached through DOCKER_HOST, which the inventory's gpuops_fleet_environment gives the role's reading and stop): the
+    role finds the container by its cgroup, stops it through docker and keeps it, and says dockerd starts an `always`
+    container again when it starts."""
+    reason = docker_missing()
+    if reason:
+        pytest.skip(reason)
+    host = make_host("gpu-node-02")
+    host.port = free_port()
+    hand = "hand-docker-%s" % uuid.uuid4().hex[:8]
+    with docker_daemon(Path("/tmp") / ("gpuops-dk-%d" % os.getpid())) as docker, imported_image(docker, unique_tag()) as image:
+        entry = role_host_vars(host, host.port)
+        entry["gpuops_fleet_environment"] = dict(entry["gpuops_fleet_environment"], DOCKER_HOST=docker.argv[2])
+        inventory = write_role_inventory(tmp_path / "inventory.json", {host.name: entry}, vllm_server_tensor_parallel_size=2)
+        mounts = [word for volume in host_volumes() + ["%s:%s" % (host.state, host.state)] for word in ("-v", volume)]
+        try:
+            docker("run", "-d", "--name", hand, "--restart=always", "--network", "host", "-e", "GPUOPS_SIM_STATE=%s" % host.state,
+                   "-e", "CUDA_VISIBLE_DEVICES=0,1", *mounts, image, str(BIN / "python3"), str(FAKEVLLM_DIR / "bin" / "vllm"), "serve",
+                   "zai-org/GLM-5-GGUF", "--port", str(host.port), "--tensor-parallel-size", "2")
+            assert wait_for(lambda: health(host.port) == 200, 60, 0.2), docker("logs", hand, check=False).stdout[-2000:]
+            first = docker.inspect(hand)
+            tree = {pid: starttime(pid) for pid in _tree(first["State"]["Pid"])}
+            assert listening_pid(host.port) in tree and set(holders(host)[0] + holders(host)[1]) <= set(tree)
+
+            run = run_playbook(RESTART, inventory)
+            text = flat(run.stdout)
+            assert run.returncode == 0, text[-6000:]
+            after = docker.inspect(hand)
+            assert after["State"]["Running"] is False and after["RestartCount"] == first["RestartCount"], after["State"]
+            assert [pid for pid, start in tree.items() if pid_alive(pid, start)] == []
+            server, _workers = assert_server_owns_gpus(host, [0, 1], 2)
+            assert server not in tree
+            assert "started in the docker container %s" % hand in text and "its container stopped through docker" in text, text[-4000:]
+            assert "dockerd starts it again when it starts" in text, text[-4000:]
+        finally:
+            docker("rm", "-f", hand, check=False)

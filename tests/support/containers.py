@@ -308,6 +308,10 @@ def docker_daemon(root: Path, timeout: float = 30.0) -> t.Iterator[Runtime]:
         left = _naming(str(root))
         if left:
             raise ContainerError("processes of the test's dockerd are left after it ended: %s" % left)
+        # dockerd binds the host's network namespace there for its first --network host container, and leaves it
+        host_netns = root / "exec" / "netns" / "default"
+        if str(host_netns) in _mounts_under(root):
+            subprocess.run(["umount", str(host_netns)], check=False, timeout=30)
         mounted = _mounts_under(root)
         if mounted:
             raise ContainerError("mounts of the test's dockerd are left after it ended: %s" % mounted)
