@@ -72,8 +72,8 @@ if [ "${#hosts[@]}" = 3 ]; then
   node03=("$demo/gpu-node-03:18003")
   node03_vars=(--host-var gpu-node-03.vllm_server_launch_mode=container
           --host-var gpu-node-03.vllm_server_tensor_parallel_size=4 --host-var gpu-node-03.vllm_server_container_name=gpuops-demo-node-03
-          --host-var gpu-node-03.vllm_server_container_image=$image --host-var gpu-node-03.vllm_server_container_runtime=podman
-          --host-var gpu-node-03.vllm_server_container_cdi_kind=$kind --host-var "gpu-node-03.vllm_server_container_volumes=$volumes"
+          --host-var "gpu-node-03.vllm_server_container_image=$image" --host-var gpu-node-03.vllm_server_container_runtime=podman
+          --host-var "gpu-node-03.vllm_server_container_cdi_kind=$kind" --host-var "gpu-node-03.vllm_server_container_volumes=$volumes"
           --host-var "gpu-node-03.vllm_server_container_run_options=$run_options")
 fi
 "$py" -m gpusim.inventory --out "$demo/inventory.json" "$demo/gpu-node-01:18001" "$demo/gpu-node-02:18002" "${node03[@]}" \
@@ -100,9 +100,10 @@ spec = {"cdiVersion": "0.5.0", "kind": kind,
 with open(path, "w") as handle:
     json.dump(spec, handle)
 PY
+  volume_args=()
+  for mount in "${mounts[@]}"; do volume_args+=(-v "$mount"); done
   podman run -d --name gpuops-demo-hand --restart=always -p 18003:18003 -e GPUOPS_SIM_STATE="$demo/gpu-node-03" \
-    --device $kind=0 --device $kind=1 --device $kind=2 --device $kind=3 \
-    $(printf -- '-v %s ' "${mounts[@]}") \
+    --device "$kind=0" --device "$kind=1" --device "$kind=2" --device "$kind=3" "${volume_args[@]}" \
     --runtime runc --ulimit nofile=1024:20000 --ulimit nproc=4096:4096 \
     "$image" "$py" "$root/simulator/fakevllm/bin/vllm" serve zai-org/GLM-5-GGUF --host 0.0.0.0 --port 18003 \
     --tensor-parallel-size 4 >/dev/null
@@ -132,7 +133,7 @@ banner "6. The same command without force: the servers match the inventory, noth
 ansible-playbook -i "$demo/inventory.json" playbooks/restart_vllm.yml -e vllm_restart_force=false
 
 # the measurements run on gpu-node-01 and gpu-node-02 only, to keep the demo short
-measured=(--limit gpu-node-01,gpu-node-02)
+measured=(--limit "gpu-node-01,gpu-node-02")
 
 banner "7. benchmark_matrix.yml: NCCL_PROTO unset / LL / LL128 on gpu-node-01 and gpu-node-02, 2 interleaved rounds"
 matrix=$demo/benchmark

@@ -43,7 +43,7 @@ options:
     description:
       - With O(state=marked), the configuration of the running server that passed its checks, with the keys C(argv) (list),
         C(env) (the environment the server was launched with, names to strings), C(gpus) (list of indices),
-        C(config_hash), C(container) (in the container mode, how the container ran: vllm_process's
+        C(config_hash), C(container) (in the container mode, how the container ran, as vllm_process's
         O(gpuops.fleet.vllm_process#module:container); else null), and, shown in reports, C(model), C(served_name), C(mode),
         C(tensor_parallel_size), C(port), C(name).
     type: dict

@@ -268,7 +268,7 @@ def test_a_container_started_by_hand_on_the_port_is_taken_over_through_podman(cd
         assert after is not None and not after["State"]["Running"], "the container is kept, stopped"
         assert [pid for pid, start in tree.items() if pid_alive(pid, start)] == []
         server, _workers = assert_server_owns_gpus(host, [0, 1], 2)
-        assert server not in tree and "libpod" not in Path("/proc/%d/cgroup" % server).read_text(), "the role's server runs on the host"
+        assert server not in tree and "libpod" not in Path("/proc/%s/cgroup" % server).read_text(), "the role's server runs on the host"
         assert "taken over: PID" in text and "started in the podman container %s" % hand in text, text[-4000:]
         assert "its container stopped through podman" in text and "podman-restart.service" in text, text[-4000:]
         assert "sk-hand-secret" not in text and "--api-key ********" in text
