@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import time
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import DOCKER, INSPECT_TIMEOUT_S, KUBERNETES, PODMAN, PORT_PUBLISHERS
@@ -45,6 +46,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import 
 # how long a runtime's stop may take beyond its own -t (the runtime's SIGKILL, its clean-up) before it is given up
 STOP_SLACK_S = 30.0
 UPDATE_TIMEOUT_S = 30.0
+INSPECT_RETRY_S = 0.5
 # the restart policies under which a runtime starts a container again when it exits by itself (never after its stop)
 RESTARTS_ON_EXIT = ("always", "unless-stopped", "on-failure")
 SHORT_ID = 12
@@ -180,6 +182,11 @@ class Runtimes:
         if cli is None:
             return None, "%s is not installed here (not found on the PATH)" % runtime
         answer = self.run(inspect_argv(runtime, cli, container_id), INSPECT_TIMEOUT_S)
+        if answer.rc not in (0, None):
+            # asked once more: podman 4.3 answers "container not known" for a live container now and then while another
+            # podman command changes its store
+            time.sleep(INSPECT_RETRY_S)
+            answer = self.run(inspect_argv(runtime, cli, container_id), INSPECT_TIMEOUT_S)
         state = parse_container(answer.out, container_id) if answer.rc == 0 else None
         if state is None:
             return None, "%s inspect %s: %s" % (runtime, container_id[:SHORT_ID], _failure(answer, INSPECT_TIMEOUT_S))

@@ -61,10 +61,10 @@ EMPTY_SERVER: t.Dict[str, t.Any] = {
 def _server(path: str, psutil: t.Any, health_host: str, health_timeout: float, get: HttpGet) -> t.Dict[str, t.Any]:
     """One record of the role, what it says and whether its process runs and answers /health."""
     entry: t.Dict[str, t.Any] = dict(EMPTY_SERVER, name=os.path.basename(path)[:-len(".json")], record=path)
-    box = _container_record(path)
-    if box is not None:  # the container mode's record: the container, whose runtime knows its main process
-        return _container_server(entry, box, psutil, health_host, health_timeout, get)
-    unit = _systemd_record(path)
+    pidless = _pidless_record(path) or {}
+    if pidless.get("mode") == "container":  # the container mode's record: the container, whose runtime knows its main process
+        return _container_server(entry, pidless, psutil, health_host, health_timeout, get)
+    unit = pidless if isinstance(pidless.get("unit"), str) else None
     if unit is not None:  # the systemd launch mode's record: the unit, not a PID (systemctl knows the rest)
         entry.update(unit=unit.get("unit"), config_hash=unit.get("config_hash"), argv=masked_argv(unit.get("argv") or []) or None,
                      running=None)
@@ -121,22 +121,15 @@ def _container_server(entry: t.Dict[str, t.Any], box: t.Mapping[str, t.Any], psu
     return entry
 
 
-def _container_record(path: str) -> t.Optional[t.Dict[str, t.Any]]:
+def _pidless_record(path: str) -> t.Optional[t.Dict[str, t.Any]]:
+    """The record at ``path`` when it names no PID: the systemd mode's (its unit) or the container mode's (its
+    container); None for a process record or one that cannot be read (read_record says why)."""
     try:
         with open(path, "r", encoding="utf-8") as handle:
             data = json.load(handle)
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and data.get("mode") == "container" and "pid" not in data else None
-
-
-def _systemd_record(path: str) -> t.Optional[t.Dict[str, t.Any]]:
-    try:
-        with open(path, "r", encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and isinstance(data.get("unit"), str) and "pid" not in data else None
+    return data if isinstance(data, dict) and "pid" not in data else None
 
 
 def read_servers(state_dir: str, psutil: t.Any, health_host: str, health_timeout: float,

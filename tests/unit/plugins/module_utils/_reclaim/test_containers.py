@@ -273,3 +273,24 @@ def test_only_restart_policies_that_act_on_exit_may_restart():
     C.judge([container], build_spec({"containers": "stop"}), C.Runtimes(find, FakeRuntimeCli([podman_container("no")])))
     container.stopped = True
     assert not C.may_restart([container])
+
+
+def test_inspect_asks_once_more_after_a_failure_and_not_after_a_timeout(monkeypatch):
+    """podman 4.3 now and then says "container not known" of a live container while another podman command runs: one
+    more answer is asked for; a runtime that did not answer in time is not asked again."""
+    cid = "1e030a3033f4c66d3f8c1ab292f8490c5dff37766b14782381b20143b1d85617"
+    good = CliAnswer(0, '[{"Id": "%s", "Name": "vllm", "State": {"Running": true, "Pid": 42}}]' % cid)
+    answers = [CliAnswer(125, "", err="Error: container not known"), good]
+    calls = []
+    slept = []
+    monkeypatch.setattr(C.time, "sleep", slept.append)
+
+    def run(argv, timeout):
+        calls.append(argv)
+        return answers.pop(0)
+
+    state, error = C.Runtimes(lambda name: "/usr/bin/" + name, run).inspect("podman", cid)
+    assert error is None and state.pid == 42 and len(calls) == 2 and slept == [C.INSPECT_RETRY_S]
+    answers[:] = [CliAnswer(None, "", timed_out=True)]
+    state, error = C.Runtimes(lambda name: "/usr/bin/" + name, run).inspect("podman", cid)
+    assert state is None and "no answer within" in error and len(calls) == 3
