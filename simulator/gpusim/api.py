@@ -558,7 +558,8 @@ class FakeVllm:
 
     def sent(self, after: int = 0) -> List[Dict[str, Any]]:
         """The server's own record of what it wrote for each generation request that ended, and when (GET /sim/sent):
-        id, endpoint, stream, output_tokens, chunks ([ms since arrival, tokens] per write), finished_ms."""
+        id, endpoint, stream, prompt_tokens, cached_tokens (found in the prefix cache), output_tokens, chunks
+        ([ms since arrival, tokens] per write), finished_ms."""
         return list(self.get_json(f"/sim/sent?after={after}")["requests"])
 
     def pace_at(self, concurrency: int) -> float:

@@ -79,6 +79,8 @@ def test_hang_never_becomes_ready_and_still_stops(simhost: SimHost, servers: Fak
     ({"GPUOPS_SIM_TOKENS_PER_S": "fast"}, "GPUOPS_SIM_TOKENS_PER_S"),
     ({"GPUOPS_SIM_FAIL_AT_START": "explode"}, "GPUOPS_SIM_FAIL_AT_START"),
     ({"GPUOPS_SIM_TOKENS_PER_CHUNK": "0"}, "GPUOPS_SIM_TOKENS_PER_CHUNK"),
+    ({"GPUOPS_SIM_PREFILL_MS_PER_TOKEN": "-1"}, "GPUOPS_SIM_PREFILL_MS_PER_TOKEN"),
+    ({"GPUOPS_SIM_CHAT_ONLY": "maybe"}, "GPUOPS_SIM_CHAT_ONLY"),
 ])
 def test_a_bad_knob_stops_the_start(simhost: SimHost, servers: FakeServers, env: Dict[str, Any], word: str) -> None:
     server = servers.start(gpus="5", env=env)

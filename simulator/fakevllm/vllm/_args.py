@@ -10,6 +10,8 @@ import os
 from typing import List, Mapping, Optional, Tuple
 
 DEFAULT_MAX_MODEL_LEN = 32768
+DEFAULT_BLOCK_SIZE = 16
+KV_CACHE_SEQUENCES = 8  # without --num-gpu-blocks-override the KV cache holds this many --max-model-len sequences
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,16 @@ class ServerArgs:  # pylint: disable=too-many-instance-attributes
     max_model_len: int
     # keys a client must present as `Authorization: Bearer KEY` on /v1/*: --api-key, else VLLM_API_KEY (as vLLM)
     api_keys: Tuple[str, ...] = ()
+    block_size: int = DEFAULT_BLOCK_SIZE  # tokens per KV-cache block
+    enable_prefix_caching: bool = True  # vLLM V1's default
+    num_gpu_blocks_override: Optional[int] = None
+
+    @property
+    def num_gpu_blocks(self) -> int:
+        """KV-cache blocks: --num-gpu-blocks-override, else room for KV_CACHE_SEQUENCES full-length sequences."""
+        if self.num_gpu_blocks_override is not None:
+            return self.num_gpu_blocks_override
+        return KV_CACHE_SEQUENCES * -(-self.max_model_len // self.block_size)
 
 
 def _parser(prog: str, positional_model: bool) -> argparse.ArgumentParser:
@@ -38,6 +50,9 @@ def _parser(prog: str, positional_model: bool) -> argparse.ArgumentParser:
     parser.add_argument("--served-model-name", nargs="+", default=None)
     parser.add_argument("--max-model-len", type=int, default=DEFAULT_MAX_MODEL_LEN)
     parser.add_argument("--api-key", nargs="+", action="append", default=None)
+    parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE)
+    parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--num-gpu-blocks-override", type=int, default=None)
     return parser
 
 
@@ -58,6 +73,12 @@ def parse_server_args(argv: List[str], prog: str, positional_model: bool,
         parser.error("--tensor-parallel-size must be at least 1")
     if known.max_model_len < 2:
         parser.error("--max-model-len must be at least 2")
+    if known.block_size < 1:
+        parser.error("--block-size must be at least 1")
+    if known.num_gpu_blocks_override is not None and known.num_gpu_blocks_override < 1:
+        parser.error("--num-gpu-blocks-override must be at least 1")
     names = known.served_model_name or [model]
     return ServerArgs(model, known.tensor_parallel_size, known.gpu_memory_utilization, known.host, known.port,
-                      names, known.max_model_len, api_keys(known.api_key, os.environ if env is None else env))
+                      names, known.max_model_len, api_keys(known.api_key, os.environ if env is None else env),
+                      block_size=known.block_size, enable_prefix_caching=known.enable_prefix_caching,
+                      num_gpu_blocks_override=known.num_gpu_blocks_override)

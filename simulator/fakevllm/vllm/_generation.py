@@ -15,8 +15,7 @@ import time
 from typing import TYPE_CHECKING, Optional
 
 from vllm._faults import DROP, ERROR_EVENT, STALL
-from vllm._metrics import BLOCK_TOKENS
-from vllm._openai import DONE_EVENT, Bodies, GenRequest, dumps, error_info, token_text
+from vllm._openai import DONE_EVENT, Bodies, GenRequest, dumps, error_info, token_text, token_words
 from vllm._pace import TokenClock
 from vllm._sent import SentRecord
 
@@ -40,14 +39,21 @@ class Generation:
         self.serving = handler.server.serving
         self.request = request
         self.fault = fault
-        self.bodies = Bodies(request)
+        cache = self.serving.prefix_cache
+        self.cached_tokens, self.cache_blocks = cache.admit(request.prompt)
+        if cache.enabled:
+            self.serving.metrics.prefix_cache_lookup(request.prompt_tokens, self.cached_tokens)
+        self.bodies = Bodies(request, self.cached_tokens)
         knobs = self.serving.knobs
         self.chunk_tokens = knobs.tokens_per_chunk
         self.fault_after = knobs.fault_after_tokens
+        self.block_size = self.serving.args.block_size
         self.arrival = arrival
-        self.first_due = arrival + knobs.ttft_ms / 1000.0
+        prefill_ms = (request.prompt_tokens - self.cached_tokens) * knobs.prefill_ms_per_token
+        self.first_due = arrival + (knobs.ttft_ms + prefill_ms) / 1000.0
         self.clock = TokenClock(self.serving.pace, self.first_due, self.serving.metrics.running_now)
-        self.sent = SentRecord(arrival, request.chat, request.stream, request.output_tokens)
+        self.sent = SentRecord(arrival, request.chat, request.stream, request.output_tokens, request.prompt_tokens,
+                               self.cached_tokens)
         self.kv_tokens = 0
         self.kv_blocks = 0
         self._poller = select.poll()
@@ -99,6 +105,7 @@ class Generation:
             self.sent.wrote(size)
             self.serving.metrics.generated(size)
             self._hold(size)
+            self.cache_blocks.extend(token_words(sent, size))
             sent += size
         tail = self.bodies.usage_event(total) if request.include_usage else b""
         self._finish(request.finish_reason)
@@ -133,6 +140,7 @@ class Generation:
         self.serving.metrics.first_token(self.first_due - self.arrival)
         self.serving.metrics.generated(total)
         self._hold(total)
+        self.cache_blocks.extend(token_words(0, total))
         self._finish(request.finish_reason)
         handler.reply_json(200, self.bodies.full(token_text(0, total), total))
         self.sent.wrote(total)
@@ -147,9 +155,9 @@ class Generation:
         self._finished = True
 
     def _hold(self, tokens: int) -> None:
-        """The request's KV cache now holds `tokens` more (whole blocks of BLOCK_TOKENS, as vLLM allocates them)."""
+        """The request's KV cache now holds `tokens` more (whole blocks of --block-size, as vLLM allocates them)."""
         self.kv_tokens += tokens
-        blocks = -(-self.kv_tokens // BLOCK_TOKENS)
+        blocks = -(-self.kv_tokens // self.block_size)
         if blocks != self.kv_blocks:
             self.serving.metrics.hold(blocks - self.kv_blocks)
             self.kv_blocks = blocks

@@ -1,7 +1,7 @@
 # Copyright (c) gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The API server's HTTP side: /health, /v1/*, /metrics, /version and the simulator's /sim/* endpoints
-(/sim/pace, /sim/faults, /sim/sent).
+(/sim/pace, /sim/faults, /sim/sent). With GPUOPS_SIM_CHAT_ONLY, /v1/completions answers 404.
 
 A threading HTTP/1.1 server (a thread per connection, keep-alive, TCP_NODELAY so a small SSE event is
 not held back by Nagle's algorithm). The port is bound when the API server starts, before any worker.
@@ -28,11 +28,13 @@ from vllm._knobs import Knobs
 from vllm._metrics import CONTENT_TYPE, Metrics
 from vllm._openai import ApiError, bad_request, dumps, parse_generation
 from vllm._pace import PaceModel
+from vllm._prefix_cache import PrefixCache
 from vllm._proctree import log
 from vllm._sent import SentLog
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 GENERATION_PATHS = {"/v1/completions": False, "/v1/chat/completions": True}
+CHAT_ONLY_MESSAGE = "This server serves only /v1/chat/completions: /v1/completions does not exist here."
 
 
 @dataclass
@@ -43,6 +45,7 @@ class Serving:  # pylint: disable=too-many-instance-attributes
     knobs: Knobs
     is_ready: Callable[[], bool]
     metrics: Metrics = field(init=False)
+    prefix_cache: PrefixCache = field(init=False)
     faults: FaultQueue = field(default_factory=FaultQueue)
     sent: SentLog = field(default_factory=SentLog)
     pace: PaceModel = field(init=False)
@@ -53,7 +56,9 @@ class Serving:  # pylint: disable=too-many-instance-attributes
     _served_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
-        self.metrics = Metrics(self.args.served_model_names[0], self.args.max_model_len)
+        args = self.args
+        self.metrics = Metrics(args.served_model_names[0], args.num_gpu_blocks)
+        self.prefix_cache = PrefixCache(args.block_size, args.num_gpu_blocks, args.enable_prefix_caching)
         self.pace = PaceModel(self.knobs.tokens_per_s, self.knobs.concurrency_slowdown, self.knobs.jitter)
         self.stop_fd, self._stop_w = os.pipe()
 
@@ -79,6 +84,9 @@ class Serving:  # pylint: disable=too-many-instance-attributes
             "ttft_ms": knobs.ttft_ms, "tokens_per_chunk": knobs.tokens_per_chunk,
             "concurrency_slowdown": knobs.concurrency_slowdown, "jitter": knobs.jitter,
             "natural_len": knobs.natural_len, "fault_after_tokens": knobs.fault_after_tokens,
+            "prefill_ms_per_token": knobs.prefill_ms_per_token, "chat_only": knobs.chat_only,
+            "prefix_caching": self.args.enable_prefix_caching, "block_size": self.args.block_size,
+            "num_gpu_blocks": self.args.num_gpu_blocks, "cached_blocks": self.prefix_cache.size(),
             "running_requests": self.metrics.running_now(),
         }
         if "concurrency" in query:
@@ -135,6 +143,7 @@ class Handler(BaseHTTPRequestHandler):
                 self._require_ready()
                 self.reply_json(200, dumps(self._models()))
             elif path in GENERATION_PATHS:
+                self._require_route(path)
                 self.reply_json(405, b'{"detail":"Method Not Allowed"}')
             else:
                 self.reply_json(404, b'{"detail":"Not Found"}')
@@ -148,6 +157,7 @@ class Handler(BaseHTTPRequestHandler):
             if not self._authorized(path):
                 return
             if path in GENERATION_PATHS:
+                self._require_route(path)
                 self._generate(raw, GENERATION_PATHS[path])
             elif path == "/sim/faults":
                 self._queue_faults(raw)
@@ -217,6 +227,11 @@ class Handler(BaseHTTPRequestHandler):
             {"id": name, "object": "model", "created": created, "owned_by": "vllm", "root": args.model,
              "parent": None, "max_model_len": args.max_model_len}
             for name in args.served_model_names]}
+
+    def _require_route(self, path: str) -> None:
+        """A chat-only server (GPUOPS_SIM_CHAT_ONLY) has no /v1/completions: 404 with an OpenAI-style error body."""
+        if self.server.serving.knobs.chat_only and not GENERATION_PATHS[path]:
+            raise ApiError(404, CHAT_ONLY_MESSAGE, "NotFoundError")
 
     def _require_ready(self) -> None:
         serving = self.server.serving

@@ -1,6 +1,7 @@
 # Copyright (c) gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The API server's serving knobs: start-up, token pace, chunking, faults, a dead engine (GPUOPS_SIM_* environment).
+"""The API server's serving knobs: start-up, token pace, prefill, chunking, faults, a dead engine, a chat-only server
+(GPUOPS_SIM_* environment).
 
 Read once when the API server starts; a malformed value stops the start-up with an error, as a bad
 engine argument stops real vLLM. docs/simulator.md lists every knob.
@@ -23,6 +24,8 @@ TOKENS_PER_S_ENV = "GPUOPS_SIM_TOKENS_PER_S"
 JITTER_ENV = "GPUOPS_SIM_JITTER"
 SLOWDOWN_ENV = "GPUOPS_SIM_CONCURRENCY_SLOWDOWN"
 TTFT_ENV = "GPUOPS_SIM_TTFT_MS"
+PREFILL_ENV = "GPUOPS_SIM_PREFILL_MS_PER_TOKEN"
+CHAT_ONLY_ENV = "GPUOPS_SIM_CHAT_ONLY"
 CHUNK_ENV = "GPUOPS_SIM_TOKENS_PER_CHUNK"
 NATURAL_LEN_ENV = "GPUOPS_SIM_NATURAL_LEN"
 FAULT_AFTER_ENV = "GPUOPS_SIM_FAULT_AFTER_TOKENS"
@@ -51,10 +54,12 @@ class Knobs:  # pylint: disable=too-many-instance-attributes  # one field per do
     jitter: float
     concurrency_slowdown: float
     ttft_ms: float
+    prefill_ms_per_token: float  # added to the TTFT for each prompt token not found in the prefix cache
     tokens_per_chunk: int
     natural_len: int
     fault_after_tokens: int
     engine_dead_after: Optional[int]  # generation requests served before the engine core dies; None: it never does
+    chat_only: bool = False  # POST /v1/completions answers 404, as a server that serves only chat
 
 
 def _number(env: Mapping[str, str], name: str, default: T, kind: Callable[[str], T], minimum: T,
@@ -70,6 +75,15 @@ def _number(env: Mapping[str, str], name: str, default: T, kind: Callable[[str],
         bound = f"above {minimum}" if above else f"at least {minimum}"
         raise KnobError(f"{name} must be a {'whole ' if kind is int else ''}number {bound}, not {raw!r}")
     return value
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise KnobError(f"{name} must be 1 or 0 (or empty), not {raw!r}")
 
 
 def read_knobs(env: Optional[Mapping[str, str]] = None) -> Knobs:
@@ -95,8 +109,10 @@ def read_knobs(env: Optional[Mapping[str, str]] = None) -> Knobs:
         jitter=_number(env, JITTER_ENV, 0.02, float, 0.0),
         concurrency_slowdown=_number(env, SLOWDOWN_ENV, 0.001, float, 0.0),
         ttft_ms=_number(env, TTFT_ENV, 25.0, float, 0.0),
+        prefill_ms_per_token=_number(env, PREFILL_ENV, 0.0, float, 0.0),
         tokens_per_chunk=_number(env, CHUNK_ENV, 1, int, 1),
         natural_len=_number(env, NATURAL_LEN_ENV, 128, int, 1),
         fault_after_tokens=_number(env, FAULT_AFTER_ENV, 3, int, 0),
         engine_dead_after=_number(env, ENGINE_DEAD_AFTER_ENV, -1, int, 0) if env.get(ENGINE_DEAD_AFTER_ENV, "").strip() else None,
+        chat_only=_flag(env, CHAT_ONLY_ENV),
     )

@@ -7,8 +7,11 @@ Names, types, labels and histogram buckets as vLLM's V1 engine writes them (vllm
   leaves (a first chunk of k tokens holds it back: the server saw it at its due instant, the client later);
 - vllm:e2e_request_latency_seconds: from arrival to the last token, for every request that finished;
 - vllm:num_preemptions_total: 0 (the simulated scheduler never preempts);
-- vllm:kv_cache_usage_perc: the share (0 to 1) of KV-cache blocks (16 tokens each) that running requests hold
-  (prompt and generated tokens), out of room for KV_CACHE_SEQUENCES sequences of --max-model-len tokens.
+- vllm:kv_cache_usage_perc: the share (0 to 1) of KV-cache blocks (--block-size tokens each) that running requests
+  hold (prompt and generated tokens), out of the KV cache's blocks (ServerArgs.num_gpu_blocks);
+- vllm:prefix_cache_queries_total, vllm:prefix_cache_hits_total: prompt tokens looked up in the prefix cache and
+  tokens found there (counters declared as vllm:prefix_cache_queries and vllm:prefix_cache_hits, to which
+  prometheus_client adds _total); both stay 0 with --no-enable-prefix-caching, as vLLM records no lookups then.
 """
 
 from __future__ import annotations
@@ -24,8 +27,6 @@ TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
                480.0, 960.0, 1920.0, 7680.0)
-BLOCK_TOKENS = 16
-KV_CACHE_SEQUENCES = 8
 
 
 def _label(value: str) -> str:
@@ -63,7 +64,7 @@ class Histogram:
 class Metrics:  # pylint: disable=too-many-instance-attributes  # one field per metric
     """Thread-safe counters. A request is running from its admission until just before its last byte."""
 
-    def __init__(self, model_name: str, max_model_len: int = 32768) -> None:
+    def __init__(self, model_name: str, kv_blocks_total: int) -> None:
         self._lock = threading.Lock()
         self._engine = 'engine="0"'
         self._model = f'model_name="{_label(model_name)}"'
@@ -76,13 +77,20 @@ class Metrics:  # pylint: disable=too-many-instance-attributes  # one field per 
         self.success: Dict[str, int] = {reason: 0 for reason in FINISH_REASONS}
         self.ttft = Histogram(TTFT_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
-        self.kv_blocks_total = KV_CACHE_SEQUENCES * -(-max_model_len // BLOCK_TOKENS)
+        self.kv_blocks_total = kv_blocks_total
         self.kv_blocks_used = 0
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
 
     def admit(self, prompt_tokens: int) -> None:
         with self._lock:
             self.running += 1
             self.prompt_tokens += prompt_tokens
+
+    def prefix_cache_lookup(self, queried_tokens: int, hit_tokens: int) -> None:
+        with self._lock:
+            self.prefix_cache_queries += queried_tokens
+            self.prefix_cache_hits += hit_tokens
 
     def generated(self, tokens: int) -> None:
         with self._lock:
@@ -123,6 +131,10 @@ class Metrics:  # pylint: disable=too-many-instance-attributes  # one field per 
                  [(labels, min(1.0, self.kv_blocks_used / self.kv_blocks_total))]),
                 ("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.",
                  [(labels, self.preemptions)]),
+                ("vllm:prefix_cache_queries_total", "counter",
+                 "Prefix cache queries, in terms of number of queried tokens.", [(labels, self.prefix_cache_queries)]),
+                ("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.",
+                 [(labels, self.prefix_cache_hits)]),
                 ("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
                  [(labels, self.prompt_tokens)]),
                 ("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",

@@ -2,8 +2,9 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The OpenAI-compatible side: reading /v1/completions and /v1/chat/completions requests, writing bodies.
 
-Prompt tokens are whitespace-separated words (or the length of a token-id list); each generated token
-is one word with a leading space, so a client can count the words of the text it received.
+Prompt tokens are whitespace-separated words (or the ids of a token-id list, as their decimal text); for chat, the
+words of every message's content in order. Each generated token is one word with a leading space, so a client can
+count the words of the text it received.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 VOCABULARY = ("the", "GPU", "holds", "memory", "until", "every", "worker", "exits", "and", "a", "fresh",
               "reading", "proves", "it", "free", "so", "new", "server", "can", "start", "on", "each", "host",
@@ -46,9 +47,14 @@ def dumps(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
+def token_words(first: int, count: int) -> List[str]:
+    """The words of tokens first .. first+count-1 of a completion."""
+    return [VOCABULARY[(first + offset) % len(VOCABULARY)] for offset in range(count)]
+
+
 def token_text(first: int, count: int) -> str:
     """The text of tokens first .. first+count-1 of a completion: one word each."""
-    return "".join(" " + VOCABULARY[(first + offset) % len(VOCABULARY)] for offset in range(count))
+    return "".join(" " + word for word in token_words(first, count))
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,7 @@ class GenRequest:  # pylint: disable=too-many-instance-attributes
     finish_reason: str
     stream: bool
     include_usage: bool
+    prompt: Tuple[str, ...] = ()  # the prompt's tokens (prompt_tokens of them), what the prefix cache hashes
 
 
 def _int_field(body: Dict[str, Any], name: str, minimum: int) -> Optional[int]:
@@ -81,29 +88,30 @@ def _bool_field(body: Dict[str, Any], name: str) -> bool:
     return value
 
 
-def _words(text: Any, param: str) -> int:
+def _words(text: Any, param: str) -> List[str]:
     if not isinstance(text, str):
         raise bad_request(f"{param} must be a string", param)
-    return len(text.split())
+    return text.split()
 
 
-def _prompt_tokens(prompt: Any) -> int:
+def _prompt_words(prompt: Any) -> List[str]:
     """A string, a list of token ids, or a batch of exactly one of these."""
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]
     if isinstance(prompt, str):
-        return len(prompt.split())
+        return prompt.split()
     if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        return len(prompt)
+        return [str(token) for token in prompt]
     if isinstance(prompt, list) and prompt and all(isinstance(item, (str, list)) for item in prompt):
         raise bad_request("the simulated server takes one prompt per request, not a batch", "prompt")
     raise bad_request("prompt must be a string or a list of token ids", "prompt")
 
 
-def _message_tokens(messages: Any) -> int:
+def _message_words(messages: Any) -> List[str]:
+    """The words of every message's content, in order (roles and non-text parts add none)."""
     if not isinstance(messages, list) or not messages:
         raise bad_request("messages must be a non-empty list", "messages")
-    total = 0
+    words: List[str] = []
     for message in messages:
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise bad_request("each message must be an object with a string role", "messages")
@@ -115,10 +123,10 @@ def _message_tokens(messages: Any) -> int:
                 if not isinstance(part, dict):
                     raise bad_request("content parts must be objects", "messages")
                 if part.get("type") == "text":
-                    total += _words(part.get("text"), "messages")
+                    words.extend(_words(part.get("text"), "messages"))
         else:
-            total += _words(content, "messages")
-    return total
+            words.extend(_words(content, "messages"))
+    return words
 
 
 def parse_generation(raw: bytes, chat: bool, served_names: List[str], max_model_len: int,
@@ -138,17 +146,18 @@ def parse_generation(raw: bytes, chat: bool, served_names: List[str], max_model_
     elif model not in served_names:
         raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
     if chat:
-        prompt_tokens = _message_tokens(body.get("messages"))
+        prompt = _message_words(body.get("messages"))
         max_tokens = _int_field(body, "max_completion_tokens", 1)
         if max_tokens is None:
             max_tokens = _int_field(body, "max_tokens", 1)
     else:
         if "prompt" not in body:
             raise bad_request("prompt is required", "prompt")
-        prompt_tokens = _prompt_tokens(body["prompt"])
+        prompt = _prompt_words(body["prompt"])
         max_tokens = _int_field(body, "max_tokens", 1)
         if max_tokens is None:
             max_tokens = COMPLETION_DEFAULT_MAX_TOKENS
+    prompt_tokens = len(prompt)
     if max_tokens is None:  # chat without a limit: what is left of the context, as vLLM does
         max_tokens = max_model_len - prompt_tokens
     if prompt_tokens + max_tokens > max_model_len or max_tokens < 1:
@@ -176,14 +185,17 @@ def parse_generation(raw: bytes, chat: bool, served_names: List[str], max_model_
     else:
         output, reason = natural, "stop"
     return GenRequest(chat=chat, model=model, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
-                      output_tokens=output, finish_reason=reason, stream=stream, include_usage=include_usage)
+                      output_tokens=output, finish_reason=reason, stream=stream, include_usage=include_usage,
+                      prompt=tuple(prompt))
 
 
 class Bodies:
-    """The JSON bodies and SSE events of one request (id, creation time and model fixed)."""
+    """The JSON bodies and SSE events of one request (id, creation time and model fixed). When the prefix cache held
+    some of the prompt, the usage reports them as `prompt_tokens_details.cached_tokens`, as vLLM does."""
 
-    def __init__(self, request: GenRequest) -> None:
+    def __init__(self, request: GenRequest, cached_tokens: int = 0) -> None:
         self.request = request
+        self.cached_tokens = cached_tokens
         prefix = "chatcmpl" if request.chat else "cmpl"
         self.request_id = f"{prefix}-{uuid.uuid4().hex}"
         self.created = int(time.time())
@@ -194,10 +206,13 @@ class Bodies:
         self._chunk_mid = '},"logprobs":null,"finish_reason":' if request.chat else ',"logprobs":null,"finish_reason":'
         self._chunk_tail = "}]}" if request.chat else ',"stop_reason":null}]}'
 
-    def usage(self, completion_tokens: int) -> Dict[str, int]:
+    def usage(self, completion_tokens: int) -> Dict[str, Any]:
         prompt = self.request.prompt_tokens
-        return {"prompt_tokens": prompt, "total_tokens": prompt + completion_tokens,
-                "completion_tokens": completion_tokens}
+        usage: Dict[str, Any] = {"prompt_tokens": prompt, "total_tokens": prompt + completion_tokens,
+                                 "completion_tokens": completion_tokens}
+        if self.cached_tokens > 0:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
+        return usage
 
     def chunk_event(self, text: str, finish_reason: Optional[str]) -> bytes:
         data = self._chunk_head + json.dumps(text) + self._chunk_mid + json.dumps(finish_reason) + self._chunk_tail

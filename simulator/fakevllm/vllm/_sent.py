@@ -3,9 +3,10 @@
 """What the server sent for each generation request, and when: `GET /sim/sent`.
 
 Each record is one generation request that ended (complete or cut): its id (1, 2, ... in the order they ended),
-the endpoint, whether it streamed, the output tokens it was to generate, and one entry per piece of content it
-wrote, `[ms, tokens]`, `ms` counted from the request's arrival to the moment the write returned. A streamed request
-has one entry per content chunk; a whole answer has one entry. `finished_ms` is when the request counted as done
+the endpoint, whether it streamed, its prompt tokens and how many of them the prefix cache held (`cached_tokens`,
+0 with prefix caching off), the output tokens it was to generate, and one entry per piece of content it wrote,
+`[ms, tokens]`, `ms` counted from the request's arrival to the moment the write returned. A streamed request has
+one entry per content chunk; a whole answer has one entry. `finished_ms` is when the request counted as done
 (the instant /metrics' e2e latency observes), null when it was cut before that. The last MAX_RECORDS are kept.
 """
 
@@ -22,11 +23,14 @@ MAX_RECORDS = 4096
 class SentRecord:
     """One request's writes, filled in while it runs."""
 
-    def __init__(self, arrival: float, chat: bool, stream: bool, output_tokens: int) -> None:
+    def __init__(self, arrival: float, chat: bool, stream: bool, output_tokens: int,  # pylint: disable=too-many-arguments
+                 prompt_tokens: int = 0, cached_tokens: int = 0) -> None:
         self.arrival = arrival
         self.chat = chat
         self.stream = stream
         self.output_tokens = output_tokens
+        self.prompt_tokens = prompt_tokens
+        self.cached_tokens = cached_tokens
         self.chunks: List[Tuple[float, int]] = []
         self.finished_ms: Optional[float] = None
 
@@ -50,6 +54,7 @@ class SentLog:
         with self._lock:
             self._records.append({
                 "id": self._next_id, "endpoint": "chat" if record.chat else "completions", "stream": record.stream,
+                "prompt_tokens": record.prompt_tokens, "cached_tokens": record.cached_tokens,
                 "output_tokens": record.output_tokens, "chunks": [list(chunk) for chunk in record.chunks],
                 "finished_ms": record.finished_ms,
             })
