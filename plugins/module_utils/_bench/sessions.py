@@ -87,17 +87,19 @@ class Conversations:
 
 def per_turn(outcomes: t.Sequence[Outcome], turns: int) -> t.List[t.Dict[str, t.Any]]:
     """Each turn's completed requests, TTFT (mean, p50, p90, p99 in ms) and the prompt tokens the server reported
-    as cached (their sum; None when no request of the turn had the figure). Request index = session * turns + turn."""
+    as cached (their sum; None when no request of the run had the figure, or the turn completed none). vLLM leaves
+    prompt_tokens_details out when nothing was cached, so once one request has it, a request without counts 0.
+    Request index = session * turns + turn."""
+    reported = any(outcome.cached_tokens is not None for outcome in outcomes if outcome.success)
     figures = []
     for turn in range(turns):
         done = [outcome for outcome in outcomes if outcome.index % turns == turn and outcome.success]
         ttfts = sorted(outcome.ttft * 1000.0 for outcome in done)
-        cached = [outcome.cached_tokens for outcome in done if outcome.cached_tokens is not None]
         figures.append({
             "turn": turn + 1, "requests": len(done),
             "ttft_ms": {"mean": mean(ttfts), "p50": percentile(ttfts, 50, presorted=True),
                         "p90": percentile(ttfts, 90, presorted=True), "p99": percentile(ttfts, 99, presorted=True)}
             if ttfts else None,
-            "cached_tokens": sum(cached) if cached else None,
+            "cached_tokens": sum(outcome.cached_tokens or 0 for outcome in done) if reported and done else None,
         })
     return figures

@@ -37,7 +37,7 @@ def test_each_turn_extends_the_one_before():
 
 def test_per_turn_figures():
     outcomes = []
-    for index, (ttft, cached, success) in enumerate([(0.2, 0, True), (0.05, 16, True), (0.04, 32, True),
+    for index, (ttft, cached, success) in enumerate([(0.2, None, True), (0.05, 16, True), (0.04, 32, True),
                                                      (0.3, None, True), (0.06, 16, True), (0.0, None, False)]):
         outcome = Outcome(index)
         outcome.ttft, outcome.cached_tokens, outcome.success = ttft, cached, success
@@ -47,5 +47,7 @@ def test_per_turn_figures():
     assert turns[0]["ttft_ms"]["mean"] == pytest.approx(250.0) and turns[0]["ttft_ms"]["p50"] == pytest.approx(250.0)
     assert turns[2]["ttft_ms"] == pytest.approx({"mean": 40.0, "p50": 40.0, "p90": 40.0, "p99": 40.0})
     assert per_turn(outcomes[:1], 2)[1] == {"turn": 2, "requests": 0, "ttft_ms": None, "cached_tokens": None}
+    # a server that never reports cached tokens: null, not 0
+    assert [turn["cached_tokens"] for turn in per_turn(outcomes[3:4], 3)] == [None, None, None]
     summary = sessions().summary()
     assert summary["requests"] == 6 and summary["prompt_len"] is None and summary["output_len"]["max"] == 4
