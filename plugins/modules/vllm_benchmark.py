@@ -571,7 +571,7 @@ runs:
     prefix_cache:
       description:
         - The server's prefix-cache lookups over this repeat, in tokens, from the increase of C(vllm:prefix_cache_queries_total) and
-          C(vllm:prefix_cache_hits_total) at O(metrics_url): C(queries), C(hits) and C(hit_rate) (hits / queries, V(null) without
+          C(vllm:prefix_cache_hits_total) at O(metrics_url), as C(queries), C(hits) and C(hit_rate) (hits / queries, V(null) without
           queries). V(null) when the server does not count them or no metrics are read.
       type: dict
       returned: always
