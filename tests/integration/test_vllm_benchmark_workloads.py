@@ -98,10 +98,10 @@ def test_dataset_sends_the_same_requests_in_the_seed_order(servers: Servers) -> 
     rows = [{"prompt": words(10 + n, "p%d_" % n), "output_len": 2 + n % 5} for n in range(24)]
     path = write_jsonl(servers.tmp / "prompts.jsonl", rows)
     kept = {(10 + n, 2 + n % 5) for n in range(24) if 12 <= 10 + n <= 31}
-    load = dict(url=server.url, num_requests=6, concurrency=1, warmup_requests=1, repeats=2, timeout=60,
+    load = dict(url=server.url, num_requests=6, concurrency=1, timeout=60,
                 workload={"kind": "dataset", "file": path, "min_prompt_len": 12, "max_prompt_len": 31})
     first_id = server.last_id()
-    result = bench(servers, "dataset", **load)
+    result = bench(servers, "dataset", warmup_requests=1, repeats=2, **load)
     assert not result.get("failed"), result.get("msg")
     warmup, *repeats = [[(record["prompt_tokens"], record["output_tokens"]) for record in by_arrival(phase)]
                         for phase in _phases(server.sent(after=first_id), 1, 6, 6)]
@@ -109,11 +109,11 @@ def test_dataset_sends_the_same_requests_in_the_seed_order(servers: Servers) -> 
     assert warmup[0] in kept and warmup[0] not in repeats[0]
     # another task with the same seed (another configuration of a matrix) sends the same ones; another seed others
     again_id = server.last_id()
-    again = bench(servers, "dataset-again", **dict(load, warmup_requests=0, repeats=1))
+    again = bench(servers, "dataset-again", warmup_requests=0, repeats=1, **load)
     assert not again.get("failed"), again.get("msg")
     assert [(r["prompt_tokens"], r["output_tokens"]) for r in by_arrival(server.sent(after=again_id))] == repeats[0]
     other_id = server.last_id()
-    assert not bench(servers, "dataset-seed", **dict(load, warmup_requests=0, repeats=1, seed=5)).get("failed")
+    assert not bench(servers, "dataset-seed", warmup_requests=0, repeats=1, seed=5, **load).get("failed")
     assert [(r["prompt_tokens"], r["output_tokens"]) for r in by_arrival(server.sent(after=other_id))] != repeats[0]
     # the result describes the file and what was sent, as the server counted it
     workload = result["workload"]

@@ -4,11 +4,12 @@
 
 Each record is one generation request that ended (complete or cut): its id (1, 2, ... in the order they ended),
 the endpoint, whether it streamed, when it arrived (`arrived_s`: the host's monotonic clock, CLOCK_MONOTONIC, in
-seconds, so arrivals compare between requests and with a client's time.monotonic()), its prompt tokens and how many of them the prefix cache held (`cached_tokens`,
-0 with prefix caching off), the output tokens it was to generate, and one entry per piece of content it wrote,
-`[ms, tokens]`, `ms` counted from the request's arrival to the moment the write returned. A streamed request has
-one entry per content chunk; a whole answer has one entry. `finished_ms` is when the request counted as done
-(the instant /metrics' e2e latency observes), null when it was cut before that. The last MAX_RECORDS are kept.
+seconds, so arrivals compare between requests and with a client's time.monotonic()), its prompt tokens and how
+many of them the prefix cache held (`cached_tokens`, 0 with prefix caching off), the output tokens it was to
+generate, and one entry per piece of content it wrote, `[ms, tokens]`, `ms` counted from the request's arrival to
+the moment the write returned. A streamed request has one entry per content chunk; a whole answer has one entry.
+`finished_ms` is when the request counted as done (the instant /metrics' e2e latency observes), null when it was
+cut before that. The last MAX_RECORDS are kept.
 """
 
 from __future__ import annotations

@@ -13,12 +13,12 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._bench.request import
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.trace import Trace, send_slip
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.workload import WorkloadError, WorkloadSpec
 
-MOONCAKE = [
+MOONCAKE = (
     {"timestamp": 27482, "input_length": 10, "output_length": 3, "hash_ids": [46, 47, 48]},
     {"timestamp": 27493, "input_length": 7, "output_length": 5, "hash_ids": [46, 47]},
     {"timestamp": 27500, "input_length": 12, "output_length": 2, "hash_ids": [46, 99]},
     {"timestamp": 28482, "input_length": 6, "output_length": 1},
-]
+)
 
 
 def trace(tmp_path, rows=MOONCAKE, seed=0, **options):
