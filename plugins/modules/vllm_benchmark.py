@@ -621,6 +621,25 @@ runs:
       sample: {"ttft": {"count": 64, "sum_s": 1.62, "mean_ms": 25.3, "p50_ms": 25.1, "p90_ms": 37.6, "p99_ms": 39.8},
                "e2el": {"count": 64, "sum_s": 172.9, "mean_ms": 2701.6, "p50_ms": 3750.0, "p90_ms": 4750.0, "p99_ms": 4975.0},
                "ttft_gap_ms": 1.4, "preemptions": 0, "kv_cache_usage_peak": 0.07, "kv_cache_samples": 12, "counter_reset": false}
+per_turn:
+  description:
+    - For a O(workload.kind=sessions) workload, each turn's figures over all the repeats of the first level (each level's are in
+      RV(sweep)), shaped as RV(runs[].per_turn).
+  returned: for sessions, when the benchmark ran
+  type: list
+  elements: dict
+schedule_slip_ms:
+  description:
+    - For a O(workload.kind=replay), the send slip over all the repeats of the first level (each level's are in RV(sweep)),
+      shaped as RV(runs[].schedule_slip_ms).
+  returned: for a replay, when the benchmark ran
+  type: dict
+prefix_cache:
+  description:
+    - The server's prefix-cache lookups over all the repeats of the first level (each level's are in RV(sweep)), shaped as
+      RV(runs[].prefix_cache); V(null) when a repeat has none.
+  returned: when the benchmark ran
+  type: dict
 warmup:
   description:
     - The warmup phase (left out of every figure) with C(completed), C(failed), C(duration), C(total_output_tokens), C(failed_by_reason),
@@ -630,7 +649,9 @@ warmup:
 sweep:
   description:
     - One entry per level, in the order given (one entry without a sweep), each with C(concurrency) (V(null) for no limit), C(request_rate) (V(inf) for
-      all at once), and C(metrics), C(runs) and C(warmup) shaped as the top-level keys of the same names.
+      all at once), and C(metrics), C(runs) and C(warmup) shaped as the top-level keys of the same names, and the workload's
+      figures over all the level's repeats: C(prefix_cache), and C(per_turn) (sessions) or C(schedule_slip_ms) (a replay),
+      shaped as those of RV(runs).
     - The top-level RV(metrics), RV(runs) and RV(warmup) are those of the first entry, so a task written for one level reads the
       same keys with or without a sweep.
     - A level at which every warmup request failed has no runs and null figures, and the sweep goes on (a warning says so);

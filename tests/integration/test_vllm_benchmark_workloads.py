@@ -23,7 +23,7 @@ import pytest
 
 from gpusim import api
 from ansible_run import run_module
-from inventories import write_inventory
+from bench_host import bench_host
 from simhost import SimHost
 
 MODEL = "org/bench-model"
@@ -57,22 +57,11 @@ class Servers(t.NamedTuple):
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> t.Iterator[Servers]:
     tmp = tmp_path_factory.mktemp("vllm-benchmark-workloads")
-    host = SimHost("bench-client", tmp / "host")
-    host.gpusim("create", "--gpus", "2")
-    started: t.List[FakeVllm] = []
-    try:
-        started.append(FakeVllm(host, 0, {"GPUOPS_SIM_TTFT_MS": str(TTFT_MS), "GPUOPS_SIM_TOKENS_PER_S": str(PACE),
-                                          "GPUOPS_SIM_PREFILL_MS_PER_TOKEN": str(PREFILL_MS_PER_TOKEN)}, tmp / "cache.log"))
-        started.append(FakeVllm(host, 1, {"GPUOPS_SIM_TTFT_MS": str(TTFT_MS), "GPUOPS_SIM_TOKENS_PER_S": str(PACE),
-                                          "GPUOPS_SIM_CHAT_ONLY": "1"}, tmp / "chat-only.log"))
-        for server in started:
-            server.wait_ready()
-        yield Servers(started[0], started[1], write_inventory(tmp / "inventory.json", [host]), tmp)
-    finally:
-        for server in started:
-            server.stop()
-        result = host.gpusim("cleanup", check=False)
-        assert result.returncode == 0, result.stderr
+    knobs = {"GPUOPS_SIM_TTFT_MS": str(TTFT_MS), "GPUOPS_SIM_TOKENS_PER_S": str(PACE)}
+    with bench_host(tmp, FakeVllm, [
+            ("cache", dict(knobs, GPUOPS_SIM_PREFILL_MS_PER_TOKEN=str(PREFILL_MS_PER_TOKEN))),
+            ("chat-only", dict(knobs, GPUOPS_SIM_CHAT_ONLY="1"))]) as (_host, (cache, chat_only), inventory):
+        yield Servers(cache, chat_only, inventory, tmp)
 
 
 def bench(servers: Servers, name: str, *extra: str, **args: t.Any) -> t.Dict[str, t.Any]:
@@ -194,6 +183,9 @@ def test_replay_on_the_trace_schedule_with_shared_prefixes(servers: Servers) -> 
         # the server's prefix-cache counters, read from its /metrics around the repeat
         assert run["prefix_cache"] == {"queries": sum(row["input_length"] for row in trace), "hits": sum(expected_cached),
                                        "hit_rate": sum(expected_cached) / sum(row["input_length"] for row in trace)}
+    # the level's figures pool both repeats: the server's hits of both, the latest send of both
+    assert result["prefix_cache"]["hits"] == 2 * sum(expected_cached) == result["sweep"][0]["prefix_cache"]["hits"]
+    assert result["schedule_slip_ms"]["max"] == max(run["schedule_slip_ms"]["max"] for run in result["runs"])
     assert result["workload"]["kind"] == "replay" and result["workload"]["requests"] == len(trace)
     assert result["sweep"][0]["concurrency"] is None
 
@@ -242,6 +234,7 @@ def test_sessions_find_their_earlier_turns_cached(servers: Servers, endpoint: st
     assert run["prefix_cache"]["queries"] == sum(record["prompt_tokens"] for record in records)
     assert run["prefix_cache"]["hits"] == sum(record["cached_tokens"] for record in records)
     assert result["workload"]["prompt_len"]["max"] == prompt[turns] and result["workload"]["requests"] == sessions * turns
+    assert result["per_turn"] == result["sweep"][0]["per_turn"] == per_turn  # one repeat: the level's are its own
 
 
 def test_a_chat_only_server_is_measured_through_chat(servers: Servers) -> None:

@@ -32,7 +32,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.prompts import request_body
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.workload import (
-    DATASET, WorkloadError, WorkloadSpec, lengths, read_text, words)
+    DATASET, WorkloadError, WorkloadSpec, json_lines, lengths, line_error, read_text, words)
 
 MAX_OUTPUT = 1024 * 1024
 ROLES = ("system", "user", "assistant", "tool", "developer")
@@ -97,25 +97,21 @@ class Dataset:
                 "output_len": lengths([self.output_len(entry) for entry in sent])}
 
 
-def _fail(path: str, line: int, message: str) -> WorkloadError:
-    return WorkloadError("workload.file: %r line %d: %s" % (path, line, message))
-
-
 def _output_len(path: str, line: int, value: t.Any) -> t.Optional[int]:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_OUTPUT:
-        raise _fail(path, line, "output_len %r is not a whole number of tokens from 1 to %d" % (value, MAX_OUTPUT))
+        raise line_error(path, line, "output_len %r is not a whole number of tokens from 1 to %d" % (value, MAX_OUTPUT))
     return value
 
 
 def _messages(path: str, line: int, value: t.Any) -> t.Tuple[t.Dict[str, str], ...]:
     if not isinstance(value, list) or not value:
-        raise _fail(path, line, "messages is not a non-empty list of {role, content}")
+        raise line_error(path, line, "messages is not a non-empty list of {role, content}")
     checked = []
     for number, message in enumerate(value, 1):
         if not isinstance(message, dict) or message.get("role") not in ROLES or not isinstance(message.get("content"), str):
-            raise _fail(path, line, "message %d is not {\"role\": one of %s, \"content\": a string}: %s"
+            raise line_error(path, line, "message %d is not {\"role\": one of %s, \"content\": a string}: %s"
                         % (number, ", ".join(ROLES), json.dumps(message)[:200]))
         checked.append({"role": message["role"], "content": message["content"]})
     return tuple(checked)
@@ -124,22 +120,22 @@ def _messages(path: str, line: int, value: t.Any) -> t.Tuple[t.Dict[str, str], .
 def jsonl_entry(path: str, line: int, obj: t.Any) -> t.Optional[Entry]:
     """One JSONL line's request (None for a ShareGPT entry without a human turn)."""
     if not isinstance(obj, dict):
-        raise _fail(path, line, "not a JSON object but %s" % type(obj).__name__)
+        raise line_error(path, line, "not a JSON object but %s" % type(obj).__name__)
     if "conversations" in obj:
         return sharegpt_entry(path, line, obj)
     if ("prompt" in obj) == ("messages" in obj):
-        raise _fail(path, line, "give either \"prompt\" (a string) or \"messages\" (a list of {role, content}), not %s"
+        raise line_error(path, line, "give either \"prompt\" (a string) or \"messages\" (a list of {role, content}), not %s"
                     % ("both" if "prompt" in obj else "neither"))
     output_len = _output_len(path, line, obj.get("output_len"))
     if "prompt" in obj:
         prompt = obj["prompt"]
         if not isinstance(prompt, str) or not prompt.strip():
-            raise _fail(path, line, "prompt %s is not a non-empty string" % json.dumps(prompt)[:200])
+            raise line_error(path, line, "prompt %s is not a non-empty string" % json.dumps(prompt)[:200])
         return Entry(prompt, None, words(prompt), output_len, line)
     messages = _messages(path, line, obj["messages"])
     count = sum(words(message["content"]) for message in messages)
     if not count:
-        raise _fail(path, line, "the messages have no words")
+        raise line_error(path, line, "the messages have no words")
     return Entry(None, messages, count, output_len, line)
 
 
@@ -147,12 +143,12 @@ def sharegpt_entry(path: str, line: int, obj: t.Any) -> t.Optional[Entry]:
     """The first human turn as the prompt, the words of the gpt answer after it as the output length (an explicit
     "output_len" wins); None for a conversation without a human turn."""
     if not isinstance(obj, dict) or not isinstance(obj.get("conversations"), list):
-        raise _fail(path, line, "not a ShareGPT entry {\"conversations\": [{\"from\", \"value\"}, ...]}")
+        raise line_error(path, line, "not a ShareGPT entry {\"conversations\": [{\"from\", \"value\"}, ...]}")
     prompt = None
     answer = None
     for number, turn in enumerate(obj["conversations"], 1):
         if not isinstance(turn, dict) or not isinstance(turn.get("from"), str) or not isinstance(turn.get("value"), str):
-            raise _fail(path, line, "conversation turn %d is not {\"from\": a string, \"value\": a string}: %s"
+            raise line_error(path, line, "conversation turn %d is not {\"from\": a string, \"value\": a string}: %s"
                         % (number, json.dumps(turn)[:200]))
         if prompt is None:
             if turn["from"] == "human" and turn["value"].strip():
@@ -170,13 +166,7 @@ def sharegpt_entry(path: str, line: int, obj: t.Any) -> t.Optional[Entry]:
 
 def parse_jsonl(path: str, text: str) -> t.List[Entry]:
     entries = []
-    for line, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except ValueError as exc:
-            raise _fail(path, line, "not JSON: %s" % exc) from None
+    for line, obj in json_lines(path, text):
         entry = jsonl_entry(path, line, obj)
         if entry is not None:
             entries.append(entry)
@@ -188,7 +178,7 @@ def parse_sharegpt(path: str, text: str) -> t.List[Entry]:
     decoder = json.JSONDecoder()
     position = len(text) - len(text.lstrip())
     if text[position:position + 1] != "[":
-        raise _fail(path, text.count("\n", 0, position) + 1, "a ShareGPT file is a JSON list ('[' first)")
+        raise line_error(path, text.count("\n", 0, position) + 1, "a ShareGPT file is a JSON list ('[' first)")
     position += 1
     entries = []
     while True:
@@ -199,7 +189,7 @@ def parse_sharegpt(path: str, text: str) -> t.List[Entry]:
         try:
             obj, position = decoder.raw_decode(text, position)
         except ValueError as exc:
-            raise _fail(path, getattr(exc, "lineno", line), "not JSON: %s" % exc) from None
+            raise line_error(path, getattr(exc, "lineno", line), "not JSON: %s" % exc) from None
         entry = sharegpt_entry(path, line, obj)
         if entry is not None:
             entries.append(entry)
@@ -208,10 +198,10 @@ def parse_sharegpt(path: str, text: str) -> t.List[Entry]:
         if mark == ",":
             position += 1
         elif mark != "]":
-            raise _fail(path, text.count("\n", 0, position) + 1, "expected ',' or ']' after an entry, found %r" % (mark or "the end"))
+            raise line_error(path, text.count("\n", 0, position) + 1, "expected ',' or ']' after an entry, found %r" % (mark or "the end"))
     rest = text[position + 1:].strip()
     if rest:
-        raise _fail(path, text.count("\n", 0, position) + 1, "text after the end of the list")
+        raise line_error(path, text.count("\n", 0, position) + 1, "text after the end of the list")
     return entries
 
 

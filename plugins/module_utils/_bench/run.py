@@ -29,7 +29,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._bench.metrics import
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.prompts import prompt_words, request_bodies, request_body
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.save import vllm_result, write_results
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.server import ENDPOINT_PATHS, GENERATION_TOKENS, Server
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench.server_view import Phase
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.server_view import Phase, prefix_figures
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.sessions import per_turn
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.spec import MAX_REQUESTS, BenchSpec
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.sse import CHAT
@@ -43,6 +43,8 @@ COUNTER_SETTLE_S = 0.2
 KNEE_FIGURE = "decode_tok_s"
 # A replay sent this late (p99 of the send slip, ms) says the client, not the server, set the pace
 SLIP_WARNING_MS = 50.0
+# What a level (and the top level, for the first one) has of its workload's figures, over all its repeats
+LEVEL_WORKLOAD_FIGURES = ("per_turn", "schedule_slip_ms", "prefix_cache")
 
 
 class BenchmarkFailed(Exception):
@@ -86,6 +88,7 @@ class Benchmark:
             result["sweep"].append(level)
             if number == 0:
                 result.update(warmup=level["warmup"], runs=level["runs"], metrics=level["metrics"])
+                result.update({key: level[key] for key in LEVEL_WORKLOAD_FIGURES if key in level})
         result["workload"] = spec.workload.summary(spec.num_requests)  # a sessions workload knows its prompts now
         if option:
             result["knee"] = find_knee(option, [(_level_value(level[option]), (level["metrics"].get(KNEE_FIGURE) or {}).get("median"))
@@ -138,6 +141,7 @@ class Benchmark:
                 self.warnings.append("%s%s; this level has no repeats" % (prefix, message))
                 level["metrics"] = aggregate([], headline(spec.percentiles))
                 return level
+        sent: t.List[Outcome] = []  # every repeat's requests, for the level's workload figures
         for repeat in range(1, spec.repeats + 1):
             view = Phase(self.server.metrics_text, model, spec.percentiles) if self.server.metrics_url else None
             args = (spec, model, "%srepeat%d" % (phase, repeat), "%d/arrivals/%s%d" % (spec.seed, phase, repeat),
@@ -161,12 +165,18 @@ class Benchmark:
                 metrics["schedule_slip_ms"] = send_slip(outcomes)
             if spec.kind == SESSIONS:
                 metrics["per_turn"] = per_turn(outcomes, spec.workload.turns)
+            sent.extend(outcomes)
             counter = self._cross_check("%srepeat %d" % (prefix, repeat), metrics, counter, model)
             expected = sum(requested(outcome.index) for outcome in outcomes if outcome.success)
             self._warn_about_run("%srepeat %d" % (prefix, repeat), metrics, expected)
             level["runs"].append(metrics)
         names = headline(spec.percentiles) + ("in_flight_at_end",) + (GOODPUT_FIGURES if spec.goodput else ())
         level["metrics"] = aggregate([run for run in level["runs"] if run["completed"]], names)
+        if spec.kind == SESSIONS:
+            level["per_turn"] = per_turn(sent, spec.workload.turns)
+        if spec.kind == REPLAY:
+            level["schedule_slip_ms"] = send_slip(sent)
+        level["prefix_cache"] = total_prefix_cache([run["prefix_cache"] for run in level["runs"]])
         return level
 
     def _warmup(self, spec: BenchSpec, model: str, phase: str) -> t.Dict[str, t.Any]:
@@ -380,6 +390,14 @@ def find_knee(option: str, levels: t.Sequence[t.Tuple[t.Any, t.Optional[float]]]
             break
         knee.update(level=level, value=value)
     return knee
+
+
+def total_prefix_cache(repeats: t.Sequence[t.Optional[t.Dict[str, t.Any]]]) -> t.Optional[t.Dict[str, t.Any]]:
+    """The prefix-cache lookups of several repeats together; None when a repeat has none (the server did not count)."""
+    if not repeats or any(figures is None for figures in repeats):
+        return None
+    return prefix_figures(sum(t.cast(t.Dict[str, t.Any], figures)["queries"] for figures in repeats),
+                          sum(t.cast(t.Dict[str, t.Any], figures)["hits"] for figures in repeats))
 
 
 def _phase_summary(outcomes: t.Sequence[Outcome], duration: float) -> t.Dict[str, t.Any]:

@@ -97,7 +97,12 @@ def prefix_cache(before: Snapshot, after: Snapshot) -> t.Optional[t.Dict[str, t.
     hits, _reset = counter_delta(before.prefix_hits, after.prefix_hits)
     if queries is None or hits is None:
         return None
-    return {"queries": _count(queries), "hits": _count(hits), "hit_rate": hits / queries if queries > 0 else None}
+    return prefix_figures(_count(queries), _count(hits))
+
+
+def prefix_figures(queries: t.Union[int, float], hits: t.Union[int, float]) -> t.Dict[str, t.Any]:
+    """queries, hits and hit_rate (hits / queries; None without queries)."""
+    return {"queries": queries, "hits": hits, "hit_rate": hits / queries if queries > 0 else None}
 
 
 def _count(value: float) -> t.Union[int, float]:

@@ -23,7 +23,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._bench.sessions impor
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.stats import percentile_label
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.trace import Trace
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.workload import (
-    DATASET, REPLAY, SESSIONS, SYNTHETIC, Synthetic, workload_spec)
+    DATASET, REPLAY, SESSIONS, SYNTHETIC, Synthetic, whole as _whole, workload_spec)
 
 MAX_TOKENS = 1024 * 1024
 MAX_REQUESTS = 1000000
@@ -118,14 +118,6 @@ class BenchSpec(t.NamedTuple):
         if self.sweep_option == "request_rate":
             return [self._replace(request_rate=level) for level in self.request_rates]
         return [self]
-
-
-def _whole(option: str, value: t.Any, lower: int, upper: int, unit: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError("%s: %r is not a whole number of %s" % (option, value, unit))
-    if not lower <= value <= upper:
-        raise SpecError("%s: %r is out of range: give %d to %d %s" % (option, value, lower, upper, unit))
-    return value
 
 
 def _positive(option: str, value: t.Any, upper: float, unit: str, infinite: bool = False) -> float:

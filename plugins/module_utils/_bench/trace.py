@@ -33,7 +33,8 @@ import typing as t
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.prompts import WORDS, request_body
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.request import Outcome
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.stats import mean, percentile
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench.workload import REPLAY, WorkloadError, WorkloadSpec, lengths, read_text
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.workload import (
+    REPLAY, WorkloadError, WorkloadSpec, json_lines, lengths, line_error, read_text)
 
 MAX_LENGTH = 1024 * 1024
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -47,38 +48,28 @@ class TraceLine(t.NamedTuple):
     line: int
 
 
-def _fail(path: str, line: int, message: str) -> WorkloadError:
-    return WorkloadError("workload.file: %r line %d: %s" % (path, line, message))
-
-
 def _length(path: str, line: int, obj: t.Dict[str, t.Any], name: str) -> int:
     value = obj.get(name)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LENGTH:
-        raise _fail(path, line, "%s %s is not a whole number from 1 to %d" % (name, json.dumps(value), MAX_LENGTH))
+        raise line_error(path, line, "%s %s is not a whole number from 1 to %d" % (name, json.dumps(value), MAX_LENGTH))
     return value
 
 
 def parse_trace(path: str, text: str) -> t.List[TraceLine]:
     """Every request of the trace, in order; a bad line fails naming it."""
     lines: t.List[TraceLine] = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except ValueError as exc:
-            raise _fail(path, number, "not JSON: %s" % exc) from None
+    for number, obj in json_lines(path, text):
         if not isinstance(obj, dict):
-            raise _fail(path, number, "not a JSON object with %s" % ", ".join(FIELDS))
+            raise line_error(path, number, "not a JSON object with %s" % ", ".join(FIELDS))
         stamp = obj.get("timestamp")
         if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or math.isnan(stamp) or math.isinf(stamp) or stamp < 0:
-            raise _fail(path, number, "timestamp %s is not a number of milliseconds (0 or more)" % json.dumps(stamp))
+            raise line_error(path, number, "timestamp %s is not a number of milliseconds (0 or more)" % json.dumps(stamp))
         if lines and stamp < lines[-1].timestamp_ms:
-            raise _fail(path, number, "timestamp %s is before the one of line %d (%s): a trace goes forward in time"
+            raise line_error(path, number, "timestamp %s is before the one of line %d (%s): a trace goes forward in time"
                         % (json.dumps(stamp), lines[-1].line, json.dumps(lines[-1].timestamp_ms)))
         hash_ids = obj.get("hash_ids", [])
         if not isinstance(hash_ids, list) or any(isinstance(item, bool) or not isinstance(item, int) for item in hash_ids):
-            raise _fail(path, number, "hash_ids %s is not a list of whole numbers" % json.dumps(hash_ids)[:200])
+            raise line_error(path, number, "hash_ids %s is not a list of whole numbers" % json.dumps(hash_ids)[:200])
         lines.append(TraceLine(float(stamp), _length(path, number, obj, "input_length"),
                                _length(path, number, obj, "output_length"), tuple(hash_ids), number))
     if not lines:

@@ -21,6 +21,7 @@ Private to this collection: the API may change without notice.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import typing as t
@@ -76,12 +77,17 @@ class WorkloadError(SpecError):
     """A workload file that cannot be used; the message names the option, the file and the line."""
 
 
-def _whole(option: str, value: t.Any, lower: int, upper: int, unit: str) -> int:
+def whole(option: str, value: t.Any, lower: int, upper: int, unit: str) -> int:
+    """`value` when it is a whole number from `lower` to `upper`; else SpecError naming the option and the value."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError("workload.%s: %r is not a whole number of %s" % (option, value, unit))
+        raise SpecError("%s: %r is not a whole number of %s" % (option, value, unit))
     if not lower <= value <= upper:
-        raise SpecError("workload.%s: %r is out of range: give %d to %d %s" % (option, value, lower, upper, unit))
+        raise SpecError("%s: %r is out of range: give %d to %d %s" % (option, value, lower, upper, unit))
     return value
+
+
+def _whole(option: str, value: t.Any, lower: int, upper: int, unit: str) -> int:
+    return whole("workload." + option, value, lower, upper, unit)
 
 
 def _number(option: str, value: t.Any, lower: float, upper: float, unit: str, strict: bool) -> float:
@@ -170,6 +176,21 @@ def read_text(path: str) -> t.Tuple[str, str]:
         line = data[:exc.start].count(b"\n") + 1
         raise WorkloadError("workload.file: %r line %d: not UTF-8 text (%s)" % (path, line, exc.reason)) from None
     return text, hashlib.sha256(data).hexdigest()
+
+
+def line_error(path: str, line: int, message: str) -> WorkloadError:
+    return WorkloadError("workload.file: %r line %d: %s" % (path, line, message))
+
+
+def json_lines(path: str, text: str) -> t.Iterator[t.Tuple[int, t.Any]]:
+    """(line number, JSON value) of each line that is not blank; a line that is not JSON fails, naming it."""
+    for line, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            yield line, json.loads(raw)
+        except ValueError as exc:
+            raise line_error(path, line, "not JSON: %s" % exc) from None
 
 
 def lengths(values: t.Sequence[int]) -> t.Optional[t.Dict[str, t.Any]]:

@@ -137,3 +137,23 @@ def test_a_server_with_completions_keeps_them():
         result = bench.run()
     assert result["endpoint"] == "completions" and result["endpoint_fallback"] is None
     assert all(seen == "POST /v1/completions" for seen in server.seen if seen.startswith("POST"))
+
+
+def test_level_figures_pool_every_repeat(tmp_path):
+    rows = [{"timestamp": 10 * n, "input_length": 3, "output_length": 2} for n in range(3)]
+    path = write(tmp_path, "t.jsonl", rows)
+    with ScriptedServer() as server:
+        replay = Benchmark(spec(server.url, repeats=2, warmup_requests=0, concurrency=None,
+                                workload={"kind": "replay", "file": path})).run()
+    level = replay["sweep"][0]
+    assert replay["schedule_slip_ms"] == level["schedule_slip_ms"] and "per_turn" not in level
+    assert level["schedule_slip_ms"]["max"] == max(run["schedule_slip_ms"]["max"] for run in replay["runs"])
+    assert level["prefix_cache"] is None  # the scripted server counts no prefix cache
+    with ScriptedServer(cached_tokens=2) as server:
+        sessions = Benchmark(spec(server.url, endpoint="chat", repeats=2, warmup_requests=0,
+                                  workload={"kind": "sessions", "sessions": 2, "turns": 2})).run()
+    level = sessions["sweep"][0]
+    assert [turn["requests"] for turn in level["per_turn"]] == [4, 4] and sessions["per_turn"] == level["per_turn"]
+    assert [turn["cached_tokens"] for turn in level["per_turn"]] == [
+        sum(run["per_turn"][turn]["cached_tokens"] for run in sessions["runs"]) for turn in range(2)]
+    assert "schedule_slip_ms" not in level
