@@ -275,6 +275,9 @@ def test_matrix_with_a_dataset_sends_every_configuration_the_same_requests(fleet
         run0 = cell["benchmark"]["runs"][0]
         assert run0["total_input_tokens"] == sum(prompt for prompt, _output in measured)
         assert run0["total_output_tokens"] == sum(output for _prompt, output in measured)
+        # the summary the role keeps: the server's prefix-cache lookups (the fake counts every prompt token)
+        assert cell["summary"]["prefix_cache"]["queries"] == run0["total_input_tokens"]
+        assert cell["summary"]["workload"] == workload
     plan = json.loads((results / "plan.json").read_text())
     assert plan["benchmark"]["workload"] == {"kind": "dataset", "file": str(dataset)}
     assert "Workload: dataset (file %s)." % dataset in (results / "summary.md").read_text()
