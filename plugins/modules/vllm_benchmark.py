@@ -115,7 +115,8 @@ options:
         limit holds requests back, which shows as their send slip, C(runs[].schedule_slip_ms)).
       - A list of levels, V([1, 8, 32, 64]) for one, is a sweep; the whole benchmark (warmup and every repeat) runs at each
         level in turn, in the order given, and RV(sweep) has one result per level, RV(knee) the knee. A single value (or a list
-        of one) runs one level. Each level draws prompts of its own, so the server's prefix cache cannot favour a later one.
+        of one) runs one level. Each level draws prompts of its own, so the server's prefix cache cannot favour a later one
+        (a dataset's prompts are the file's, the same at every level).
       - Only one of O(concurrency) and O(request_rate) may be a list of more than one level.
     type: list
     elements: int
@@ -180,7 +181,8 @@ options:
     description:
       - How many times the O(num_requests) requests are run. RV(metrics) gives each figure's median across the repeats with its
         min and max, and from 3 repeats on a 95% confidence interval of the mean (Student t).
-      - Each repeat draws different prompts, so the server's prefix cache cannot make a later repeat look faster.
+      - Each repeat draws different prompts, so the server's prefix cache cannot make a later repeat look faster (a dataset's
+        prompts are the file's, the same in every repeat).
     type: int
     default: 3
   timeout:
@@ -650,7 +652,7 @@ sweep:
   description:
     - One entry per level, in the order given (one entry without a sweep), each with C(concurrency) (V(null) for no limit), C(request_rate) (V(inf) for
       all at once), and C(metrics), C(runs) and C(warmup) shaped as the top-level keys of the same names, and the workload's
-      figures over all the level's repeats: C(prefix_cache), and C(per_turn) (sessions) or C(schedule_slip_ms) (a replay),
+      figures over all the level's repeats, C(prefix_cache), and C(per_turn) (sessions) or C(schedule_slip_ms) (a replay),
       shaped as those of RV(runs).
     - The top-level RV(metrics), RV(runs) and RV(warmup) are those of the first entry, so a task written for one level reads the
       same keys with or without a sweep.

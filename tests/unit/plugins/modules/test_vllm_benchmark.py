@@ -285,3 +285,11 @@ def test_bad_workload_sends_nothing(server, monkeypatch, tmp_path, workload, mes
     result = run_module(dict(SMALL, url=server.url, workload=workload), monkeypatch)
     assert result["failed"] and message.replace("PATH", str(path)) in result["msg"], result["msg"]
     assert server.seen == []
+
+
+def test_examples_and_return_are_yaml():
+    yaml = pytest.importorskip("yaml")
+    returned = yaml.safe_load(vllm_benchmark.RETURN)
+    assert {"workload", "endpoint_fallback", "per_turn", "schedule_slip_ms", "prefix_cache"} <= set(returned)
+    assert {"per_turn", "schedule_slip_ms", "prefix_cache"} <= set(returned["runs"]["contains"])
+    assert any("workload" in task.get("gpuops.fleet.vllm_benchmark", {}) for task in yaml.safe_load(vllm_benchmark.EXAMPLES))
