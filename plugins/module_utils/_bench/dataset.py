@@ -112,7 +112,7 @@ def _messages(path: str, line: int, value: t.Any) -> t.Tuple[t.Dict[str, str], .
     for number, message in enumerate(value, 1):
         if not isinstance(message, dict) or message.get("role") not in ROLES or not isinstance(message.get("content"), str):
             raise line_error(path, line, "message %d is not {\"role\": one of %s, \"content\": a string}: %s"
-                        % (number, ", ".join(ROLES), json.dumps(message)[:200]))
+                             % (number, ", ".join(ROLES), json.dumps(message)[:200]))
         checked.append({"role": message["role"], "content": message["content"]})
     return tuple(checked)
 
@@ -125,7 +125,7 @@ def jsonl_entry(path: str, line: int, obj: t.Any) -> t.Optional[Entry]:
         return sharegpt_entry(path, line, obj)
     if ("prompt" in obj) == ("messages" in obj):
         raise line_error(path, line, "give either \"prompt\" (a string) or \"messages\" (a list of {role, content}), not %s"
-                    % ("both" if "prompt" in obj else "neither"))
+                         % ("both" if "prompt" in obj else "neither"))
     output_len = _output_len(path, line, obj.get("output_len"))
     if "prompt" in obj:
         prompt = obj["prompt"]
@@ -149,7 +149,7 @@ def sharegpt_entry(path: str, line: int, obj: t.Any) -> t.Optional[Entry]:
     for number, turn in enumerate(obj["conversations"], 1):
         if not isinstance(turn, dict) or not isinstance(turn.get("from"), str) or not isinstance(turn.get("value"), str):
             raise line_error(path, line, "conversation turn %d is not {\"from\": a string, \"value\": a string}: %s"
-                        % (number, json.dumps(turn)[:200]))
+                             % (number, json.dumps(turn)[:200]))
         if prompt is None:
             if turn["from"] == "human" and turn["value"].strip():
                 prompt = turn["value"]

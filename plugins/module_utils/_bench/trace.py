@@ -66,7 +66,7 @@ def parse_trace(path: str, text: str) -> t.List[TraceLine]:
             raise line_error(path, number, "timestamp %s is not a number of milliseconds (0 or more)" % json.dumps(stamp))
         if lines and stamp < lines[-1].timestamp_ms:
             raise line_error(path, number, "timestamp %s is before the one of line %d (%s): a trace goes forward in time"
-                        % (json.dumps(stamp), lines[-1].line, json.dumps(lines[-1].timestamp_ms)))
+                             % (json.dumps(stamp), lines[-1].line, json.dumps(lines[-1].timestamp_ms)))
         hash_ids = obj.get("hash_ids", [])
         if not isinstance(hash_ids, list) or any(isinstance(item, bool) or not isinstance(item, int) for item in hash_ids):
             raise line_error(path, number, "hash_ids %s is not a list of whole numbers" % json.dumps(hash_ids)[:200])
