@@ -41,6 +41,8 @@ description:
     reaches the server.
   - Uses only the Python standard library (asyncio over plain sockets, TLS for https); one core reads tens of thousands of tokens a
     second with accurate timing. Runs on the GPU host or anywhere that reaches the server (for example with C(delegate_to)).
+  - Sends synthetic prompts by default; O(workload) sends a dataset's prompts (JSONL or ShareGPT), replays a timed trace
+    (Mooncake's format) on its schedule, or runs multi-turn sessions, each turn appending the answer to the one before.
   - Never changes the server's state.
 author:
   - gpuops maintainers (@gpuops)
@@ -66,19 +68,25 @@ options:
       - Omit it to use the first model the server lists; the server must then have V(/v1/models).
     type: str
   endpoint:
-    description: Which API to call.
+    description:
+      - Which API to call.
+      - Omit it for V(completions), with one difference from setting it. When the first warmup request (without a warmup, the
+        first repeat's first request) is answered HTTP 404 on C(/v1/completions), as by a server that serves only chat, the whole
+        run goes through C(/v1/chat/completions) instead (that repeat is sent again), with a warning, RV(endpoint) V(chat) and
+        RV(endpoint_fallback) saying why. Set to V(completions), a 404 fails every request as any other HTTP error does.
     type: str
     choices: [completions, chat]
-    default: completions
   input_len:
     description:
       - Prompt length in words (short common English words, most of them one token; the server's count of prompt tokens is what
         RV(runs[].total_input_tokens) reports).
+      - For a O(workload.kind=sessions) workload, the length of each new user message; a dataset or a trace sets its own.
     type: int
     default: 1024
   output_len:
     description:
       - Tokens to generate per request (C(max_tokens)). With O(ignore_eos=true) every request decodes exactly this many.
+      - A dataset's entry may set its own (C(output_len), or the length of a ShareGPT answer); a trace sets its own (C(output_length)).
     type: int
     default: 128
   num_requests:
@@ -89,6 +97,8 @@ options:
         configuration and round in C(benchmark_matrix.yml), where many short measurements say more than a few long ones.
       - With O(duration) there is no default; the repeat sends requests until the time is up. Given together with O(duration),
         it is a cap; a repeat ends at whichever comes first, the time or this many requests all answered.
+      - For a O(workload.kind=replay), the first lines of the trace to send (default all); a O(workload.kind=sessions) workload
+        takes none (O(workload.sessions) x O(workload.turns) are the requests).
     type: int
   duration:
     description:
@@ -100,14 +110,16 @@ options:
     type: float
   concurrency:
     description:
-      - Most requests in flight at once (C(--max-concurrency)).
+      - Most requests in flight at once (C(--max-concurrency)); for a O(workload.kind=sessions) workload, most sessions at once.
+      - Omit it for V([8]), or, for a O(workload.kind=replay), for no limit (each request is sent when the trace says; a
+        limit holds requests back, which shows as their send slip, C(runs[].schedule_slip_ms)).
       - A list of levels, V([1, 8, 32, 64]) for one, is a sweep; the whole benchmark (warmup and every repeat) runs at each
         level in turn, in the order given, and RV(sweep) has one result per level, RV(knee) the knee. A single value (or a list
-        of one) runs one level. Each level draws prompts of its own, so the server's prefix cache cannot favour a later one.
+        of one) runs one level. Each level draws prompts of its own, so the server's prefix cache cannot favour a later one
+        (a dataset's prompts are the file's, the same at every level).
       - Only one of O(concurrency) and O(request_rate) may be a list of more than one level.
     type: list
     elements: int
-    default: [8]
   request_rate:
     description:
       - Mean arrival rate in requests per second; arrivals follow a Poisson process (exponential gaps), as C(--request-rate) with
@@ -169,7 +181,8 @@ options:
     description:
       - How many times the O(num_requests) requests are run. RV(metrics) gives each figure's median across the repeats with its
         min and max, and from 3 repeats on a 95% confidence interval of the mean (Student t).
-      - Each repeat draws different prompts, so the server's prefix cache cannot make a later repeat look faster.
+      - Each repeat draws different prompts, so the server's prefix cache cannot make a later repeat look faster (a dataset's
+        prompts are the file's, the same in every repeat).
     type: int
     default: 3
   timeout:
@@ -191,6 +204,73 @@ options:
     description: Check the server's TLS certificate (https only).
     type: bool
     default: true
+  workload:
+    description:
+      - What the requests are. Omit it for the synthetic prompts of O(input_len) words (O(workload.kind=synthetic)).
+      - The workload's file is read and checked with the other options, before any request; a bad line fails the task naming the
+        file and the line, and nothing is sent. RV(workload) describes what was sent.
+    type: dict
+    suboptions:
+      kind:
+        description:
+          - V(synthetic), random words (the default).
+          - V(dataset), requests from O(workload.file), sampled with O(seed) and filtered by prompt length. The seed shuffles
+            the file's requests once; each repeat, each level of a sweep and each configuration of C(benchmark_matrix.yml) (and
+            both sides of C(rollout_vllm.yml)'s gate) sends the same requests in the same order, from the start of that
+            order again when it asks for more than the file holds. The warmup takes requests from the end of the order.
+          - V(replay), a timed trace from O(workload.file) (Mooncake's format), each request sent at its C(timestamp) (milliseconds,
+            counted from the first line's), its prompt C(input_length) words built from its C(hash_ids) (see
+            O(workload.block_size)), C(output_length) tokens. Each repeat sends the whole trace (or its first O(num_requests)
+            lines). C(runs[].schedule_slip_ms) says how late the client sent the requests against the trace.
+          - V(sessions), O(workload.sessions) conversations of O(workload.turns) turns through the chat endpoint's messages (the
+            completions endpoint gets the conversation as one prompt). Turn 1 is a user message of O(input_len) words; each later
+            turn adds the answer the server streamed and a new user message, O(workload.think_time) seconds after the answer.
+            A failed turn ends its session. C(runs[].per_turn) has each turn's figures.
+          - Each repeat of a replay or of sessions draws words of its own (the same ones for the same O(seed)), so no repeat
+            finds the one before in the server's prefix cache; a dataset's prompts are the file's, the same in every repeat.
+        type: str
+        choices: [synthetic, dataset, replay, sessions]
+      file:
+        description:
+          - The file, on the host the task runs on (O(workload.kind=dataset) and V(replay)).
+          - 'A dataset: JSON lines, each C({"prompt": "..."}) (a completions prompt; the chat endpoint gets it as one user message)
+            or C({"messages": [{"role": "user", "content": "..."}, ...]}) (chat messages; the completions endpoint gets their
+            contents, a blank line between them), each with an optional C(output_len) in tokens; or the ShareGPT format, a JSON
+            list of C({"conversations": [{"from": "human", "value": "..."}, {"from": "gpt", "value": "..."}, ...]}), whose first
+            human turn is the prompt and whose first gpt answer after it gives the output length in words, when the entry has no
+            C(output_len). ShareGPT entries without a human turn are skipped. Blank lines are skipped.'
+          - 'A trace: JSON lines C({"timestamp": 27482, "input_length": 6955, "output_length": 52, "hash_ids": [46, 47, 48]}),
+            timestamps in milliseconds never going back; C(hash_ids) may be left out.'
+        type: path
+      format:
+        description: The dataset file's format; V(auto) reads a file whose first character is C([) as ShareGPT, any other as JSON lines.
+        type: str
+        choices: [auto, jsonl, sharegpt]
+      min_prompt_len:
+        description: Only dataset requests whose prompt has at least this many words (all message contents counted).
+        type: int
+      max_prompt_len:
+        description: Only dataset requests whose prompt has at most this many words.
+        type: int
+      speedup:
+        description: Send a replay this many times faster than the trace (V(2) halves every gap); default V(1).
+        type: float
+      block_size:
+        description:
+          - Words per C(hash_ids) block of a replay; default V(512), as Mooncake's blocks are 512 tokens.
+          - Each hash id is one block of words drawn from O(seed) and the id, so requests whose C(hash_ids) start alike share those
+            blocks word for word (a prefix the server can cache); a prompt is its blocks in order, cut at C(input_length) words,
+            and ends in words of its own when its blocks are fewer.
+        type: int
+      sessions:
+        description: Conversations of a O(workload.kind=sessions) workload per repeat; default V(8).
+        type: int
+      turns:
+        description: Turns (requests) per conversation; default V(4).
+        type: int
+      think_time:
+        description: Seconds between an answer and the next turn of its conversation; default V(0).
+        type: float
   save_result:
     description:
       - Also write the figures to this file (on the host the task runs on) in the JSON shape of C(vllm bench serve --save-result).
@@ -277,6 +357,49 @@ EXAMPLES = r"""
 - name: Share of requests within both targets and the 99.9th percentile TTFT
   ansible.builtin.debug:
     msg: "{{ timed.runs[0].goodput_pct }}% good, p99.9 TTFT {{ timed.runs[0].p99_9_ttft_ms }} ms, {{ timed.runs[0].in_flight_at_end }} in flight at the end"
+
+- name: The fleet's own prompts, 200 of them between 16 and 2048 words, the same ones for every configuration
+  gpuops.fleet.vllm_benchmark:
+    url: http://127.0.0.1:8000
+    num_requests: 200
+    concurrency: 16
+    workload:
+      kind: dataset
+      file: /data/ShareGPT_V3_unfiltered_cleaned_split.json
+      min_prompt_len: 16
+      max_prompt_len: 2048
+
+- name: Replay an hour of traffic at twice its pace
+  gpuops.fleet.vllm_benchmark:
+    url: http://127.0.0.1:8000
+    repeats: 1
+    workload:
+      kind: replay
+      file: /data/mooncake_trace.jsonl
+      speedup: 2
+  register: replay
+
+- name: How late the client sent against the trace
+  ansible.builtin.debug:
+    msg: "schedule slip p99 {{ replay.runs[0].schedule_slip_ms.p99 | round(1) }} ms"
+
+- name: 16 chats of 5 turns, 2 s of thinking between turns
+  gpuops.fleet.vllm_benchmark:
+    url: http://127.0.0.1:8000
+    endpoint: chat
+    input_len: 64
+    output_len: 128
+    concurrency: 16
+    workload:
+      kind: sessions
+      sessions: 16
+      turns: 5
+      think_time: 2
+  register: chats
+
+- name: TTFT of turn 1 against turn 5 (what the prefix cache buys)
+  ansible.builtin.debug:
+    msg: "{{ chats.runs[0].per_turn | map(attribute='ttft_ms.p50') | list }}; prefix cache {{ chats.runs[0].prefix_cache }}"
 """
 
 RETURN = r"""
@@ -291,10 +414,28 @@ model:
   type: str
   sample: meta-llama/Llama-3.1-8B-Instruct
 endpoint:
-  description: The API that was called.
+  description: The API that was called (V(chat) after a fallback, see RV(endpoint_fallback)).
   returned: always
   type: str
   sample: completions
+endpoint_fallback:
+  description:
+    - Why the run went through C(/v1/chat/completions) when O(endpoint) was not set (C(/v1/completions) answered HTTP 404);
+      V(null) when it did not.
+  returned: always
+  type: str
+  sample: "/v1/completions answered HTTP 404 Not Found: ..., and endpoint was not set: the benchmark went through /v1/chat/completions instead"
+workload:
+  description:
+    - What the requests were. C(kind) (O(workload.kind)), C(file) and C(sha256) (the file read and its SHA-256; V(null) for
+      synthetic prompts and sessions), C(requests) (the requests one repeat sends; V(null) when only O(duration) bounds it), and
+      C(prompt_len) and C(output_len), each C(min), C(p50), C(p90) and C(max) over those requests (prompts in words, outputs in
+      tokens asked for). For sessions, C(prompt_len) is over the prompts the first repeat sent (they grow with the answers).
+    - Also in check mode, from the file read.
+  returned: always
+  type: dict
+  sample: {"kind": "dataset", "file": "/data/prompts.jsonl", "sha256": "9f86d08...", "requests": 200,
+           "prompt_len": {"min": 17, "p50": 212, "p90": 890, "max": 2011}, "output_len": {"min": 4, "p50": 180, "p90": 512, "max": 1024}}
 metrics:
   description:
     - Each headline figure across the repeats that completed at least one request, as a dict of C(median) (the figure to quote), C(min),
@@ -429,6 +570,34 @@ runs:
       description: Tokens the client saw generated in this repeat, failed requests included.
       type: int
       returned: always
+    prefix_cache:
+      description:
+        - The server's prefix-cache lookups over this repeat, in tokens, from the increase of C(vllm:prefix_cache_queries_total) and
+          C(vllm:prefix_cache_hits_total) at O(metrics_url), as C(queries), C(hits) and C(hit_rate) (hits / queries, V(null) without
+          queries). V(null) when the server does not count them or no metrics are read.
+      type: dict
+      returned: always
+      sample: {"queries": 40960, "hits": 30720, "hit_rate": 0.75}
+    schedule_slip_ms:
+      description:
+        - For a O(workload.kind=replay), how late the client sent the requests against the trace's schedule (when its bytes went
+          out, its connection made, minus when the trace said), in milliseconds, C(mean), C(p50), C(p90), C(p99) and C(max). A
+          client that cannot keep up (or a O(concurrency) limit) shows here, never as a slow server; a p99 over 50 ms comes with
+          a warning.
+      type: dict
+      returned: for a replay
+      sample: {"mean": 0.4, "p50": 0.3, "p90": 0.7, "p99": 1.9, "max": 3.2}
+    per_turn:
+      description:
+        - For a O(workload.kind=sessions) workload, one entry per turn, in order, with C(turn) (from 1), C(requests) (the turn's
+          completed requests), C(ttft_ms) (C(mean), C(p50), C(p90), C(p99) of their TTFT; V(null) when none completed) and
+          C(cached_tokens) (the prompt tokens the server said it had cached, C(usage.prompt_tokens_details.cached_tokens),
+          summed over them; V(null) when the server did not say).
+      type: list
+      elements: dict
+      returned: for sessions
+      sample: [{"turn": 1, "requests": 8, "ttft_ms": {"mean": 210.3, "p50": 208.1, "p90": 230.4, "p99": 233.0}, "cached_tokens": 0},
+               {"turn": 2, "requests": 8, "ttft_ms": {"mean": 61.2, "p50": 60.0, "p90": 70.8, "p99": 72.4}, "cached_tokens": 8192}]
     server_generation_tokens:
       description:
         - The increase of the server's C(vllm:generation_tokens_total) for the model over this repeat; V(null) when the server has no
@@ -454,6 +623,25 @@ runs:
       sample: {"ttft": {"count": 64, "sum_s": 1.62, "mean_ms": 25.3, "p50_ms": 25.1, "p90_ms": 37.6, "p99_ms": 39.8},
                "e2el": {"count": 64, "sum_s": 172.9, "mean_ms": 2701.6, "p50_ms": 3750.0, "p90_ms": 4750.0, "p99_ms": 4975.0},
                "ttft_gap_ms": 1.4, "preemptions": 0, "kv_cache_usage_peak": 0.07, "kv_cache_samples": 12, "counter_reset": false}
+per_turn:
+  description:
+    - For a O(workload.kind=sessions) workload, each turn's figures over all the repeats of the first level (each level's are in
+      RV(sweep)), shaped as RV(runs[].per_turn).
+  returned: for sessions, when the benchmark ran
+  type: list
+  elements: dict
+schedule_slip_ms:
+  description:
+    - For a O(workload.kind=replay), the send slip over all the repeats of the first level (each level's are in RV(sweep)),
+      shaped as RV(runs[].schedule_slip_ms).
+  returned: for a replay, when the benchmark ran
+  type: dict
+prefix_cache:
+  description:
+    - The server's prefix-cache lookups over all the repeats of the first level (each level's are in RV(sweep)), shaped as
+      RV(runs[].prefix_cache); V(null) when a repeat has none.
+  returned: when the benchmark ran
+  type: dict
 warmup:
   description:
     - The warmup phase (left out of every figure) with C(completed), C(failed), C(duration), C(total_output_tokens), C(failed_by_reason),
@@ -462,8 +650,10 @@ warmup:
   type: dict
 sweep:
   description:
-    - One entry per level, in the order given (one entry without a sweep), each with C(concurrency), C(request_rate) (V(inf) for
-      all at once), and C(metrics), C(runs) and C(warmup) shaped as the top-level keys of the same names.
+    - One entry per level, in the order given (one entry without a sweep), each with C(concurrency) (V(null) for no limit), C(request_rate) (V(inf) for
+      all at once), and C(metrics), C(runs) and C(warmup) shaped as the top-level keys of the same names, and the workload's
+      figures over all the level's repeats, C(prefix_cache), and C(per_turn) (sessions) or C(schedule_slip_ms) (a replay),
+      shaped as those of RV(runs).
     - The top-level RV(metrics), RV(runs) and RV(warmup) are those of the first entry, so a task written for one level reads the
       same keys with or without a sweep.
     - A level at which every warmup request failed has no runs and null figures, and the sweep goes on (a warning says so);
@@ -510,16 +700,17 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import failu
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.run import Benchmark, BenchmarkFailed
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.server import ServerError
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.spec import DEFAULTS, ENDPOINTS, GOODPUT_KEYS, BenchSpec, SpecError, build_spec
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.workload import FORMATS, KINDS, OPTION_TYPES
 
 ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "url": {"type": "str", "default": DEFAULTS["url"]},
     "model": {"type": "str"},
-    "endpoint": {"type": "str", "default": DEFAULTS["endpoint"], "choices": list(ENDPOINTS)},
+    "endpoint": {"type": "str", "choices": list(ENDPOINTS)},
     "input_len": {"type": "int", "default": DEFAULTS["input_len"]},
     "output_len": {"type": "int", "default": DEFAULTS["output_len"]},
     "num_requests": {"type": "int"},
     "duration": {"type": "float"},
-    "concurrency": {"type": "list", "elements": "int", "default": DEFAULTS["concurrency"]},
+    "concurrency": {"type": "list", "elements": "int"},
     "request_rate": {"type": "list", "elements": "float"},
     "knee_tolerance": {"type": "float", "default": DEFAULTS["knee_tolerance"]},
     "percentiles": {"type": "list", "elements": "float", "default": DEFAULTS["percentiles"]},
@@ -533,17 +724,22 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "ignore_eos": {"type": "bool", "default": DEFAULTS["ignore_eos"]},
     "validate_certs": {"type": "bool", "default": DEFAULTS["validate_certs"]},
     "save_result": {"type": "path"},
+    "workload": {"type": "dict", "options": {
+        key: dict({"type": kind}, **({"choices": list(KINDS)} if key == "kind" else {"choices": list(FORMATS)} if key == "format" else {}))
+        for key, kind in OPTION_TYPES.items()}},
 }
 
 
 def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
     """The options checked (build_spec), then the benchmark run (none in check mode)."""
     result: t.Dict[str, t.Any] = {"changed": False, "url": module.params["url"], "endpoint": module.params["endpoint"],
-                                  "metrics": {}, "runs": [], "warmup": None, "sweep": [], "knee": None, "notes": []}
+                                  "endpoint_fallback": None, "metrics": {}, "runs": [], "warmup": None, "sweep": [],
+                                  "knee": None, "notes": [], "workload": None}
     try:
         spec = build_spec(module.params)
     except SpecError as exc:
         return failure(str(exc), **result)
+    result.update(endpoint=spec.endpoint, workload=spec.workload.summary(spec.num_requests))
     if module.check_mode:
         return dict(result, msg="check mode: no request was sent to %s" % spec.url), [], False
     benchmark = Benchmark(spec)
@@ -567,10 +763,15 @@ def main() -> None:
 def _summary(spec: BenchSpec, result: t.Dict[str, t.Any]) -> str:
     size = "%d requests" % spec.num_requests if spec.duration is None else "%g s" % spec.duration + (
         " (at most %d requests)" % spec.num_requests if spec.num_requests else "")
+    if spec.kind != "synthetic":
+        size += " of a %s workload" % spec.kind
+    if result.get("endpoint_fallback"):
+        size += " through chat (no /v1/completions)"
     if not spec.sweep_option:
         median = (result["metrics"].get("decode_tok_s") or {}).get("median")
-        return "%d repeat(s) of %s at concurrency %d: median decode %s tok/s per stream" % (
-            spec.repeats, size, spec.concurrency, "%.2f" % median if median else "n/a")
+        return "%d repeat(s) of %s at %s: median decode %s tok/s per stream" % (
+            spec.repeats, size, "concurrency %d" % spec.concurrency if spec.concurrency else "no concurrency limit",
+            "%.2f" % median if median else "n/a")
     knee = result["knee"] or {}
     levels = ", ".join("%s %s" % (level[spec.sweep_option], "%.2f" % figure["median"] if figure and figure["median"] else "n/a")
                        for level, figure in ((level, level["metrics"].get("decode_tok_s")) for level in result["sweep"]))

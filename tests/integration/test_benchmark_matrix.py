@@ -11,6 +11,7 @@ and the simulator's own view of who holds the GPUs, never by the playbook's own 
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import re
 import statistics
@@ -286,3 +287,45 @@ def test_restart_with_benchmark_prints_its_figures_and_they_are_the_servers(flee
     assert "UNCHANGED" in again.stdout and "benchmark:" not in again.stdout
     # no benchmark: the only request is the rerun's own generation check (a server left alone must generate)
     assert server_pid(node) == pid and generation_tokens(node.port) == 2 * READY_TOKENS + (1 + 2 * 4) * 24
+
+
+@pytest.mark.timeout(900)
+def test_matrix_with_a_dataset_sends_every_configuration_the_same_requests(fleet, tmp_path):
+    (node,) = fleet("gpu-node-01")
+    # prompts told apart by their length and output length, as the server records them (GET /sim/sent)
+    rows = [{"prompt": " ".join("w%d" % i for i in range(8 + n)), "output_len": 3 + n % 4} for n in range(10)]
+    dataset = tmp_path / "prompts.jsonl"
+    dataset.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    entries = {(8 + n, 3 + n % 4) for n in range(10)}
+    # the baseline runs last and is left running as it is (no restart), so its server's records are the measurement's
+    configs = [{"name": "LL", "env": {"NCCL_PROTO": "LL"}}, {"name": "base"}]
+    inv = inventory(tmp_path, [node], vllm_benchmark_configs=configs, vllm_benchmark_baseline="base", vllm_benchmark_repeats=1,
+                    vllm_benchmark_leave="baseline", vllm_server_tensor_parallel_size=1,
+                    vllm_server_benchmark_workload={"kind": "dataset", "file": str(dataset)})
+    run = run_playbook(MATRIX, inv, timeout=800)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    results = tmp_path / "results"
+    cells = {c["config"]: c for c in (json.loads(p.read_text()) for p in (results / "raw").glob("*.json"))}
+    assert int(cells["base"]["server"]["pid"]) == server_pid(node)  # left running: the server that measured last
+    # the benchmark's streamed requests (the role's own generation checks do not stream), in the order they arrived
+    records = sorted((record for record in get_json(node.port, "/sim/sent")["requests"] if record["stream"]),
+                     key=lambda record: record["arrived_s"])
+    assert len(records) == 5, records  # one warmup request, four measured
+    measured = [(record["prompt_tokens"], record["output_tokens"]) for record in records[-4:]]
+    assert len(set(measured)) == 4 and set(measured) <= entries, records
+    assert (records[-5]["prompt_tokens"], records[-5]["output_tokens"]) in entries - set(measured)  # the warmup's own
+    digest = hashlib.sha256(dataset.read_bytes()).hexdigest()
+    for cell in cells.values():
+        assert cell["status"] == "ok", cell
+        workload = cell["benchmark"]["workload"]
+        assert (workload["kind"], workload["file"], workload["sha256"], workload["requests"]) == ("dataset", str(dataset), digest, 4)
+        # both configurations: the server's prompt and output tokens of the same four requests
+        run0 = cell["benchmark"]["runs"][0]
+        assert run0["total_input_tokens"] == sum(prompt for prompt, _output in measured)
+        assert run0["total_output_tokens"] == sum(output for _prompt, output in measured)
+        # the summary the role keeps: the server's prefix-cache lookups (the fake counts every prompt token)
+        assert cell["summary"]["prefix_cache"]["queries"] == run0["total_input_tokens"]
+        assert cell["summary"]["workload"] == workload
+    plan = json.loads((results / "plan.json").read_text())
+    assert plan["benchmark"]["workload"] == {"kind": "dataset", "file": str(dataset)}
+    assert "Workload: dataset (file %s)." % dataset in (results / "summary.md").read_text()

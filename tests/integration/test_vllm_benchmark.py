@@ -28,7 +28,7 @@ import pytest
 
 from gpusim import api
 from ansible_run import run_module
-from inventories import write_inventory
+from bench_host import bench_host
 from readings import median_of_medians, sent_phases
 from simhost import SimHost
 
@@ -61,21 +61,11 @@ class Servers(t.NamedTuple):
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> t.Iterator[Servers]:
     tmp = tmp_path_factory.mktemp("vllm-benchmark")
-    host = SimHost("bench-client", tmp / "host")
-    host.gpusim("create", "--gpus", "2")
-    started: t.List[FakeVllm] = []
-    try:
-        started.append(FakeVllm(host, 0, {"GPUOPS_SIM_TTFT_MS": str(PACED_TTFT_MS)}, tmp / "paced.log"))
-        started.append(FakeVllm(host, 1, {"GPUOPS_SIM_TTFT_MS": str(PACKED_TTFT_MS), "GPUOPS_SIM_TOKENS_PER_CHUNK": "4",
-                                          "GPUOPS_SIM_TOKENS_PER_S": str(PACKED_PACE)}, tmp / "packed.log"))
-        for server in started:
-            server.wait_ready()
-        yield Servers(started[0], started[1], host, write_inventory(tmp / "inventory.json", [host]), tmp)
-    finally:
-        for server in started:
-            server.stop()
-        result = host.gpusim("cleanup", check=False)
-        assert result.returncode == 0, result.stderr
+    with bench_host(tmp, FakeVllm, [
+            ("paced", {"GPUOPS_SIM_TTFT_MS": str(PACED_TTFT_MS)}),
+            ("packed", {"GPUOPS_SIM_TTFT_MS": str(PACKED_TTFT_MS), "GPUOPS_SIM_TOKENS_PER_CHUNK": "4",
+                        "GPUOPS_SIM_TOKENS_PER_S": str(PACKED_PACE)})]) as (host, (paced, packed), inventory):
+        yield Servers(paced, packed, host, inventory, tmp)
 
 
 def bench(servers: Servers, name: str, *extra: str, **args: t.Any) -> t.Dict[str, t.Any]:

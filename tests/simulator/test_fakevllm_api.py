@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from typing import Any, Dict, Iterator, List, Tuple
@@ -98,14 +99,20 @@ def test_sim_sent_records_each_write_and_when(packed: FakeServer) -> None:
     """/sim/sent: per request that ended, one [ms since arrival, tokens] per content chunk written, in the order written,
     never before the chunk's last token was due (TTFT + 3 gaps for the first chunk of 4); a whole answer is one write."""
     last = max((record["id"] for record in packed.sent()), default=0)
+    before = time.monotonic()
     streamed = packed.stream("/v1/completions", {"prompt": "a b", "max_tokens": 10, "ignore_eos": True})
     chat = {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 6}
+    between = time.monotonic()
     status, _body = packed.request("POST", "/v1/chat/completions", chat)
+    after = time.monotonic()
     assert streamed.done and status == 200
     # a request counts as done (and is recorded) just after its last byte is written: the client may read first
     assert wait_for(lambda: len(packed.sent(after=last)) >= 2, timeout=10)
     first, whole = packed.sent(after=last)
     assert first["id"] == last + 1 and whole["id"] == last + 2 and packed.sent(after=whole["id"]) == []
+    # arrivals on the host's monotonic clock, the one this test reads
+    assert before - 1e-6 <= first["arrived_s"] <= between + 1e-6, (before, first, between)
+    assert between - 1e-6 <= whole["arrived_s"] <= after + 1e-6, (between, whole, after)
     assert (first["endpoint"], first["stream"], first["output_tokens"]) == ("completions", True, 10)
     assert [tokens for _ms, tokens in first["chunks"]] == [4, 4, 2]
     times = [ms for ms, _tokens in first["chunks"]]

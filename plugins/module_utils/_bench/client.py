@@ -37,7 +37,7 @@ class _StreamProtocol(asyncio.Protocol):
     """One request on one connection: send it, read the streamed answer, resolve `done` with an Outcome."""
 
     def __init__(self, outcome: Outcome, endpoint: str, request: bytes, timeout: float,
-                 loop: asyncio.AbstractEventLoop) -> None:
+                 loop: asyncio.AbstractEventLoop, keep_text: bool = False) -> None:
         self.outcome = outcome
         self.request = request
         self.timeout = timeout
@@ -45,7 +45,7 @@ class _StreamProtocol(asyncio.Protocol):
         self.done: asyncio.Future = loop.create_future()
         self.reader = ResponseReader()
         self.sse = SseSplitter()
-        self.stream = StreamInterpreter(endpoint)
+        self.stream = StreamInterpreter(endpoint, keep_text)
         self.transport: t.Optional[asyncio.Transport] = None
         self.timer: t.Optional[asyncio.TimerHandle] = None
         self.error_body = b""
@@ -120,6 +120,7 @@ class _StreamProtocol(asyncio.Protocol):
     def _http_error(self) -> None:
         reader = self.reader
         body = self.error_body.decode("utf-8", "replace").strip()
+        self.outcome.http_status = reader.status
         self._finish(HTTP_ERROR, "HTTP %s %s%s" % (reader.status, reader.reason, (": " + body[:500]) if body else ""))
 
     def _finish(self, reason: str = "", error: str = "") -> None:
@@ -135,6 +136,9 @@ class _StreamProtocol(asyncio.Protocol):
         stream = self.stream
         outcome.content_chunks = stream.content_chunks
         outcome.prompt_tokens = stream.prompt_tokens
+        outcome.cached_tokens = stream.cached_tokens
+        if stream.pieces is not None:
+            outcome.text = stream.text
         outcome.tokens_seen = stream.completion_tokens if stream.completion_tokens is not None else stream.content_chunks
         if not reason and stream.first_ts is None:
             reason, error = NO_CONTENT, "the stream ended without a content chunk"
@@ -196,10 +200,11 @@ def arrival_offsets(count: int, request_rate: float, rng: random.Random) -> t.Li
 class Client:
     """Runs a batch of requests against one target with a concurrency limit and an arrival schedule."""
 
-    def __init__(self, target: Target, endpoint: str, timeout: float) -> None:
+    def __init__(self, target: Target, endpoint: str, timeout: float, keep_text: bool = False) -> None:
         self.target = target
         self.endpoint = endpoint
         self.timeout = timeout
+        self.keep_text = keep_text  # keep each answer's text (a session's next turn appends it)
 
     def run(self, bodies: t.Sequence[bytes], concurrency: int, offsets: t.Sequence[float],
             duration: t.Optional[float] = None) -> t.Tuple[t.List[Outcome], float]:
@@ -208,12 +213,32 @@ class Client:
         With `duration`, no request arrives after that many seconds, and the requests still running then are closed
         and returned with reason IN_FLIGHT; `bodies` and `offsets` may then be sequences that make their items as they
         are asked for (only the requests sent are returned)."""
+        return self._loop(self._run(bodies, concurrency, offsets, duration))
+
+    def run_schedule(self, bodies: t.Sequence[bytes], offsets: t.Sequence[float], concurrency: t.Optional[int],
+                     duration: t.Optional[float] = None) -> t.Tuple[t.List[Outcome], float]:
+        """Send each body at its offset (a timed trace), at most `concurrency` in flight (None: no limit). One
+        dispatcher makes each body before the request is due and sends it then, so a body is made only when the one
+        before it has gone out, and a request held back (by the cap, or a client too busy) is sent late: its
+        Outcome's start minus arrival. With `duration`, as in run()."""
+        return self._loop(self._run_schedule(bodies, offsets, concurrency, duration))
+
+    def run_sessions(self, sessions: int, turns: int, concurrency: int, think_time: float,
+                     make_body: t.Callable[[int, t.Sequence[str]], bytes],
+                     duration: t.Optional[float] = None) -> t.Tuple[t.List[Outcome], float]:
+        """Run `sessions` conversations of `turns` requests each, at most `concurrency` sessions at a time: each turn
+        is sent `think_time` seconds after the answer to the one before, its body made by make_body(session, answers
+        so far). A failed turn ends its session. Outcomes are indexed session * turns + turn, returned in that order;
+        with `duration`, as in run()."""
+        return self._loop(self._run_sessions(sessions, turns, concurrency, think_time, make_body, duration))
+
+    def _loop(self, work: t.Coroutine[t.Any, t.Any, t.Tuple[t.List[Outcome], float]]) -> t.Tuple[t.List[Outcome], float]:
         gc_was_enabled = gc.isenabled()
         gc.collect()
         gc.disable()  # no collector pause in the middle of a stream's timing
         loop = asyncio.new_event_loop()
         try:
-            return loop.run_until_complete(self._run(bodies, concurrency, offsets, duration))
+            return loop.run_until_complete(work)
         finally:
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
@@ -235,30 +260,95 @@ class Client:
                 if arrival >= deadline:
                     break  # offsets only grow: no later request arrives in time either
                 next_index[0] += 1
+                body = bodies[index]  # made before the wait, so making it never makes the request late
                 wait = arrival - perf_counter()
                 if wait > 0:
                     await asyncio.sleep(wait)
                 outcome = sent[index] = Outcome(index)
                 outcome.arrival = arrival
-                await self._one(outcome, bodies[index])
+                await self._one(outcome, body)
 
+        await _drive([worker] * max(1, min(concurrency, count)), duration)
+        return [sent[index] for index in sorted(sent)], perf_counter() - start
+
+    async def _run_schedule(self, bodies: t.Sequence[bytes], offsets: t.Sequence[float], concurrency: t.Optional[int],
+                            duration: t.Optional[float]) -> t.Tuple[t.List[Outcome], float]:
+        sent: t.Dict[int, Outcome] = {}
         loop = asyncio.get_running_loop()
-        workers = [loop.create_task(worker()) for _slot in range(max(1, min(concurrency, count)))]
-        timer = None if duration is None else loop.call_later(duration, _cancel_all, workers)
-        try:
-            for answer in await asyncio.gather(*workers, return_exceptions=True):
-                if isinstance(answer, Exception):
-                    raise answer
-        finally:
-            if timer is not None:
-                timer.cancel()
+        slots = asyncio.Semaphore(concurrency) if concurrency else None
+        start = perf_counter()
+        deadline = float("inf") if duration is None else start + duration
+
+        async def one(outcome: Outcome, body: bytes) -> None:
+            try:
+                await self._one(outcome, body)
+            finally:
+                if slots is not None:
+                    slots.release()
+
+        async def dispatcher() -> None:
+            running: t.List[asyncio.Task] = []
+            try:
+                for index in range(len(bodies)):
+                    arrival = start + offsets[index]
+                    if arrival >= deadline:
+                        break
+                    body = bodies[index]
+                    wait = arrival - perf_counter()
+                    if wait > 0:
+                        await asyncio.sleep(wait)
+                    if slots is not None:
+                        await slots.acquire()
+                    outcome = sent[index] = Outcome(index)
+                    outcome.arrival = arrival
+                    running.append(loop.create_task(one(outcome, body)))
+                for answer in await asyncio.gather(*running, return_exceptions=True):
+                    if isinstance(answer, Exception):
+                        raise answer
+            except asyncio.CancelledError:
+                for task in running:
+                    task.cancel()
+                await asyncio.gather(*running, return_exceptions=True)
+                raise
+
+        await _drive([dispatcher], duration)
+        return [sent[index] for index in sorted(sent)], perf_counter() - start
+
+    async def _run_sessions(self, sessions: int, turns: int, concurrency: int, think_time: float,
+                            make_body: t.Callable[[int, t.Sequence[str]], bytes],
+                            duration: t.Optional[float]) -> t.Tuple[t.List[Outcome], float]:
+        sent: t.Dict[int, Outcome] = {}
+        next_session = [0]
+        start = perf_counter()
+        deadline = float("inf") if duration is None else start + duration
+
+        async def worker() -> None:
+            while next_session[0] < sessions and perf_counter() < deadline:
+                session = next_session[0]
+                next_session[0] += 1
+                answers: t.List[str] = []
+                for turn in range(turns):
+                    if turn and think_time > 0:
+                        await asyncio.sleep(think_time)
+                    if perf_counter() >= deadline:
+                        return
+                    body = make_body(session, answers)
+                    index = session * turns + turn
+                    outcome = sent[index] = Outcome(index)
+                    outcome.arrival = perf_counter()
+                    await self._one(outcome, body)
+                    if not outcome.success:
+                        break
+                    answers.append(outcome.text)
+
+        await _drive([worker] * max(1, min(concurrency, sessions)), duration)
         return [sent[index] for index in sorted(sent)], perf_counter() - start
 
     async def _one(self, outcome: Outcome, body: bytes) -> None:
         loop = asyncio.get_running_loop()
         target = self.target
         request = target.request_head(len(body)) + body
-        protocol = _StreamProtocol(outcome, self.endpoint, request, self.timeout, loop)
+        protocol = _StreamProtocol(outcome, self.endpoint, request, self.timeout, loop, self.keep_text)
         try:
             await asyncio.wait_for(
                 loop.create_connection(lambda: protocol, target.host, target.port, ssl=target.ssl,
@@ -279,6 +369,20 @@ class Client:
         except asyncio.CancelledError:
             protocol.interrupt()  # keeps an outcome that was complete already
             raise
+
+
+async def _drive(workers: t.Sequence[t.Callable[[], t.Awaitable[None]]], duration: t.Optional[float]) -> None:
+    """Run the workers side by side to their end, or cancel them all when `duration` seconds have passed."""
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(worker()) for worker in workers]  # type: ignore[arg-type]
+    timer = None if duration is None else loop.call_later(duration, _cancel_all, tasks)
+    try:
+        for answer in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(answer, Exception):
+                raise answer
+    finally:
+        if timer is not None:
+            timer.cancel()
 
 
 def _cancel_all(tasks: t.Sequence[asyncio.Task]) -> None:

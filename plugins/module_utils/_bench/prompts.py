@@ -39,15 +39,17 @@ def prompt_words(input_len: int, rng: random.Random) -> str:
     return " ".join(rng.choice(WORDS) for _word in range(input_len))
 
 
-def request_body(endpoint: str, model: str, prompt: str, output_len: int, ignore_eos: bool) -> bytes:
-    """The JSON body of one streaming request; usage is asked for so tokens are counted by the server."""
+def request_body(endpoint: str, model: str, prompt: str, output_len: int, ignore_eos: bool,
+                 messages: t.Optional[t.Sequence[t.Mapping[str, t.Any]]] = None) -> bytes:
+    """The JSON body of one streaming request; usage is asked for so tokens are counted by the server. With
+    `messages` (a conversation), the chat endpoint gets them as they are, the completions endpoint their transcript."""
     body: t.Dict[str, t.Any] = {"model": model, "stream": True, "stream_options": {"include_usage": True}}
     if endpoint == CHAT:
-        body["messages"] = [{"role": "user", "content": prompt}]
+        body["messages"] = list(messages) if messages is not None else [{"role": "user", "content": prompt}]
         body["max_completion_tokens"] = output_len
         body["max_tokens"] = output_len  # older servers read only this one
     else:
-        body["prompt"] = prompt
+        body["prompt"] = transcript(messages) if messages is not None else prompt
         body["max_tokens"] = output_len
     if ignore_eos:
         body["ignore_eos"] = True
@@ -59,3 +61,8 @@ def request_bodies(endpoint: str, model: str, count: int, input_len: int, output
     """`count` bodies for one phase of a benchmark ('warmup', 'repeat1', ...), reproducible from the seed."""
     rng = random.Random("%d/%s" % (seed, phase))
     return [request_body(endpoint, model, prompt_words(input_len, rng), output_len, ignore_eos) for _index in range(count)]
+
+
+def transcript(messages: t.Sequence[t.Mapping[str, t.Any]]) -> str:
+    """A conversation as one completions prompt: the messages' contents, in order, a blank line between them."""
+    return "\n\n".join(str(message.get("content") or "") for message in messages)

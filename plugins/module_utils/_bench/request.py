@@ -72,7 +72,8 @@ class Outcome:
     """One request's result, in the terms `vllm bench serve` uses (times in seconds, perf_counter clock)."""
 
     __slots__ = ("index", "success", "reason", "error", "arrival", "start", "ttft", "latency", "itl",
-                 "output_tokens", "prompt_tokens", "content_chunks", "approximate", "tokens_seen")
+                 "output_tokens", "prompt_tokens", "content_chunks", "approximate", "tokens_seen", "cached_tokens", "http_status",
+                 "text")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -89,3 +90,6 @@ class Outcome:
         self.content_chunks = 0
         self.approximate = False
         self.tokens_seen = 0  # what the client saw generated, failed requests included (for the server cross-check)
+        self.cached_tokens: t.Optional[int] = None  # prompt tokens the server reported as cached (prompt_tokens_details)
+        self.http_status: t.Optional[int] = None  # the HTTP status of an answer that was not 200
+        self.text = ""  # the generated text, when the client was asked to keep it

@@ -35,6 +35,9 @@ TTFT = "vllm:time_to_first_token_seconds"
 E2EL = "vllm:e2e_request_latency_seconds"
 PREEMPTIONS = "vllm:num_preemptions_total"
 KV_CACHE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # the name since vLLM 0.10, the older one
+# prefix-cache counters (in tokens): the V1 engine's names, then the older ones
+PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
+PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
 HISTOGRAMS = {"ttft": TTFT, "e2el": E2EL}
 DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)
 SAMPLE_INTERVAL_S = 0.25
@@ -73,15 +76,37 @@ class Snapshot(t.NamedTuple):
     histograms: t.Dict[str, t.Optional[Histogram]]
     preemptions: t.Optional[float]
     kv_cache: t.Optional[float]
+    prefix_queries: t.Optional[float] = None
+    prefix_hits: t.Optional[float] = None
 
 
-WANTED = tuple(HISTOGRAMS.values()) + (PREEMPTIONS,) + KV_CACHE
+WANTED = tuple(HISTOGRAMS.values()) + (PREEMPTIONS,) + KV_CACHE + PREFIX_QUERIES + PREFIX_HITS
 
 
 def snapshot(text: str, model: t.Optional[str] = None) -> Snapshot:
     families = parse(text, WANTED)
     return Snapshot({key: histogram(families, name, model) for key, name in HISTOGRAMS.items()},
-                    family_total(families, PREEMPTIONS, model), family_total(families, KV_CACHE, model))
+                    family_total(families, PREEMPTIONS, model), family_total(families, KV_CACHE, model),
+                    family_total(families, PREFIX_QUERIES, model), family_total(families, PREFIX_HITS, model))
+
+
+def prefix_cache(before: Snapshot, after: Snapshot) -> t.Optional[t.Dict[str, t.Any]]:
+    """The prefix-cache lookups of a phase, in tokens: queries, hits and hits / queries (None without queries);
+    None when the server does not count them."""
+    queries, _reset = counter_delta(before.prefix_queries, after.prefix_queries)
+    hits, _reset = counter_delta(before.prefix_hits, after.prefix_hits)
+    if queries is None or hits is None:
+        return None
+    return prefix_figures(_count(queries), _count(hits))
+
+
+def prefix_figures(queries: t.Union[int, float], hits: t.Union[int, float]) -> t.Dict[str, t.Any]:
+    """queries, hits and hit_rate (hits / queries; None without queries)."""
+    return {"queries": queries, "hits": hits, "hit_rate": hits / queries if queries > 0 else None}
+
+
+def _count(value: float) -> t.Union[int, float]:
+    return int(value) if value == int(value) else value
 
 
 def kv_cache_usage(text: str, model: t.Optional[str] = None) -> t.Optional[float]:
@@ -159,6 +184,7 @@ class Phase:
         self.before = snapshot(text, model) if text is not None else None
         self.kv_peak: t.Optional[float] = None
         self.kv_samples = 0
+        self.prefix_cache: t.Optional[t.Dict[str, t.Any]] = None  # set by finish()
         self._stop = threading.Event()
         self._thread: t.Optional[threading.Thread] = None
         if self.before is not None and self.before.kv_cache is not None:
@@ -189,6 +215,7 @@ class Phase:
         if after is None:
             return None
         self._note_kv(after.kv_cache)
+        self.prefix_cache = prefix_cache(self.before, after)
         reset = False
         figures: t.Dict[str, t.Any] = {}
         for key in HISTOGRAMS:

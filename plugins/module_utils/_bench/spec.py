@@ -18,7 +18,12 @@ import typing as t
 from urllib.parse import urlsplit
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.dataset import Dataset
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.sessions import Sessions
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.stats import percentile_label
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.trace import Trace
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.workload import (
+    DATASET, REPLAY, SESSIONS, SYNTHETIC, Synthetic, whole as _whole, workload_spec)
 
 MAX_TOKENS = 1024 * 1024
 MAX_REQUESTS = 1000000
@@ -30,16 +35,19 @@ DEFAULT_NUM_REQUESTS = 64
 GOODPUT_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 
 # vllm_benchmark's defaults, written once: build_spec() falls back to them for a missing parameter, and the module's
-# ARGUMENT_SPEC names them from here.
+# ARGUMENT_SPEC names them from here. An endpoint or concurrency left unset has a default that depends on the rest
+# (DEFAULT_ENDPOINT with its fallback to chat; DEFAULT_CONCURRENCY, none for a replay).
+DEFAULT_ENDPOINT = "completions"
+DEFAULT_CONCURRENCY = [8]
 DEFAULTS: t.Dict[str, t.Any] = {
     "url": "http://127.0.0.1:8000",
     "model": None,
-    "endpoint": "completions",
+    "endpoint": None,
     "input_len": 1024,
     "output_len": 128,
     "num_requests": None,
     "duration": None,
-    "concurrency": [8],
+    "concurrency": None,
     "request_rate": None,
     "knee_tolerance": 10.0,
     "percentiles": [50.0, 90.0, 99.0],
@@ -53,13 +61,17 @@ DEFAULTS: t.Dict[str, t.Any] = {
     "ignore_eos": True,
     "validate_certs": True,
     "save_result": None,
+    "workload": None,
 }
 ENDPOINTS = ("completions", "chat")
 
 
 class BenchSpec(t.NamedTuple):
     """The options, checked. `concurrency` and `request_rate` are the level being run (the first one of a sweep);
-    `concurrency_levels` and `request_rates` every level given; `levels()` a spec for each."""
+    `concurrency_levels` and `request_rates` every level given; `levels()` a spec for each. `concurrency` 0 is no
+    limit (a replay's default). `workload` is the workload loaded (workload.Synthetic, dataset.Dataset, trace.Trace or
+    sessions.Sessions); `endpoint_fallback` is true when the endpoint was left unset, so a server that answers 404 on
+    /v1/completions is measured through chat."""
     url: str
     model: t.Optional[str]
     endpoint: str
@@ -83,6 +95,12 @@ class BenchSpec(t.NamedTuple):
     percentiles: t.Tuple[float, ...] = (50.0, 90.0, 99.0)
     goodput: t.Optional[t.Dict[str, float]] = None  # only the targets given, in milliseconds
     metrics_url: t.Optional[str] = None  # None: <url>/metrics; "": no /metrics read at all
+    workload: t.Any = None  # None: synthetic
+    endpoint_fallback: bool = False
+
+    @property
+    def kind(self) -> str:
+        return self.workload.kind if self.workload is not None else SYNTHETIC
 
     @property
     def sweep_option(self) -> t.Optional[str]:
@@ -100,14 +118,6 @@ class BenchSpec(t.NamedTuple):
         if self.sweep_option == "request_rate":
             return [self._replace(request_rate=level) for level in self.request_rates]
         return [self]
-
-
-def _whole(option: str, value: t.Any, lower: int, upper: int, unit: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError("%s: %r is not a whole number of %s" % (option, value, unit))
-    if not lower <= value <= upper:
-        raise SpecError("%s: %r is out of range: give %d to %d %s" % (option, value, lower, upper, unit))
-    return value
 
 
 def _positive(option: str, value: t.Any, upper: float, unit: str, infinite: bool = False) -> float:
@@ -221,8 +231,12 @@ def build_spec(params: t.Mapping[str, t.Any]) -> BenchSpec:
     if model is not None and (not isinstance(model, str) or not model.strip()):
         raise SpecError("model: %r is empty; omit it to use the first model the server lists" % (model,))
     endpoint = get("endpoint")
+    endpoint_fallback = endpoint is None
+    if endpoint_fallback:
+        endpoint = DEFAULT_ENDPOINT
     if endpoint not in ENDPOINTS:
         raise SpecError("endpoint: %r is not one of completions, chat" % (endpoint,))
+    workload = workload_spec(get("workload"))
     seed = get("seed")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise SpecError("seed: %r is not a whole number" % (seed,))
@@ -241,10 +255,20 @@ def build_spec(params: t.Mapping[str, t.Any]) -> BenchSpec:
         raise SpecError("api_key: not a string")
     duration = None if get("duration") is None else _positive("duration", get("duration"), MAX_TIMEOUT_S, "seconds")
     num_requests = get("num_requests")
-    if num_requests is None and duration is None:
+    if workload.kind == SESSIONS and num_requests is not None:
+        raise SpecError("num_requests: %r is not used by a sessions workload: workload.sessions x workload.turns are "
+                        "the requests of a repeat" % (num_requests,))
+    if workload.kind in (REPLAY, SESSIONS) and get("request_rate") is not None:
+        raise SpecError("request_rate: %r is not used by a %s workload: %s" % (
+            get("request_rate"), workload.kind, "the trace's timestamps set the arrivals" if workload.kind == REPLAY
+            else "each turn follows the answer to the one before (workload.think_time)"))
+    if num_requests is None and duration is None and workload.kind not in (REPLAY, SESSIONS):
         num_requests = DEFAULT_NUM_REQUESTS
-    concurrency = _levels("concurrency", get("concurrency"),
-                          lambda value: _whole("concurrency", value, 1, MAX_CONCURRENCY, "streams"))
+    if get("concurrency") is None:
+        concurrency: t.Tuple[int, ...] = (0,) if workload.kind == REPLAY else tuple(DEFAULT_CONCURRENCY)
+    else:
+        concurrency = _levels("concurrency", get("concurrency"),
+                              lambda value: _whole("concurrency", value, 1, MAX_CONCURRENCY, "streams"))
     rates = (float("inf"),) if get("request_rate") is None else _levels(
         "request_rate", get("request_rate"),
         lambda value: _positive("request_rate", value, 1e6, "requests per second", infinite=True))
@@ -254,13 +278,29 @@ def build_spec(params: t.Mapping[str, t.Any]) -> BenchSpec:
     knee_tolerance = _positive("knee_tolerance", get("knee_tolerance"), 100.0, "percent")
     if knee_tolerance >= 100:
         raise SpecError("knee_tolerance: %r must be less than 100 percent" % (get("knee_tolerance"),))
+    input_len = _whole("input_len", get("input_len"), 1, MAX_TOKENS, "words")
+    output_len = _whole("output_len", get("output_len"), 1, MAX_TOKENS, "tokens")
+    if num_requests is not None:
+        num_requests = _whole("num_requests", num_requests, 1, MAX_REQUESTS, "requests")
+    # the workload's file is read last, once every option is known good
+    if workload.kind == DATASET:
+        loaded: t.Any = Dataset(workload, seed, output_len)
+    elif workload.kind == REPLAY:
+        loaded = Trace(workload, seed)
+        if duration is None:
+            num_requests = loaded.count(num_requests)
+    elif workload.kind == SESSIONS:
+        loaded = Sessions(workload, seed, input_len, output_len)
+        num_requests = None if duration is not None else loaded.requests
+    else:
+        loaded = Synthetic(input_len, output_len)
     return BenchSpec(
         url=_url(get("url")),
         model=model.strip() if model else None,
         endpoint=endpoint,
-        input_len=_whole("input_len", get("input_len"), 1, MAX_TOKENS, "words"),
-        output_len=_whole("output_len", get("output_len"), 1, MAX_TOKENS, "tokens"),
-        num_requests=None if num_requests is None else _whole("num_requests", num_requests, 1, MAX_REQUESTS, "requests"),
+        input_len=input_len,
+        output_len=output_len,
+        num_requests=num_requests,
         concurrency=concurrency[0],
         request_rate=rates[0],
         duration=duration,
@@ -278,4 +318,6 @@ def build_spec(params: t.Mapping[str, t.Any]) -> BenchSpec:
         ignore_eos=bool(get("ignore_eos")),
         validate_certs=bool(get("validate_certs")),
         save_result=save_result,
+        workload=loaded,
+        endpoint_fallback=endpoint_fallback,
     )

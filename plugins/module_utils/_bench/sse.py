@@ -120,10 +120,12 @@ class StreamInterpreter:
     """
 
     __slots__ = ("chat", "first_ts", "last_ts", "itl", "content_chunks", "completion_tokens", "prompt_tokens",
-                 "done", "finish_reason", "error", "_prev_ts")
+                 "done", "finish_reason", "error", "_prev_ts", "cached_tokens", "pieces")
 
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, keep_text: bool = False) -> None:
         self.chat = endpoint == CHAT
+        self.cached_tokens: t.Optional[int] = None
+        self.pieces: t.Optional[t.List[str]] = [] if keep_text else None  # the generated text, when kept
         self.first_ts: t.Optional[float] = None
         self.last_ts: t.Optional[float] = None
         self._prev_ts = 0.0
@@ -160,6 +162,8 @@ class StreamInterpreter:
         if choices:
             choice = choices[0]
             if self._has_content(choice):
+                if self.pieces is not None:
+                    self._keep(choice)
                 if self.first_ts is None:
                     self.first_ts = timestamp
                 else:
@@ -178,6 +182,19 @@ class StreamInterpreter:
             prompt = usage.get("prompt_tokens")
             if isinstance(prompt, int):
                 self.prompt_tokens = prompt
+            details = usage.get("prompt_tokens_details")
+            if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+                self.cached_tokens = details["cached_tokens"]
+
+    def _keep(self, choice: t.Dict[str, t.Any]) -> None:
+        piece = (choice.get("delta") or {}).get("content") if self.chat else choice.get("text")
+        if isinstance(piece, str):
+            t.cast(t.List[str], self.pieces).append(piece)
+
+    @property
+    def text(self) -> str:
+        """The generated text received (empty when it was not kept)."""
+        return "".join(self.pieces or ())
 
     def _has_content(self, choice: t.Dict[str, t.Any]) -> bool:
         if self.chat:

@@ -117,6 +117,14 @@ def winner_line(report: Report, configs: Configs, win: t.Dict[str, t.Any]) -> st
     return text + ", NOT larger than the run-to-run spread (%s tok/s): within noise." % fmt(win["spread_tok_s"])
 
 
+def workload_text(workload: t.Any) -> str:
+    """The measurement's workload in a sentence (the plan's vllm_server_benchmark_workload); '' for synthetic prompts."""
+    if not isinstance(workload, dict) or workload.get("kind", "synthetic") == "synthetic":
+        return ""
+    details = ", ".join("%s %s" % (key, workload[key]) for key in sorted(workload) if key != "kind" and workload[key] is not None)
+    return " Workload: %s%s." % (workload["kind"], " (%s)" % details if details else "")
+
+
 def _header(report: Report) -> t.List[str]:
     plan = report["plan"]
     bench = plan.get("benchmark") or {}
@@ -129,7 +137,8 @@ def _header(report: Report) -> t.List[str]:
         "Each measurement: %s endpoint, %s input words, %s output tokens, %s requests at concurrency %s, "
         "%s warmup requests left out." % (
             bench.get("endpoint", "?"), bench.get("input_len", "?"), bench.get("output_len", "?"),
-            bench.get("num_requests", "?"), bench.get("concurrency", "?"), bench.get("warmup_requests", "?")),
+            bench.get("num_requests", "?"), bench.get("concurrency", "?"), bench.get("warmup_requests", "?"))
+        + workload_text(bench.get("workload")),
         "decode tok/s = 1000 / median TPOT, one stream's decode rate; TPOT = (E2EL - TTFT) / (output tokens - 1), "
         "as vllm bench serve. Spread = max - min of decode tok/s over the rounds on one host (the largest host's "
         "across the fleet).",

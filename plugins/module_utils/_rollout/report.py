@@ -18,7 +18,7 @@ import os
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._io import write_if_changed
-from ansible_collections.gpuops.fleet.plugins.module_utils._matrix.render import chart_bytes, chart_pyplot, fmt
+from ansible_collections.gpuops.fleet.plugins.module_utils._matrix.render import chart_bytes, chart_pyplot, fmt, workload_text
 from ansible_collections.gpuops.fleet.plugins.module_utils._rollout.decision import RolloutError, judge_batch
 
 HOST_NAME_SAFE = str.maketrans({"/": "_", "\\": "_", "\0": "_"})
@@ -140,7 +140,7 @@ def markdown(report: t.Mapping[str, t.Any]) -> str:
                plan.get("serial"), ", every batch gated" if plan.get("every_batch") else ""),
            "Each measurement: %s endpoint, %s input words, %s output tokens, %s requests at concurrency %s, %s repeats." % (
                bench.get("endpoint", "?"), bench.get("input_len", "?"), bench.get("output_len", "?"), bench.get("num_requests", "?"),
-               bench.get("concurrency", "?"), bench.get("repeats", "?")),
+               bench.get("concurrency", "?"), bench.get("repeats", "?")) + workload_text(bench.get("workload")),
            "Rule: a metric regresses when the canary is worse than the baseline by more than its threshold (%s%% for decode "
            "tok/s per stream, %s%% for median TTFT) AND by more than the run-to-run spread (max - min over the repeats, the "
            "larger side's); a TTFT rise must also exceed %s ms. p99 TTFT is reported, not gated." % (

@@ -3,11 +3,13 @@
 """What the server sent for each generation request, and when: `GET /sim/sent`.
 
 Each record is one generation request that ended (complete or cut): its id (1, 2, ... in the order they ended),
-the endpoint, whether it streamed, its prompt tokens and how many of them the prefix cache held (`cached_tokens`,
-0 with prefix caching off), the output tokens it was to generate, and one entry per piece of content it wrote,
-`[ms, tokens]`, `ms` counted from the request's arrival to the moment the write returned. A streamed request has
-one entry per content chunk; a whole answer has one entry. `finished_ms` is when the request counted as done
-(the instant /metrics' e2e latency observes), null when it was cut before that. The last MAX_RECORDS are kept.
+the endpoint, whether it streamed, when it arrived (`arrived_s`: the host's monotonic clock, CLOCK_MONOTONIC, in
+seconds, so arrivals compare between requests and with a client's time.monotonic()), its prompt tokens and how
+many of them the prefix cache held (`cached_tokens`, 0 with prefix caching off), the output tokens it was to
+generate, and one entry per piece of content it wrote, `[ms, tokens]`, `ms` counted from the request's arrival to
+the moment the write returned. A streamed request has one entry per content chunk; a whole answer has one entry.
+`finished_ms` is when the request counted as done (the instant /metrics' e2e latency observes), null when it was
+cut before that. The last MAX_RECORDS are kept.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class SentLog:
         with self._lock:
             self._records.append({
                 "id": self._next_id, "endpoint": "chat" if record.chat else "completions", "stream": record.stream,
+                "arrived_s": round(record.arrival, 6),
                 "prompt_tokens": record.prompt_tokens, "cached_tokens": record.cached_tokens,
                 "output_tokens": record.output_tokens, "chunks": [list(chunk) for chunk in record.chunks],
                 "finished_ms": record.finished_ms,

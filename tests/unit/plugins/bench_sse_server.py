@@ -23,7 +23,8 @@ class ScriptedServer(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
 
     def __init__(self, models: t.Sequence[str] = ("tiny-model",), tokens_per_chunk: int = 1, gap_s: float = 0.0,
-                 ttft_s: float = 0.0, metrics: bool = True, close_delimited: bool = False, models_endpoint: bool = True) -> None:
+                 ttft_s: float = 0.0, metrics: bool = True, close_delimited: bool = False, models_endpoint: bool = True,
+                 chat_only: bool = False, cached_tokens: t.Optional[int] = None) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.models = list(models)
         self.tokens_per_chunk = tokens_per_chunk
@@ -32,6 +33,9 @@ class ScriptedServer(socketserver.ThreadingTCPServer):
         self.metrics = metrics
         self.close_delimited = close_delimited
         self.models_endpoint = models_endpoint  # False: /v1/models answers 404, as some OpenAI-compatible servers do
+        self.chat_only = chat_only  # True: /v1/completions answers 404, as a server that serves only chat does
+        self.cached_tokens = cached_tokens  # sent as usage.prompt_tokens_details.cached_tokens when set
+        self.arrived: t.List[float] = []  # perf_counter() when each generation request's body was read, in order
         self.seen: t.List[str] = []  # "METHOD /path" of every request, in order
         self.behaviours: t.List[str] = []
         self.requests: t.List[t.Dict[str, t.Any]] = []
@@ -89,9 +93,12 @@ class _Handler(socketserver.StreamRequestHandler):
             text = ("# TYPE vllm:generation_tokens_total counter\n"
                     'vllm:generation_tokens_total{model_name="%s"} %d.0\n' % (self.server.models[0], total))
             self.reply(200, text, "text/plain")
-        elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
+        elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions") and not (
+                self.server.chat_only and path == "/v1/completions"):
+            arrived = time.perf_counter()
             request = json.loads(body)
             with self.server.lock:
+                self.server.arrived.append(arrived)
                 self.server.requests.append(request)
                 self.server.headers.append(headers)
             self.generate(request, path.endswith("chat/completions"))
@@ -155,8 +162,10 @@ class _Handler(socketserver.StreamRequestHandler):
             server.closing.wait(30)
             return
         if behaviour != "no_usage":
-            self.send_event({"choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": sent,
-                                                      "total_tokens": prompt_tokens + sent}})
+            usage: t.Dict[str, t.Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": sent, "total_tokens": prompt_tokens + sent}
+            if server.cached_tokens is not None:
+                usage["prompt_tokens_details"] = {"cached_tokens": server.cached_tokens}
+            self.send_event({"choices": [], "usage": usage})
         self.send_event(b"[DONE]")
         if not server.close_delimited:
             self.connection.sendall(b"0\r\n\r\n")

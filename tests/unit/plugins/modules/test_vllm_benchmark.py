@@ -256,3 +256,40 @@ def test_duration_counts_requests_in_flight_apart(monkeypatch):
     with ScriptedServer(gap_s=0.002) as scripted:
         capped = run_module(dict(SMALL, url=scripted.url, repeats=1, duration=30, num_requests=3), monkeypatch)
     assert capped["runs"][0]["completed"] == 3 and capped["runs"][0]["duration"] < 5  # the cap came first
+
+
+def test_workload_through_the_module(server, monkeypatch, tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"prompt": "a b c", "output_len": 2}\n{"messages": [{"role": "user", "content": "d e"}], "output_len": 3}\n')
+    workload = {"kind": "dataset", "file": str(path)}
+    checked = run_module(dict(SMALL, url=server.url, workload=workload, _ansible_check_mode=True), monkeypatch)
+    assert checked["workload"]["kind"] == "dataset" and (checked["workload"]["prompt_len"]["min"], checked["workload"]["prompt_len"]["max"]) == (2, 3)
+    assert server.requests == []
+    result = run_module(dict(SMALL, url=server.url, workload=workload, repeats=1), monkeypatch)
+    assert not result.get("failed") and "of a dataset workload" in result["msg"]
+    assert result["workload"]["requests"] == 3 and result["endpoint_fallback"] is None
+    assert result["runs"][0]["total_output_tokens"] == sum(request["max_tokens"] for request in server.requests[1:])
+    sent = sorted(len((request.get("prompt") or request["messages"][0]["content"]).split()) for request in server.requests[1:])
+    assert result["workload"]["prompt_len"]["p50"] == sent[1] and result["workload"] == checked["workload"]
+
+
+@pytest.mark.parametrize("workload, message", [
+    ({"kind": "dataset", "file": "PATH", "speedup": 2}, "workload.speedup: 2.0 is not used by kind dataset"),
+    ({"kind": "replay", "file": "PATH"}, "workload.file: 'PATH' line 1: timestamp null is not a number"),
+    ({"kind": "sessions", "turns": 0}, "workload.turns: 0 is out of range"),
+])
+def test_bad_workload_sends_nothing(server, monkeypatch, tmp_path, workload, message):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"prompt": "a b c"}\n')
+    workload = {key: str(path) if value == "PATH" else value for key, value in workload.items()}
+    result = run_module(dict(SMALL, url=server.url, workload=workload), monkeypatch)
+    assert result["failed"] and message.replace("PATH", str(path)) in result["msg"], result["msg"]
+    assert server.seen == []
+
+
+def test_examples_and_return_are_yaml():
+    yaml = pytest.importorskip("yaml")
+    returned = yaml.safe_load(vllm_benchmark.RETURN)
+    assert {"workload", "endpoint_fallback", "per_turn", "schedule_slip_ms", "prefix_cache"} <= set(returned)
+    assert {"per_turn", "schedule_slip_ms", "prefix_cache"} <= set(returned["runs"]["contains"])
+    assert any("workload" in task.get("gpuops.fleet.vllm_benchmark", {}) for task in yaml.safe_load(vllm_benchmark.EXAMPLES))

@@ -112,3 +112,24 @@ def test_phase_samples_the_peak_and_reports_the_ttft_gap():
 def test_phase_without_metrics_is_none():
     assert sv.Phase(lambda: None, "m", (50,)).finish() is None
     assert sv.Phase(lambda: "python_info 1\n", "m", (50,)).finish() is None
+
+
+def test_prefix_cache_counters_of_a_phase():
+    texts = iter([
+        'vllm:prefix_cache_queries_total{engine="0",model_name="org/m"} 100.0\n'
+        'vllm:prefix_cache_hits_total{engine="0",model_name="org/m"} 10.0\n'
+        'vllm:prefix_cache_queries_total{engine="0",model_name="other"} 999.0\n'
+        'vllm:kv_cache_usage_perc{engine="0",model_name="org/m"} 0.1\n',
+        'vllm:prefix_cache_queries_total{engine="0",model_name="org/m"} 500.0\n'
+        'vllm:prefix_cache_hits_total{engine="0",model_name="org/m"} 310.0\n'
+        'vllm:kv_cache_usage_perc{engine="0",model_name="org/m"} 0.1\n',
+    ])
+    phase = sv.Phase(lambda: next(texts), "org/m", (50,), interval=3600)
+    phase.finish()
+    assert phase.prefix_cache == {"queries": 400, "hits": 300, "hit_rate": 0.75}
+    older = sv.snapshot('vllm:gpu_prefix_cache_queries_total{model_name="m"} 8\nvllm:gpu_prefix_cache_hits_total{model_name="m"} 2\n', "m")
+    assert sv.prefix_cache(older._replace(prefix_queries=0.0, prefix_hits=0.0), older) == {"queries": 8, "hits": 2, "hit_rate": 0.25}
+    none = sv.snapshot("vllm:kv_cache_usage_perc 0.1\n")
+    assert sv.prefix_cache(none, none) is None
+    idle = sv.snapshot('vllm:prefix_cache_queries_total 5\nvllm:prefix_cache_hits_total 1\n')
+    assert sv.prefix_cache(idle, idle) == {"queries": 0, "hits": 0, "hit_rate": None}

@@ -131,3 +131,21 @@ def test_usage_on_every_chunk_keeps_the_last():
         obj["usage"] = {"prompt_tokens": 3, "completion_tokens": i}
         s.on_event(ev(obj), float(i))
     assert s.completion_tokens == 3 and s.content_chunks == 3 and s.itl == [1.0, 1.0]
+
+
+def test_kept_text_and_cached_tokens():
+    kept = StreamInterpreter("chat", keep_text=True)
+    plain = StreamInterpreter("completions")
+    assert kept.text == "" and plain.text == ""
+    for n, piece in enumerate((" a", " b c")):
+        kept.on_event(SseEvent("", json.dumps({"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}).encode()), n)
+        plain.on_event(SseEvent("", json.dumps({"choices": [{"index": 0, "text": piece, "finish_reason": None}]}).encode()), n)
+    usage = {"prompt_tokens": 40, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 32}}
+    for stream in (kept, plain):
+        stream.on_event(SseEvent("", json.dumps({"choices": [], "usage": usage}).encode()), 3)
+        assert stream.cached_tokens == 32 and stream.prompt_tokens == 40
+    assert kept.text == " a b c" and plain.text == "" and plain.pieces is None  # not kept unless asked
+    bare = StreamInterpreter("completions", keep_text=True)
+    bare.on_event(SseEvent("", json.dumps({"choices": [{"index": 0, "text": " x", "finish_reason": None}],
+                                          "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()), 0)
+    assert bare.text == " x" and bare.cached_tokens is None

@@ -15,3 +15,10 @@ def test_results_csv_quotes_what_needs_it():
     text = render.results_csv([{"host": "h1", "config": "a,b", "status": "failed", "error": 'say "no"\nnow', "env": {"K": "v"}}])
     row = next(csv.DictReader(io.StringIO(text)))
     assert row["config"] == "a,b" and row["error"] == 'say "no" now' and json.loads(row["env"]) == {"K": "v"}
+
+
+def test_workload_text_names_a_workload_other_than_synthetic():
+    workload_text = render.workload_text
+    assert workload_text(None) == "" and workload_text({}) == "" and workload_text({"kind": "synthetic"}) == ""
+    assert workload_text({"kind": "dataset", "file": "/d.jsonl", "max_prompt_len": None}) == " Workload: dataset (file /d.jsonl)."
+    assert workload_text({"kind": "sessions"}) == " Workload: sessions."
