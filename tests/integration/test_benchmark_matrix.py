@@ -329,3 +329,11 @@ def test_matrix_with_a_dataset_sends_every_configuration_the_same_requests(fleet
     plan = json.loads((results / "plan.json").read_text())
     assert plan["benchmark"]["workload"] == {"kind": "dataset", "file": str(dataset)}
     assert "Workload: dataset (file %s)." % dataset in (results / "summary.md").read_text()
+    # the page, as chromium shows it: the workload that was sent, and the server's prefix-cache counters of each configuration
+    dom = dump_dom(results / "report.html")[0]
+    shown = dom.find("section", id="workload").find("p", class_="workload")
+    assert (shown.attrs["data-kind"], shown.attrs["data-sha256"]) == ("dataset", digest) and digest[:12] in shown.text(), shown.text()
+    cache_rows = [tr for tr in dom.find("table", id="prefix-cache-table").find_all("tr") if "data-series" in tr.attrs]
+    assert sorted(tr.attrs["data-series"] for tr in cache_rows) == ["LL", "base"], [tr.attrs for tr in cache_rows]
+    queries = {tr.attrs["data-series"]: numbers(tr)[0] for tr in cache_rows}
+    assert queries == {name: float(cell["summary"]["prefix_cache"]["queries"]) for name, cell in cells.items()}, queries
