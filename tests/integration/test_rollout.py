@@ -12,12 +12,14 @@ pytest-xdist runs the tests side by side), and first brings it to the baseline c
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
 import subprocess
 import time
 import typing as t
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -330,3 +332,33 @@ def test_ll_rolls_out_to_every_host(make_fleet, tmp_path):
         good = json.loads((host.state / "role" / ("vllm-%d.last-good" % host.port)).read_text())
         assert good["config_hash"] == record["config_hash"] and good["env"]["NCCL_PROTO"] == "LL"
         assert oct((host.state / "role" / ("vllm-%d.last-good" % host.port)).stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_dataset_rollout_gates_both_sides_on_the_same_requests(make_fleet, tmp_path):
+    """vllm_server_benchmark_workload reaches the gate: the baseline and the canary send the dataset's same requests (the
+    same prompt tokens in every repeat, as each server counted them), and the canary's server received exactly those."""
+    sim = make_fleet(1)
+    sim.reset(tmp_path)
+    rows = [{"prompt": " ".join("w%d" % i for i in range(6 + 3 * n)), "output_len": 8} for n in range(8)]
+    dataset = tmp_path / "prompts.jsonl"
+    dataset.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    inv = sim.inventory(tmp_path, vllm_server_benchmark_workload={"kind": "dataset", "file": str(dataset)})
+    proc = rollout(inv, *env_arg({"NCCL_PROTO": "LL"}))
+    out = flat(proc.stdout)
+    assert proc.returncode == 0 and "ROLLOUT PASSED" in out, out[-5000:]
+    sides = {side: json.loads((tmp_path / "results" / side / "gpu-node-01.json").read_text()) for side in ("baseline", "canary")}
+    digest = hashlib.sha256(dataset.read_bytes()).hexdigest()
+    for side, measured in sides.items():
+        assert (measured["summary"]["workload"]["kind"], measured["summary"]["workload"]["sha256"]) == ("dataset", digest), side
+    tokens = {side: [run["total_input_tokens"] for run in measured["runs"]] for side, measured in sides.items()}
+    assert tokens["baseline"] == tokens["canary"] and len(set(tokens["canary"])) == 1, tokens
+    # the canary's own server: every streamed request's prompt is one of the dataset's, and the measured repeats sum up
+    with urllib.request.urlopen("http://127.0.0.1:%d/sim/sent" % sim.hosts[0].port, timeout=10) as reply:
+        streamed = [r for r in json.loads(reply.read())["requests"] if r["stream"]]
+    streamed.sort(key=lambda record: record["arrived_s"])
+    count = LOAD["vllm_server_benchmark_num_requests"]
+    repeats = [streamed[len(streamed) - count * (i + 1):len(streamed) - count * i] for i in range(len(tokens["canary"]))][::-1]
+    assert len(streamed) == LOAD["vllm_server_benchmark_warmup_requests"] + count * len(repeats), streamed
+    assert {r["prompt_tokens"] for r in streamed} <= {6 + 3 * n for n in range(8)}, streamed
+    assert [sum(r["prompt_tokens"] for r in repeat) for repeat in repeats] == tokens["canary"], (repeats, tokens)
+    assert len({tuple(sorted(r["prompt_tokens"] for r in repeat)) for repeat in repeats}) == 1  # the same requests each repeat
