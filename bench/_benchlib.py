@@ -12,9 +12,9 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Dict, Iterator, Optional, Sequence
 
-from gpusim.api import SIM_BIN_DIR, SIM_LIB_DIR, GpusimError  # simulator/ is on PYTHONPATH (bench/run.py)
+from gpusim.api import SIM_BIN_DIR, SIM_LIB_DIR, FakeVllm, GpusimError  # simulator/ is on PYTHONPATH (bench/run.py)
 from simhost import SimHost  # tests/support/ is on PYTHONPATH (bench/run.py)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,6 +51,25 @@ def bench_host() -> Iterator[SimHost]:
         finally:
             if host.state.exists():
                 host.cleanup()
+
+
+class SteadyFakeVllm(FakeVllm):
+    """The fake vLLM at a steady pace (one token per chunk, no jitter, no concurrency slowdown) and `ttft_ms`, pinned
+    to CPU `cpu` and started; `env` adds serving knobs. A server that never gets ready is a BenchError."""
+
+    def __init__(self, host: SimHost, cpu: int, model: str, pace: float, ttft_ms: float, log: Path,
+                 env: Optional[Dict[str, str]] = None) -> None:
+        super().__init__(host, log, model=model, worker_mib=1024, cpu=cpu, env=dict({
+            "GPUOPS_SIM_TOKENS_PER_S": str(pace), "GPUOPS_SIM_TTFT_MS": str(ttft_ms), "GPUOPS_SIM_TOKENS_PER_CHUNK": "1",
+            "GPUOPS_SIM_JITTER": "0", "GPUOPS_SIM_CONCURRENCY_SLOWDOWN": "0"}, **(env or {})))
+        self.ttft_ms = ttft_ms
+        self.start()
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        try:
+            super().wait_ready(timeout)
+        except GpusimError as error:
+            raise BenchError(str(error)) from None
 
 
 def run_probe(host: SimHost, script: str, *args: str, timeout: float = 120) -> Any:

@@ -16,32 +16,14 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
-from _benchlib import REPO, BenchError, bench_host, ensure_simulator, median, save_results, table
-from gpusim.api import FakeVllm, GpusimError
-from simhost import SimHost
+from _benchlib import REPO, BenchError, SteadyFakeVllm, bench_host, ensure_simulator, median, save_results, table
+
 MODEL = "org/ingest"
 CLIENTS = ("gpuops", "aiohttp")
 TARGET_TOK_S = 20000.0
 
 
-class FakeServer(FakeVllm):
-    """The fake vLLM at a fast pace, one token per chunk (the most events per token), pinned to its own core."""
-
-    def __init__(self, host: SimHost, cpu: int, pace: float, ttft_ms: float, log: Path) -> None:
-        super().__init__(host, log, model=MODEL, worker_mib=1024, cpu=cpu, env={
-            "GPUOPS_SIM_TOKENS_PER_S": str(pace), "GPUOPS_SIM_TTFT_MS": str(ttft_ms), "GPUOPS_SIM_TOKENS_PER_CHUNK": "1",
-            "GPUOPS_SIM_JITTER": "0", "GPUOPS_SIM_CONCURRENCY_SLOWDOWN": "0"})
-        self.ttft_ms = ttft_ms
-        self.start()
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        try:
-            super().wait_ready(timeout)
-        except GpusimError as error:
-            raise BenchError(str(error)) from None
-
-
-def probe(client: str, server: FakeServer, concurrency: int, output_len: int, cpu: int) -> Dict[str, Any]:
+def probe(client: str, server: SteadyFakeVllm, concurrency: int, output_len: int, cpu: int) -> Dict[str, Any]:
     argv = [sys.executable, str(REPO / "bench" / "_ingest_probe.py"), client, server.url, MODEL, str(concurrency),
             str(output_len), str(cpu)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
@@ -61,7 +43,7 @@ def measure(levels: List[int], seconds: float, rounds: int, pace: float) -> List
     with bench_host() as host:
         host.gpusim("create", "--gpus", "1")
         log = Path(host.state).parent / "fakevllm.log"
-        server = FakeServer(host, server_cpu, pace, 20.0, log)
+        server = SteadyFakeVllm(host, server_cpu, MODEL, pace, 20.0, log)
         try:
             server.wait_ready()
             for concurrency in levels:
