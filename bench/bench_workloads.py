@@ -110,8 +110,7 @@ def probe(params: Dict[str, Any], cpu: int) -> Dict[str, Any]:
         raise BenchError("_workload_probe.py failed (%d):\n%s" % (done.returncode, done.stderr.strip()))
     figures: Dict[str, Any] = json.loads(done.stdout)
     if figures["failed"]:
-        raise BenchError("%s: %d requests failed: %s" % (params["workload"]["kind"], figures["failed"],
-                                                          figures["failed_by_reason"]))
+        raise BenchError("%s: %d requests failed: %s" % (params["workload"]["kind"], figures["failed"], figures["failed_by_reason"]))
     return figures
 
 
@@ -267,8 +266,8 @@ def report(rows: List[Dict[str, Any]]) -> str:
                           row["requests"], row["speedup"], row["in_flight_p50"], row["in_flight_max"], slip.get("p50", float("nan")),
                           slip.get("p99", float("nan")), slip.get("max", float("nan")), cache_text(row))]
         if row["kind"] == "sessions":
-            lines += ["", "sessions at %s streams (%s): prefix cache %s" % (row["streams"], row["workload"]["requests"],
-                                                                           cache_text(row)),
+            said = "sessions at %s streams (%s): prefix cache %s" % (row["streams"], row["workload"]["requests"], cache_text(row))
+            lines += ["", said,
                       table(["turn", "requests", "client TTFT p50 ms", "server TTFT p50 ms", "client cached tokens",
                              "server cached tokens"],
                             [[entry["turn"], entry["requests"], (entry["ttft_ms"] or {}).get("p50", float("nan")),
