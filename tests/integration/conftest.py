@@ -70,7 +70,7 @@ def make_host(tmp_path: Path) -> t.Iterator[t.Callable[..., SimHost]]:
 @pytest.fixture(scope="module")
 def podman_image() -> t.Iterator[t.Tuple[Runtime, str]]:
     """Root's podman and the test image (tests/support/containers.py), imported for this module under a tag of its own
-    and removed by its id at the end. Skips, saying why, only where podman cannot run here (not installed, not root)."""
+    and that tag removed at the end. Skips, saying why, only where podman cannot run here (not installed, not root)."""
     reason = podman_missing()
     if reason:
         pytest.skip(reason)

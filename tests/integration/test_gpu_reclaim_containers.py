@@ -172,9 +172,12 @@ def test_gpu_cleanup_refuses_a_container_by_default_and_stops_it_when_asked(make
     host.record_alloc(orphan, 0, MIB)
     inv = inventory(host)
     fast = ("-e", "gpu_reclaim_grace=1 gpu_reclaim_timeout=30")
+    assert host.used_mib()[0] == MIB and host.holders(0) == [orphan], (host.holders(0), holder.now()["State"])
 
     refused = run_playbook(CLEANUP, inv, *fast)
-    assert refused.returncode != 0, refused.stdout[-3000:]
+    # what the GPU and the container were after the run, should the run have found nothing to refuse
+    after = (host.holders(0), pid_alive(orphan, orphan_start), holder.now()["State"], restart_count(holder.now()))
+    assert refused.returncode != 0, (refused.stdout[-3000:], after)
     lines = summary(refused.stdout, host.name)
     expected = ("%s: refused podman container %s (image %s) on GPU 0, PID %d: a container's processes are never signalled; -e "
                 "gpu_cleanup_stop_containers=true stops it through podman" % (host.name, holder.name, podman_containers.image, orphan))

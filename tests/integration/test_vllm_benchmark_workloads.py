@@ -175,10 +175,11 @@ def test_replay_on_the_trace_schedule_with_shared_prefixes(servers: Servers) -> 
         # later after its due time than the others: the client's first connection): late by little, early by less
         arrived = [record["arrived_s"] - records[0]["arrived_s"] for record in records]
         lateness_ms = [(when - due) * 1000.0 for when, due in zip(arrived, schedule)]
-        assert all(-3.0 <= late <= 25.0 for late in lateness_ms), lateness_ms
+        # (50 ms: half the trace's shortest gap, room for a loaded 2-core machine)
+        assert all(-3.0 <= late <= 50.0 for late in lateness_ms), lateness_ms
     for run in result["runs"]:
         slip = run["schedule_slip_ms"]
-        assert set(slip) == {"mean", "p50", "p90", "p99", "max"} and 0.0 <= slip["p50"] <= slip["max"] < 25.0, slip
+        assert set(slip) == {"mean", "p50", "p90", "p99", "max"} and 0.0 <= slip["p50"] <= slip["max"] < 50.0, slip
         assert run["completed"] == len(trace) and run["total_input_tokens"] == sum(row["input_length"] for row in trace)
         # the server's prefix-cache counters, read from its /metrics around the repeat
         assert run["prefix_cache"] == {"queries": sum(row["input_length"] for row in trace), "hits": sum(expected_cached),

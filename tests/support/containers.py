@@ -10,7 +10,8 @@ this machine grants (raising them fails without the rights).
 
 A Containers object (a context manager: the `podman_containers` fixture of tests/integration/conftest.py) runs containers
 and removes every one it ran by its id, stopped or not, when the test ends; imported_image() imports the image under a
-tag of its own (unique_tag) and removes it by its id at the end. Nothing is ever removed by name or by filter. A
+tag of its own (unique_tag) and removes that tag at the end (never by the image's id: the same root imported under
+another tag has the same id). Containers are removed by their ids, never by name or by filter. A
 DockerDaemon is a dockerd of the test's own, ended by its recorded PID.
 
 Found through pytest's `pythonpath` setting (each suite's pytest.ini names tests/support).
@@ -218,15 +219,18 @@ class Containers:
 
 @contextlib.contextmanager
 def imported_image(runtime: Runtime, image: str) -> t.Iterator[str]:
-    """The cached root imported as ``image`` (a tag of its own per user, so that nothing else's image is touched), removed
-    by its id at the end."""
-    image_id = runtime.import_image(image)
+    """The cached root imported as ``image`` (a tag of its own per user), its tag removed at the end.
+
+    Never by its id, never forced: the same root imported under another tag (a pytest-xdist worker running tests of
+    the same module) has the same id, and `rmi -f ID` would remove that tag and every container of it, running or
+    not. The runtime removes the image itself with its last tag."""
+    runtime.import_image(image)
     try:
         yield image
     finally:
-        runtime("rmi", "-f", image_id, check=False)
-        if runtime.image_id(image_id) is not None:
-            raise ContainerError("%s could not remove image %s (%s)" % (runtime.name, image, image_id))
+        runtime("rmi", image, check=False)
+        if runtime.image_id(image) is not None:
+            raise ContainerError("%s could not remove the tag %s (a container of this test still uses it?)" % (runtime.name, image))
 
 
 def unique_tag(base: str = IMAGE) -> str:
