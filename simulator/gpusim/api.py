@@ -69,11 +69,38 @@ class GpusimError(AssertionError):
 # ---- liveness, from /proc alone ---------------------------------------------------------------------------
 
 
+# free_port()'s ports: below the kernel's ephemeral range (32768-60999 by default), where neither bind(0) nor a client's
+# source port lands, in blocks of their own for each pytest-xdist worker (gw0, gw1, ...; anything else takes the last)
+PORT_BASE = 20000
+PORT_BLOCK = 1500
+PORT_BLOCKS = 8
+_next_port: List[int] = []
+
+
+def _port_block() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else PORT_BLOCKS - 1
+    return PORT_BASE + (index % PORT_BLOCKS) * PORT_BLOCK
+
+
 def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now (for a fake server a test or bench starts)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A TCP port that nothing is bound to right now (for a fake server a test or bench starts), never one this
+    process handed out in its last PORT_BLOCK calls, nor one another xdist worker of the run hands out. A port bind(0)
+    gives is in the range the kernel also gives other tests' probes and every client's source port: two tests could
+    be told the same port, and one's server would find it taken (or answer for the other's)."""
+    low = _port_block()
+    if not _next_port:
+        _next_port.append(low + (os.getpid() * 7919) % PORT_BLOCK)
+    for _attempt in range(PORT_BLOCK):
+        port = low + (_next_port[0] - low) % PORT_BLOCK
+        _next_port[0] = port + 1
+        with socket.socket() as probe:
+            try:
+                probe.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+        return port
+    raise GpusimError("no free TCP port in %d-%d" % (low, low + PORT_BLOCK - 1))
 
 
 def starttime(pid: int) -> Optional[int]:

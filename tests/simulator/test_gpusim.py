@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
+import gpusim.api
 from gpusim_helpers import GRACE_S, SimHost, cmdline, free_port, is_running, ppid, proc_state, read_proc, sim_host, wait_for
 
 INCIDENT_MIB = 93029
@@ -353,3 +355,19 @@ def test_respawning_node_forks_a_holder_as_it_ends(simhost: SimHost, detach: boo
         assert os.getpgid(child) != group and ppid(child) == reaper
     else:
         assert (os.getpgid(child), os.getsid(child)) == (group, session)
+
+
+def test_free_port_hands_out_ports_of_this_workers_block_skipping_a_taken_one(monkeypatch):
+    """free_port(): below the kernel's ephemeral range, in the xdist worker's own block, never the same twice in a row,
+    and never a port something is bound to."""
+    api = gpusim.api
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")
+    monkeypatch.setattr(api, "_next_port", [])
+    low = api.PORT_BASE + 3 * api.PORT_BLOCK
+    first = api.free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", first + 1 if first + 1 < low + api.PORT_BLOCK else low))
+        second = api.free_port()
+        assert second != taken.getsockname()[1]
+    assert low <= first < low + api.PORT_BLOCK and low <= second < low + api.PORT_BLOCK and second != first
+    assert second < 32768, "below the kernel's ephemeral ports"
