@@ -300,6 +300,10 @@ options:
         O(secured.port) (the kernel's socket table), whoever started it, is compared with a new configuration given by names only,
         so that no secret value is passed or shown. It requires an API key when its command line has a value after
         C(--api-key) (or C(--api-key=K)), else when C(VLLM_API_KEY) in its environment (C(/proc/PID/environ)) is not empty.
+      - On a container's published port the process that listens is the runtime's (podman's C(conmon), C(docker-proxy)),
+        which has neither the server's command line nor its environment; the process that serves in that container (asked
+        of its runtime, picked as the role's takeover picks it) is read instead. When the runtime does not name the
+        container or cannot be asked, RV(secured.error) says so.
       - RV(secured.opens) says whether the new configuration requires no key where the running server does; every secret
         variable (a word of its name is KEY, TOKEN, SECRET, PASSWORD, CREDENTIAL... or it is in O(secured.secret_env)) that the
         running server has with a value and the new configuration lacks is in RV(secured.dropped_secret_env) and a warning,
@@ -891,8 +895,9 @@ secured:
       description: O(secured.port).
       type: int
     listener:
-      description: The process that listens on the port (V(null) when none does) with C(pid), C(create_time), C(cmdline) (every
-        secret argument masked) and C(env_read) (whether its environment could be read).
+      description: The server that listens on the port (V(null) when none does) with C(pid), C(create_time), C(cmdline) (every
+        secret argument masked), C(env_read) (whether its environment could be read) and C(port_held_by) (C(pid) and C(name)
+        of the runtime's process that holds a container's published port for it, V(null) when the server listens itself).
       type: dict
     running_key:
       description: How the running server requires an API key, V(--api-key) or V(VLLM_API_KEY); V(null) when it requires none.
@@ -908,7 +913,8 @@ secured:
       type: list
       elements: str
     error:
-      description: Why the listener could not be told (several unrelated processes listen on the port), else V(null).
+      description: Why the listener could not be told (several unrelated processes listen on the port, or a runtime's process
+        holds it for a container whose server cannot be read), else V(null).
       type: str
 """
 
@@ -919,6 +925,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import finish
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.secured import OPTION_SPEC as SECURED_OPTION_SPEC, judge
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import served_behind
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import run_reclaim
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import CONTAINER_RESTART, CONTAINERS, DEFAULTS, LIVE_JOBS
 
@@ -956,7 +963,8 @@ def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]
     result, warnings, failed = run_reclaim(module.params, module.check_mode, module._diff, libraries, module.get_bin_path)
     if module.params["secured"] is not None:
         _deps.require(module, _deps.PSUTIL)
-        result["secured"], secured_warnings = judge(_deps.PSUTIL.module, module.params["secured"])
+        result["secured"], secured_warnings = judge(_deps.PSUTIL.module, module.params["secured"],
+                                                    behind=served_behind(_deps.PSUTIL.module))
         warnings = list(warnings) + secured_warnings
     return result, list(warnings), failed
 

@@ -230,7 +230,8 @@ def test_a_published_port_held_by_conmon_is_the_container_own(cdi_spec, empty_im
 
 def test_a_container_started_by_hand_on_the_port_is_taken_over_through_podman(cdi_spec, empty_image, tmp_path):
     """`podman run -d --restart=always -p PORT:PORT ...` of a vLLM server by hand, on the inventory's port and GPUs; the
-    role runs in its process mode. --check names the container and changes nothing; the run stops the container through
+    role runs in its process mode. A configuration without an API key is refused (the container's server requires one),
+    stopping nothing; --check names the container and changes nothing; the run stops the container through
     podman (never signalling it: its restart policy would start it again), keeps it, stopped, and launches its own server;
     a rerun leaves that alone."""
     host, _spec = cdi_spec
@@ -242,7 +243,7 @@ def test_a_container_started_by_hand_on_the_port_is_taken_over_through_podman(cd
     options += ["--device", "%s=0" % host.cdi_kind, "--device", "%s=1" % host.cdi_kind]
     options += [word for volume in host_volumes() for word in ("-v", volume)] + RUN_OPTIONS
     options += [] if OWN_PID_NAMESPACE else ["--pid", "host"]
-    inventory = inventory_for(tmp_path, [host], vllm_server_tensor_parallel_size=2, vllm_server_api_key="sk-role-key")
+    inventory = inventory_for(tmp_path, [host], vllm_server_tensor_parallel_size=2, vllm_server_env={"VLLM_API_KEY": "sk-role-key"})
     podman("run", "-d", *options, empty_image, *argv)
     try:
         assert wait_for(lambda: health(host.port) == 200, 60, 0.2), podman("logs", hand, check=False).stdout[-2000:]
@@ -251,6 +252,17 @@ def test_a_container_started_by_hand_on_the_port_is_taken_over_through_podman(cd
         tree = {pid: starttime(pid) for pid in _tree(first["State"]["Pid"])}
         held = holders(host)
         assert held[0] and held[1] and set(held[0] + held[1]) <= set(tree), (held, tree)
+
+        # a configuration without a key of its own is refused before anything stops: the key is on the command line of
+        # the container's server, not on conmon's, which holds the published port
+        opened = run_playbook(RESTART, inventory, "-e", json.dumps({"vllm_server_env": {}}))
+        said = flat(opened.stdout)
+        assert opened.returncode != 0 and "nothing was stopped" in said, said[-4000:]
+        assert "(PID %d) requires an API key (--api-key on its command line)" % first["State"]["Pid"] in said, said[-4000:]
+        assert "sk-hand-secret" not in said
+        kept = inspect(hand)
+        assert kept is not None and kept["State"]["Running"] and kept["State"]["Pid"] == first["State"]["Pid"]
+        assert all(pid_alive(pid, start) for pid, start in tree.items())
 
         preview = run_playbook(RESTART, inventory, "--check")
         said = flat(preview.stdout)

@@ -173,6 +173,11 @@ def is_runtime_process(name: t.Optional[str], cmdline: t.Optional[t.Sequence[str
     return any(RUNTIME_PROGRAMS.match(program) for program in program_names(name, cmdline))
 
 
+def is_port_publisher(name: t.Optional[str], cmdline: t.Optional[t.Sequence[str]]) -> bool:
+    """True for a runtime's process that holds a container's published port on the host (PORT_PUBLISHERS), by program."""
+    return bool(set(program_names(name, cmdline)) & set(PORT_PUBLISHERS))
+
+
 def is_full_id(text: str) -> bool:
     """Whether ``text`` is a container's full id (64 lowercase hex digits)."""
     return bool(_BARE_ID.match(text))

@@ -10,6 +10,10 @@ which secret variables it has (_secrets.is_secret_name). The new configuration i
 command line has ``--api-key``, the names of its environment with a value), so no secret value is ever passed here,
 compared or returned: only names.
 
+On a container's published port the process that listens is the runtime's (podman's conmon, docker-proxy), which has
+neither the server's command line nor its environment: the caller hands in ``behind``, which names the process that
+serves in that container (_reclaim.takeover.served_behind asks the runtime), and that process is read instead.
+
 gpu_reclaim's option ``secured`` (the role's preflight) calls ``judge``; the rest are pure functions, apart from
 ``read_listener`` (psutil and /proc).
 
@@ -46,6 +50,15 @@ class Listener(t.NamedTuple):
     create_time: t.Optional[float]
     cmdline: t.List[str]
     env: t.Optional[t.Dict[str, str]]  # None: /proc/PID/environ could not be read (another user's process)
+    # the runtime's process that holds the port for the container this server runs in: {pid, name}; None when the
+    # server listens itself
+    port_held_by: t.Optional[t.Dict[str, t.Any]] = None
+
+
+# (port, name, command line) of the process that listens -> the PID of the process that serves behind it, when it holds
+# a container's published port; None when it is no runtime's process. Raises ListenerError when it is one and the
+# container's server cannot be found.
+Behind = t.Callable[[int, str, t.List[str]], t.Optional[int]]
 
 
 class Verdict(t.NamedTuple):
@@ -110,26 +123,45 @@ def dropped_warning(listener: Listener, name: str) -> str:
             "lacks: the new server would run without it (its value is not shown)" % (listener.pid, name))
 
 
-def read_listener(psutil: t.Any, port: int) -> t.Optional[Listener]:
-    """The process that listens on ``port``: its PID, start time, command line and environment; None when none does.
-    Raises _host.listener.ListenerError when unrelated processes listen on it."""
+def _read(psutil: t.Any, pid: int) -> t.Optional[t.Tuple[str, t.List[str], float]]:
+    """(name, command line, start time) of a live process; None when it is gone."""
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            return str(proc.name()), [str(word) for word in proc.cmdline()], proc.create_time()
+    except psutil.Error:
+        return None
+
+
+def read_listener(psutil: t.Any, port: int, behind: t.Optional[Behind] = None) -> t.Optional[Listener]:
+    """The server that listens on ``port``: its PID, start time, command line and environment; None when none does.
+
+    With ``behind``, a runtime's process that holds a container's published port stands for the process that serves in
+    the container, which is read instead. Raises _host.listener.ListenerError when unrelated processes listen on the
+    port, or (from ``behind``) when the container's server cannot be found."""
     pid = listening_pid(psutil, port)
     if pid is None:
         return None
-    try:
-        proc = psutil.Process(pid)
-        cmdline = [str(word) for word in proc.cmdline()]
-        create_time = proc.create_time()
-    except psutil.Error:
+    seen = _read(psutil, pid)
+    if seen is None:
         return None
+    name, cmdline, create_time = seen
+    served = behind(port, name, cmdline) if behind is not None else None
+    if served is not None and served != pid:
+        inside = _read(psutil, served)
+        if inside is None:
+            raise ListenerError("port %d is held by %s (PID %d) for a container whose server (PID %d) ended while it was "
+                                "read" % (port, name, pid, served))
+        return Listener(served, inside[2], inside[1], read_environ(served), {"pid": pid, "name": name})
     return Listener(pid, create_time, cmdline, read_environ(pid))
 
 
-def judge(psutil: t.Any, options: t.Mapping[str, t.Any],
-          environ: t.Optional[t.Mapping[str, str]] = None) -> t.Tuple[t.Dict[str, t.Any], t.List[str]]:
+def judge(psutil: t.Any, options: t.Mapping[str, t.Any], environ: t.Optional[t.Mapping[str, str]] = None,
+          behind: t.Optional[Behind] = None) -> t.Tuple[t.Dict[str, t.Any], t.List[str]]:
     """The result field ``secured`` for the options of OPTION_SPEC, and its warnings (names only, never a value).
 
-    ``environ``: the environment a detached server would inherit (``inherit_env``); this process's by default."""
+    ``environ``: the environment a detached server would inherit (``inherit_env``); this process's by default.
+    ``behind``: see read_listener."""
     port = int(options["port"])
     names = set(str(name) for name in options.get("env_names") or ())
     if options.get("inherit_env"):
@@ -141,7 +173,7 @@ def judge(psutil: t.Any, options: t.Mapping[str, t.Any],
         result["error"] = "secured.port: expected 1 to 65535, got %r" % (port,)
         return result, warnings
     try:
-        listener = read_listener(psutil, port)
+        listener = read_listener(psutil, port, behind)
     except ListenerError as exc:
         result["error"] = str(exc)
         return result, warnings
@@ -149,7 +181,7 @@ def judge(psutil: t.Any, options: t.Mapping[str, t.Any],
     result.update(running_key=verdict.running_key, new_key=verdict.new_key, opens=verdict.opens, dropped_secret_env=verdict.dropped)
     if listener is not None:
         result["listener"] = {"pid": listener.pid, "create_time": listener.create_time, "cmdline": masked_argv(listener.cmdline),
-                              "env_read": verdict.env_known}
+                              "env_read": verdict.env_known, "port_held_by": listener.port_held_by}
         if not verdict.env_known:
             warnings.append("the environment of PID %d, which listens on port %d, cannot be read (run as its user or root): "
                             "whether it has VLLM_API_KEY or other secrets is not known" % (listener.pid, port))

@@ -35,8 +35,8 @@ import shutil
 import time
 import typing as t
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import DOCKER, INSPECT_TIMEOUT_S, KUBERNETES, PODMAN, PORT_PUBLISHERS
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import conmon_container_id, is_full_id, publishing_argv
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import DOCKER, INSPECT_TIMEOUT_S, KUBERNETES, PODMAN
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import conmon_container_id, is_full_id, is_port_publisher, publishing_argv
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import program_names
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import CliAnswer, ContainerRef, ContainerState, FindCli, RunCli
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import inspect_argv, parse_container, run_cli, starts_again
@@ -196,13 +196,12 @@ class Runtimes:
         """The container whose published ``port`` the runtime's process (``name``, ``cmdline``) holds on the host:
         conmon names it on its command line; docker is asked which container publishes the port (docker-proxy). None
         for any other process, or when docker does not name exactly one."""
-        programs = {name} | set(program_names(name, cmdline))
-        if not programs & set(PORT_PUBLISHERS):
+        if not is_port_publisher(name, cmdline):
             return None
         found = conmon_container_id(cmdline)
         if found:
             return ContainerRef(PODMAN, found, engine=PODMAN)
-        cli = self.cli(DOCKER) if "docker-proxy" in programs else None
+        cli = self.cli(DOCKER) if "docker-proxy" in {name} | set(program_names(name, cmdline)) else None
         if cli is None:
             return None
         answer = self.run(publishing_argv(cli, port), INSPECT_TIMEOUT_S)

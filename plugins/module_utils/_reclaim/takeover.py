@@ -24,7 +24,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import listener as _listener
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import KUBERNETES, container_of, starts_again
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import KUBERNETES, container_of, is_port_publisher, starts_again
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.procfs import PROC
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.containers import Runtimes
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import DEFAULT_SUBREAPERS, matches_any, regexes
@@ -81,15 +81,49 @@ def _container(psutil: t.Any, runtimes: Runtimes, pid: int, seen: t.Tuple[str, t
         box["pod_uid"] = ref.pod_uid
     server = (pid,) + seen
     if held_by is not None and state is not None and state.pid:
-        main = _process(psutil, state.pid)
-        if main is not None:
-            server = (state.pid,) + main
-            for child in main[3]:
-                found = _process(psutil, child)
-                if found is not None and not is_vllm(main[0], main[1]) and is_vllm(found[0], found[1]):
-                    server = (child,) + found
-                    break
+        server = _served_in(psutil, state.pid, is_vllm) or server
     return box, t.cast(t.Tuple[int, str, t.List[str], float, t.List[int]], server)
+
+
+def _served_in(psutil: t.Any, main_pid: int, is_vllm: Looks) -> t.Optional[t.Tuple[int, str, t.List[str], float, t.List[int]]]:
+    """The process that serves in a container whose main process is ``main_pid``: that process, or the first vLLM-shaped
+    process of its tree when it is not one itself (a shell, an init); None when it is gone."""
+    main = _process(psutil, main_pid)
+    if main is None:
+        return None
+    if not is_vllm(main[0], main[1]):
+        for child in main[3]:
+            found = _process(psutil, child)
+            if found is not None and is_vllm(found[0], found[1]):
+                return (child,) + found
+    return (main_pid,) + main
+
+
+def served_behind(psutil: t.Any, runtimes: t.Optional[Runtimes] = None,
+                  match: t.Sequence[str] = tuple(DEFAULT_MATCH)) -> t.Callable[[int, str, t.List[str]], t.Optional[int]]:
+    """For _host.secured: (port, name, command line) of the process that listens on ``port`` -> the PID of the process
+    that serves in the container whose published port it holds, picked as the takeover picks it; None when it holds no
+    container's port (it is no runtime's port publisher). Raises ListenerError for a publisher whose container its
+    runtime does not name, whose runtime cannot be asked, or that runs nothing."""
+    asked = runtimes or Runtimes()
+    patterns = regexes("match", match)
+
+    def behind(port: int, name: str, cmdline: t.List[str]) -> t.Optional[int]:
+        if not is_port_publisher(name, cmdline):
+            return None
+        what = "port %d is held by %s, a container runtime's process that publishes it for a container" % (port, name)
+        ref = asked.publisher(name, cmdline, port)
+        if ref is None:
+            raise _listener.ListenerError("%s that its runtime does not name" % what)
+        state, error = asked.inspect(ref.runtime, ref.container_id)
+        if state is None or not state.pid:
+            raise _listener.ListenerError("%s (%s %s) %s" % (what, ref.runtime, ref.container_id[:12], error or "that runs nothing"))
+        found = _served_in(psutil, state.pid, lambda program, argv: matches_any(patterns, program, argv))
+        if found is None:
+            raise _listener.ListenerError("%s (%s %s) whose main process (PID %d) ended while it was read" % (
+                what, ref.runtime, ref.container_id[:12], state.pid))
+        return found[0]
+    return behind
 
 
 def container_words(box: t.Mapping[str, t.Any]) -> str:

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import listening_pid
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import ListenerError, listening_pid
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.secured import compare, dropped_warning, judge, key_source, Listener, new_key_source
 
 KEY = "sk-secret456"
@@ -145,3 +145,37 @@ def test_judge_nothing_listening_and_a_bad_port():
     assert result["listener"] is None and result["opens"] is False and result["error"] is None and warnings == []
     result, _warnings = judge(psutil, {"port": 70000})
     assert "secured.port" in result["error"] and "70000" in result["error"]
+
+
+def test_judge_reads_the_server_behind_a_runtimes_port_holder(keyed_listener):
+    """A container's published port is held by the runtime's process (no key on its command line, no environment of the
+    server's): with ``behind`` naming the container's server, that server is judged, and the holder is named."""
+    psutil = pytest.importorskip("psutil")
+    port, keyed = keyed_listener
+    holder = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE, env={"PATH": os.environ.get("PATH", "/usr/bin")})
+    try:
+        held = int(holder.stdout.readline())
+        asked = []
+
+        def behind(on_port, name, cmdline):
+            asked.append((on_port, name))
+            return keyed
+
+        result, warnings = judge(psutil, {"port": held, "env_names": ["NCCL_PROTO"]}, behind=behind)
+        assert asked == [(held, psutil.Process(holder.pid).name())]
+        assert result["opens"] is True and result["running_key"] == "--api-key" and result["error"] is None
+        assert result["listener"]["pid"] == keyed and result["listener"]["port_held_by"] == {"pid": holder.pid, "name": asked[0][1]}
+        assert result["dropped_secret_env"] == ["HF_TOKEN"] and KEY not in json.dumps([result, warnings])
+        # without it, the holder itself is read: it requires no key
+        alone, _warnings = judge(psutil, {"port": held})
+        assert alone["listener"]["pid"] == holder.pid and alone["running_key"] is None and alone["listener"]["port_held_by"] is None
+
+        def unreadable(on_port, name, cmdline):
+            raise ListenerError("port %d is held by conmon for a container that its runtime does not name" % on_port)
+
+        failed, _warnings = judge(psutil, {"port": held}, behind=unreadable)
+        assert failed["listener"] is None and failed["opens"] is False and "does not name" in failed["error"]
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()

@@ -9,6 +9,8 @@ import typing as t
 import json
 import os
 
+import pytest
+
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import container as C
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import listener as L
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import takeover as T
@@ -135,3 +137,46 @@ def test_a_container_whose_runtime_is_missing_or_kubernetes_is_refused(monkeypat
     (tmp_path / "300" / "cgroup").write_text("0::%s\n" % pod)
     found = describe(monkeypatch, tmp_path, rows, 300, {}, Cli())
     assert found["takeover"] is False and found["container"]["pod_uid"] == POD_UID and "kubelet" in found["refusal"]
+
+
+def behind(monkeypatch, rows, cli, find=lambda name: "/usr/bin/" + name):
+    """served_behind() on a fake host: a function of (port, name, command line) of the process on the port."""
+    return T.served_behind(FakePsutil(rows, FakeClock()), Runtimes(find, cli))
+
+
+def test_served_behind_a_published_port_is_the_process_the_takeover_would_take(monkeypatch):
+    """For the preflight's API-key check: behind conmon (or docker-proxy) the server is the container's vLLM process
+    below its init; any other listener is its own server (None)."""
+    conmon = ["/usr/bin/conmon", "--api-version", "1", "-c", PODMAN_ID, "-u", PODMAN_ID, "-n", "hand-vllm"]
+    rows = [Row(1, 0, "systemd"), Row(200, 1, "conmon", conmon), Row(201, 200, "catatonit", ["/run/podman-init", "--"]),
+            Row(202, 201, "python3", VLLM), Row(203, 202, "VLLM::EngineCore")]
+    cli = Cli(**{"podman inspect": inspect_answer(PODMAN_ID, "hand-vllm", "localhost/vllm:v1", 201, "no")})
+    served = behind(monkeypatch, rows, cli)
+    assert served(8000, "conmon", conmon) == 202
+    assert served(8000, "python3", VLLM) is None and [call[1] for call in cli.calls] == ["inspect"], "a server is not asked about"
+    proxy = ["/usr/bin/docker-proxy", "-proto", "tcp", "-host-port", "8000"]
+    rows = [Row(1, 0, "systemd"), Row(200, 1, "docker-proxy", proxy), Row(300, 1, "python3", VLLM)]
+    cli = Cli(**{"docker ps": C.CliAnswer(0, DOCKER_ID + "\n"),
+                 "docker inspect": inspect_answer(DOCKER_ID, "/vllm-llama", "vllm/vllm-openai:v0.11.0", 300, "always")})
+    assert behind(monkeypatch, rows, cli)(8000, "docker-proxy", proxy) == 300
+
+
+@pytest.mark.parametrize("case", ["unnamed", "runtime missing", "inspect fails", "main process gone"])
+def test_served_behind_a_publisher_whose_server_cannot_be_read_is_an_error_naming_it(monkeypatch, case):
+    """The API-key check must not read the runtime's process in the server's place (it never has a key): a publisher
+    whose container's server cannot be found raises ListenerError naming the port and the runtime's process."""
+    conmon = ["/usr/bin/conmon", "-c", PODMAN_ID]
+    rows = [Row(1, 0, "systemd"), Row(200, 1, "conmon", conmon)]
+    find = (lambda name: None) if case == "runtime missing" else (lambda name: "/usr/bin/" + name)
+    answers = {"podman inspect": inspect_answer(PODMAN_ID, "hand-vllm", "img", 4321, "no")}
+    if case == "inspect fails":
+        answers = {"podman inspect": C.CliAnswer(125, "", err="Error: no such container")}
+    argv = ["/usr/bin/conmon", "--api-version", "1"] if case == "unnamed" else conmon
+    served = behind(monkeypatch, rows, Cli(**answers), find)
+    with pytest.raises(L.ListenerError) as raised:
+        served(8123, "conmon", argv)
+    text = str(raised.value)
+    assert "port 8123 is held by conmon" in text
+    expected = {"unnamed": "does not name", "runtime missing": "not installed", "inspect fails": "no such container",
+                "main process gone": "PID 4321"}[case]
+    assert expected in text, text
