@@ -146,14 +146,14 @@ def read_listener(psutil: t.Any, port: int, behind: t.Optional[Behind] = None) -
     if seen is None:
         return None
     name, cmdline, create_time = seen
-    served = behind(port, name, cmdline) if behind is not None else None
-    if served is not None and served != pid:
-        inside = _read(psutil, served)
-        if inside is None:
-            raise ListenerError("port %d is held by %s (PID %d) for a container whose server (PID %d) ended while it was "
-                                "read" % (port, name, pid, served))
-        return Listener(served, inside[2], inside[1], read_environ(served), {"pid": pid, "name": name})
-    return Listener(pid, create_time, cmdline, read_environ(pid))
+    served: t.Optional[int] = behind(port, name, cmdline) if behind is not None else None
+    if served is None or served == pid:
+        return Listener(pid, create_time, cmdline, read_environ(pid))
+    inside = _read(psutil, served)
+    if inside is None:
+        raise ListenerError("port %d is held by %s (PID %s) for a container whose server (PID %s) ended while it was "
+                            "read" % (port, name, pid, served))
+    return Listener(served, inside[2], inside[1], read_environ(served), {"pid": pid, "name": name})
 
 
 def judge(psutil: t.Any, options: t.Mapping[str, t.Any], environ: t.Optional[t.Mapping[str, str]] = None,
