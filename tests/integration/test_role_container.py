@@ -228,6 +228,20 @@ def test_a_published_port_held_by_conmon_is_the_container_own(cdi_spec, empty_im
         podman("rm", "-f", "-t", "0", name, check=False)
 
 
+def start_by_hand(host: t.Any, image: str, name: str, *args: str) -> None:
+    """`podman run -d --restart=always -p PORT:PORT` of a fake vLLM server (TP=2, GPUs 0 and 1, ``args`` added), as
+    someone would start it by hand, on a free port (host.port); returns once it answers /health."""
+    host.port = free_port()
+    argv = [str(BIN / "python3"), str(FAKEVLLM_DIR / "bin" / "vllm"), "serve", "zai-org/GLM-5-GGUF", "--host", "0.0.0.0",
+            "--port", str(host.port), "--tensor-parallel-size", "2", *args]
+    options = ["--name", name, "--restart=always", "-p", "%d:%d" % (host.port, host.port), "-e", "GPUOPS_SIM_STATE=%s" % host.state]
+    options += ["--device", "%s=0" % host.cdi_kind, "--device", "%s=1" % host.cdi_kind]
+    options += [word for volume in host_volumes() for word in ("-v", volume)] + RUN_OPTIONS
+    options += [] if OWN_PID_NAMESPACE else ["--pid", "host"]
+    podman("run", "-d", *options, image, *argv)
+    assert wait_for(lambda: health(host.port) == 200, 60, 0.2), podman("logs", name, check=False).stdout[-2000:]
+
+
 def test_a_container_started_by_hand_on_the_port_is_taken_over_through_podman(cdi_spec, empty_image, tmp_path):
     """`podman run -d --restart=always -p PORT:PORT ...` of a vLLM server by hand, on the inventory's port and GPUs; the
     role runs in its process mode. A configuration without an API key is refused (the container's server requires one),
@@ -235,18 +249,10 @@ def test_a_container_started_by_hand_on_the_port_is_taken_over_through_podman(cd
     podman (never signalling it: its restart policy would start it again), keeps it, stopped, and launches its own server;
     a rerun leaves that alone."""
     host, _spec = cdi_spec
-    host.port = free_port()
     hand = "hand-vllm-%s" % uuid.uuid4().hex[:8]
-    argv = [str(BIN / "python3"), str(FAKEVLLM_DIR / "bin" / "vllm"), "serve", "zai-org/GLM-5-GGUF", "--host", "0.0.0.0",
-            "--port", str(host.port), "--tensor-parallel-size", "2", "--api-key", "sk-hand-secret"]
-    options = ["--name", hand, "--restart=always", "-p", "%d:%d" % (host.port, host.port), "-e", "GPUOPS_SIM_STATE=%s" % host.state]
-    options += ["--device", "%s=0" % host.cdi_kind, "--device", "%s=1" % host.cdi_kind]
-    options += [word for volume in host_volumes() for word in ("-v", volume)] + RUN_OPTIONS
-    options += [] if OWN_PID_NAMESPACE else ["--pid", "host"]
-    inventory = inventory_for(tmp_path, [host], vllm_server_tensor_parallel_size=2, vllm_server_env={"VLLM_API_KEY": "sk-role-key"})
-    podman("run", "-d", *options, empty_image, *argv)
     try:
-        assert wait_for(lambda: health(host.port) == 200, 60, 0.2), podman("logs", hand, check=False).stdout[-2000:]
+        start_by_hand(host, empty_image, hand, "--api-key", "sk-hand-secret")
+        inventory = inventory_for(tmp_path, [host], vllm_server_tensor_parallel_size=2, vllm_server_env={"VLLM_API_KEY": "sk-role-key"})
         first = inspect(hand)
         assert first is not None and listening_pid(host.port) == first["State"]["ConmonPid"], "conmon holds the published port"
         tree = {pid: starttime(pid) for pid in _tree(first["State"]["Pid"])}
@@ -291,6 +297,41 @@ def test_a_container_started_by_hand_on_the_port_is_taken_over_through_podman(cd
         again = run_playbook(RESTART, inventory, "-e", "vllm_restart_force=false")
         assert again.returncode == 0 and recap(again.stdout)[host.name]["changed"] == 0, again.stdout[-3000:]
         assert pid_alive(server) and health(host.port) == 200
+    finally:
+        podman("rm", "-f", "-t", "0", hand, check=False)
+
+
+def test_a_failed_launch_after_a_takeover_says_how_to_start_the_container_again(cdi_spec, empty_image, tmp_path):
+    """The container started by hand is stopped through podman, then the new server fails at its start: the run fails,
+    undoes its own launch (the GPUs are free), leaves the container kept and stopped, and says how to start it again;
+    the command it names does."""
+    host, _spec = cdi_spec
+    hand = "hand-vllm-%s" % uuid.uuid4().hex[:8]
+    try:
+        start_by_hand(host, empty_image, hand)
+        inventory = inventory_for(tmp_path, [host], vllm_server_tensor_parallel_size=2,
+                                  vllm_server_env={"GPUOPS_SIM_FAIL_AT_START": "1"})
+        first = inspect(hand)
+        assert first is not None and first["State"]["Running"]
+        tree = {pid: starttime(pid) for pid in _tree(first["State"]["Pid"])}
+
+        run = run_playbook(RESTART, inventory)
+        said = flat(run.stdout)
+        assert run.returncode != 0 and "was stopped and GPU 0, 1 verified free" in said, said[-5000:]
+        assert "the server taken over (PID %d, started in the podman container %s" % (first["State"]["Pid"], hand) in said, said[-5000:]
+        assert "stays stopped, this run does not start it again: start its container again with `podman start %s`" % hand in said
+        kept = inspect(hand)
+        assert kept is not None and not kept["State"]["Running"], "kept, stopped"
+        assert [pid for pid, start in tree.items() if pid_alive(pid, start)] == []
+        assert not any(holders(host)[index] for index in range(8)), holders(host)
+
+        # the command the failure names brings the server back on its GPUs
+        podman("start", hand)
+        assert wait_for(lambda: health(host.port) == 200, 60, 0.2), podman("logs", hand, check=False).stdout[-2000:]
+        again = inspect(hand)
+        assert again is not None and again["State"]["Running"]
+        held = holders(host)
+        assert held[0] and held[1] and set(held[0] + held[1]) <= set(_tree(again["State"]["Pid"])), held
     finally:
         podman("rm", "-f", "-t", "0", hand, check=False)
 

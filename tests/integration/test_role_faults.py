@@ -185,6 +185,8 @@ def test_a_launch_that_hangs_is_undone_and_its_gpus_freed(fleet, tmp_path):
     text = flat(run.stdout)
     assert "was not ready after 4 s" in text and "log|" in run.stdout, text[-3000:]
     assert "was stopped and GPU 0, 1 verified free" in text, text[-3000:]
+    # nothing was taken over: no word of it, and no empty rendering of those words
+    assert "leaves it for debugging)None" not in text and "stays stopped" not in text, text[-3000:]
     assert "Wait for /health" in text  # the step that failed first, not the undo
     assert all(g["used_mib"] == 0 and not g["holders"] for g in node.status()["gpus"])
     assert not (node.state / "role" / ("vllm-%d.json" % node.port)).exists()

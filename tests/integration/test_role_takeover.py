@@ -11,6 +11,7 @@ never by the role's own summary (whose words are checked as well, as words).
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import typing as t
 import psutil
 import pytest
 
-from ansible_run import flat, RESTART, run_playbook
+from ansible_run import flat, PROBES, RESTART, run_playbook
 from gpusim.api import FakeVllm, pid_alive, starttime, wait_for
 from inventories import role_host_vars, write_role_inventory
 from readings import assert_server_owns_gpus, health, holders, listening_pid, stream_in_flight
@@ -199,3 +200,58 @@ def test_check_mode_previews_then_a_server_in_a_tmux_pane_is_taken_over(make_hos
     assert_taken_over(run, old_tree, (pane, parents[pane]), node, "started by hand in tmux (PID %d" % server)
     assert alive(parents) == list(parents), "the tmux server or its pane's shell was ended"
     assert canaries.alive(), canaries.dead()
+
+
+def test_a_failed_launch_after_a_takeover_names_the_command_line_that_ran(make_host, tmp_path):
+    """The hand-started server is taken over, then the new server fails at its start: the run fails and undoes its own
+    launch (the GPUs free, by the simulator's reading); the server taken over stays stopped, its shell lives on, and the
+    failure gives its command line (secrets masked), since the role cannot start a process it did not start."""
+    node = hosts_with_ports(make_host, "gpu-node-01")[0]
+    inventory = inventory_for(tmp_path, node)
+    hand = hand_server(node, tmp_path)
+    shell = start_in_bash(hand.argv, hand.env, tmp_path / "hand.log")
+    try:
+        shell_start = starttime(shell.pid)
+        old = listener_under(shell.pid, node.port)
+        assert wait_for(lambda: len(holders(node)[0]) == 1 and len(holders(node)[1]) == 1, 30, 0.1), holders(node)
+        old_tree = tree_with_starts(old)
+
+        run = run_playbook(RESTART, inventory, "-e", '{"vllm_server_env_overrides": {"GPUOPS_SIM_FAIL_AT_START": "1"}}')
+        text = flat(run.stdout)
+        assert run.returncode != 0 and "was stopped and GPU 0, 1 verified free" in text, text[-4000:]
+        assert alive(old_tree) == [] and pid_alive(shell.pid, shell_start)
+        assert not any(holders(node)[index] for index in range(8)), holders(node)
+        assert listening_pid(node.port) is None
+        assert "the server taken over (PID %d, started by hand in a shell (PID %d" % (old, shell.pid) in text, text[-4000:]
+        assert "stays stopped, this run does not start it again: its command line was `" in text, text[-4000:]
+        assert "--hf-token ********` (secrets masked)" in text.split("its command line was `", 1)[1] and SECRET not in text
+    finally:
+        end(shell)
+
+
+def test_the_words_after_a_failed_launch_for_each_way_a_server_was_taken_over(tmp_path):
+    """The role's own variables, rendered by a real ansible-playbook: a container is started again through its runtime,
+    another tool's unit that the takeover disabled with systemctl enable --now, a process by its command line; nothing is
+    said when nothing was taken over, or when the takeover's stop did not run."""
+    base = {"pid": 4242, "command": "vllm serve m --api-key ********", "unit": None, "container": None}
+    container = {"runtime": "docker", "id": "ab" * 32, "name": "vllm-old"}
+    cases = [
+        {"status": {"takeover": dict(base, started="in the docker container vllm-old", how="container", container=container)},
+         "stopped": {"takeover_stopped": {"stopped": [], "unit_disabled": False}}},
+        {"status": {"takeover": dict(base, started="by the unit vllm-old.service", how="systemd", unit="vllm-old.service")},
+         "stopped": {"takeover_stopped": {"stopped": [], "unit_disabled": True}}},
+        {"status": {"takeover": dict(base, started="by hand in tmux (PID 17)", how="tmux")},
+         "stopped": {"takeover_stopped": {"stopped": [{"pid": 4242}], "unit_disabled": False}}},
+        {"status": {"takeover": None}, "stopped": {"stopped": [{"pid": 4242}]}},
+        {"status": {"takeover": dict(base, started="by hand in tmux (PID 17)", how="tmux")}, "stopped": {}},
+    ]
+    out = tmp_path / "rendered.json"
+    run = run_playbook(PROBES / "render_takeover_again.yml", tmp_path / "none", "-e", json.dumps({"cases": cases, "out": str(out)}))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    boxed, unit, process, nothing, not_stopped = [" ".join((text or "").split()) for text in json.loads(out.read_text())]
+    head = "; the server taken over (PID 4242, started %s) stays stopped, this run does not start it again: "
+    assert boxed == head % "in the docker container vllm-old" + "start its container again with `docker start vllm-old`"
+    assert unit == head % "by the unit vllm-old.service" + "start its unit again with `systemctl enable --now vllm-old.service`"
+    assert process == head % "by hand in tmux (PID 17)" + "its command line was `vllm serve m --api-key ********` (secrets masked)"
+    # Ansible renders an empty template as None: the role's rescue adds it with default('', true)
+    assert not nothing and not not_stopped
