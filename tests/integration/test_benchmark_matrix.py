@@ -216,8 +216,12 @@ def test_matrix_on_two_hosts_ll_wins_crash_is_reported_best_is_left_running(flee
 
 @pytest.mark.timeout(900)
 def test_matrix_leaves_the_baseline_and_a_null_removes_an_inventory_variable(fleet, tmp_path):
+    """Also: a configuration whose engine dies after the first measured request (its task succeeds, its one completed
+    request is the fastest of all) is a failed measurement that cannot win, named with its failed requests."""
     (node,) = fleet("gpu-node-01")
-    configs = [{"name": "unset", "env": {"NCCL_PROTO": None}}, {"name": "LL", "env": {"NCCL_PROTO": "LL"}}]
+    # its engine takes the ready step's completion, the warmup and one measured request, then answers HTTP 500
+    dies = {"GPUOPS_SIM_TOKENS_PER_S": "90", "GPUOPS_SIM_ENGINE_DEAD_AFTER_REQUESTS": "3"}
+    configs = [{"name": "unset", "env": {"NCCL_PROTO": None}}, {"name": "dies", "env": dies}, {"name": "LL", "env": {"NCCL_PROTO": "LL"}}]
     inv = inventory(tmp_path, [node], vllm_server_env={"NCCL_PROTO": "LL128"}, vllm_benchmark_configs=configs,
                     vllm_benchmark_repeats=1, vllm_benchmark_leave="baseline", vllm_server_tensor_parallel_size=1)
     run = run_playbook(MATRIX, inv, timeout=800)
@@ -226,10 +230,22 @@ def test_matrix_leaves_the_baseline_and_a_null_removes_an_inventory_variable(fle
     cells = {c["config"]: c for c in (json.loads(p.read_text()) for p in (results / "raw").glob("*.json"))}
     assert cells["unset"]["summary"]["decode_tok_s"] == pytest.approx(PACE["baseline"], rel=TOLERANCE)
     assert cells["LL"]["summary"]["decode_tok_s"] == pytest.approx(PACE["LL"], rel=TOLERANCE)
+    # the server's own count: one measured request completed at its fast pace, the other three failed
+    measured = cells["dies"]["benchmark"]["runs"][0]
+    assert (measured["completed"], measured["failed"]) == (1, 3), measured
+    assert cells["dies"]["status"] == "ok" and cells["dies"]["summary"]["decode_tok_s"] == pytest.approx(90.0, rel=TOLERANCE)
     summary = (results / "summary.md").read_text()
     assert "Winner: **LL**" in summary and "spread is unknown (one round)" in summary
     assert "Configuration to leave running: **unset** (vllm_benchmark_leave=baseline)" in summary
-    assert_page_as_seen(results, [node.name], ["unset", "LL"])
+    failures = summary.split("## Failures", 1)[1].split("## Files", 1)[0]
+    assert "| dies | 1 | benchmark |" in failures and "3 of 4 requests failed (" in failures, failures
+    report = json.loads((results / "report.json").read_text())
+    assert report["fleet"]["dies"]["decode_tok_s"] is None and report["fleet"]["dies"]["failed"] == 1
+    with open(results / "results.csv", newline="") as handle:
+        assert {row["config"]: row["status"] for row in csv.DictReader(handle)}["dies"] == "requests failed"
+    assert_page_as_seen(results, [node.name], ["unset", "dies", "LL"])
+    shown = dump_dom(results / "report.html")[0].find("table", id="failures-table").text()
+    assert "dies" in shown and "3 of 4 requests failed" in shown, shown
     left_row = dump_dom(results / "report.html")[0].find("table", id="left-table").find("tr", data_host=node.name)
     assert left_row.attrs["data-status"] == "ok" and "PID %d" % server_pid(node) in left_row.text()
     pid = server_pid(node)

@@ -222,7 +222,7 @@ def test_a_failed_launch_after_a_takeover_names_the_command_line_that_ran(make_h
         assert alive(old_tree) == [] and pid_alive(shell.pid, shell_start)
         assert not any(holders(node)[index] for index in range(8)), holders(node)
         assert listening_pid(node.port) is None
-        assert "the server taken over (PID %d, started by hand in a shell (PID %d" % (old, shell.pid) in text, text[-4000:]
+        assert "the server taken over (PID %s, started by hand in a shell (PID %s" % (old, shell.pid) in text, text[-4000:]
         assert "stays stopped, this run does not start it again: its command line was `" in text, text[-4000:]
         assert "--hf-token ********` (secrets masked)" in text.split("its command line was `", 1)[1] and SECRET not in text
     finally:

@@ -12,7 +12,9 @@ slip of a replayed trace, the server's prefix cache).
 
 Figures follow vllm bench serve: TPOT of a request is (E2EL - TTFT) / (output tokens - 1), and decode tok/s is
 1000 / median TPOT, the decode rate of one stream. A failed measurement is left out of every median, and a
-configuration with a failed measurement cannot win.
+configuration with a failed measurement cannot win. A measurement fails when its restart or its benchmark failed, and
+also when requests of its repeats failed (an HTTP 500 such as vLLM's EngineDeadError, an error event, a timeout, a
+dropped connection): the figures of the requests that completed say nothing of a server that fails the others.
 
 Private to this collection: the API may change without notice.
 """
@@ -58,6 +60,44 @@ def number(value: t.Any) -> t.Optional[float]:
         return None
 
 
+# results.csv's and the failures' status of a measurement whose task succeeded but some of whose requests failed
+REQUESTS_FAILED = "requests failed"
+
+
+def requests_failed(runs: t.Sequence[t.Mapping[str, t.Any]]) -> t.Optional[str]:
+    """``N of M requests failed (reason: n, ...)`` over the repeats of a measurement, with its first error; None when
+    every request of every repeat completed."""
+    failed = total = 0
+    reasons: t.Dict[str, int] = {}
+    first = ""
+    for run in runs:
+        count = int(number(run.get("failed")) or 0)
+        failed += count
+        total += count + int(number(run.get("completed")) or 0)
+        for reason, times in (run.get("failed_by_reason") or {}).items():
+            reasons[str(reason)] = reasons.get(str(reason), 0) + int(number(times) or 0)
+        errors = run.get("errors") or []
+        if not first and errors and isinstance(errors[0], dict):
+            first = " ".join(str(errors[0].get("error") or "").split())[:300]
+    if not failed:
+        return None
+    return "%d of %d requests failed (%s)%s" % (
+        failed, total, ", ".join("%s: %d" % item for item in sorted(reasons.items())) or "no reason given",
+        "; first error: %s" % first if first else "")
+
+
+def status(cell: Cell) -> str:
+    """A measurement's status: its own (``ok``, ``failed``; ``ok`` when it has none), or REQUESTS_FAILED for one whose
+    task succeeded while requests of its repeats failed."""
+    own = str(cell.get("status", "ok"))
+    return REQUESTS_FAILED if own == "ok" and requests_failed(runs_of(cell)) else own
+
+
+def measured(cell: Cell) -> bool:
+    """Whether a measurement counts: its task succeeded and every request of its repeats completed."""
+    return status(cell) == "ok"
+
+
 def _decode(cell: Cell) -> t.Optional[float]:
     return number((cell.get("summary") or {}).get("decode_tok_s"))
 
@@ -65,16 +105,16 @@ def _decode(cell: Cell) -> t.Optional[float]:
 def stats(cells: t.Sequence[Cell], spread_groups: t.Optional[t.Sequence[t.Sequence[Cell]]] = None) -> t.Dict[str, t.Any]:
     """Median decode tok/s and TPOT over the measured cells, and the run-to-run spread (max - min of one group, the
     largest group's; a group is one host's cells)."""
-    ok = [c for c in cells if c.get("status") == "ok" and _decode(c) is not None]
+    ok = [c for c in cells if measured(c) and _decode(c) is not None]
     decode = [_decode(c) for c in ok]
     tpot = [v for v in (number(c["summary"].get("median_tpot_ms")) for c in ok) if v is not None]
     spreads = []
     for group in (spread_groups if spread_groups is not None else [cells]):
-        values = [v for v in (_decode(c) for c in group if c.get("status") == "ok") if v is not None]
+        values = [v for v in (_decode(c) for c in group if measured(c)) if v is not None]
         if len(values) >= 2:
             spreads.append(max(values) - min(values))
     return {
-        "runs": len(cells), "ok": len(ok), "failed": sum(1 for c in cells if c.get("status") != "ok"),
+        "runs": len(cells), "ok": len(ok), "failed": sum(1 for c in cells if not measured(c)),
         "decode_tok_s": statistics.median(decode) if decode else None,
         "decode_tok_s_min": min(decode) if decode else None,
         "decode_tok_s_max": max(decode) if decode else None,
@@ -107,7 +147,7 @@ def _median(values: t.Iterable[t.Any]) -> t.Optional[float]:
 
 def latency(cells: t.Sequence[Cell]) -> t.Dict[str, t.Dict[str, t.Optional[float]]]:
     """TTFT, ITL and TPOT percentiles (p50, p90, p99, ms): each the median over the repeats of the measured cells."""
-    runs = [run for c in cells if c.get("status", "ok") == "ok" for run in runs_of(c) if run.get("completed", 1) not in (0, "0")]
+    runs = [run for c in cells if measured(c) for run in runs_of(c) if run.get("completed", 1) not in (0, "0")]
     return {"%s_ms" % name: {p: _median(run.get("%s_%s_ms" % (p, name)) for run in runs) for p in PERCENTILES} for name in LATENCIES}
 
 
@@ -115,7 +155,7 @@ def per_turn(cells: t.Sequence[Cell]) -> t.Optional[t.List[t.Dict[str, t.Any]]]:
     """Each turn of a session workload: its requests, TTFT figures and cached tokens, each the median over the measured
     cells; None when no cell has per-turn figures."""
     turns: t.Dict[int, t.List[t.Dict[str, t.Any]]] = {}
-    for cell in (c for c in cells if c.get("status", "ok") == "ok"):
+    for cell in (c for c in cells if measured(c)):
         for entry in result_key(cell, "per_turn") or []:
             turn = number(entry.get("turn")) if isinstance(entry, dict) else None
             if turn is not None:
@@ -131,7 +171,7 @@ def per_turn(cells: t.Sequence[Cell]) -> t.Optional[t.List[t.Dict[str, t.Any]]]:
 def schedule_slip(cells: t.Sequence[Cell]) -> t.Optional[t.Dict[str, t.Optional[float]]]:
     """How late the client sent a replayed trace's requests (ms): each figure the largest over the measured cells (the
     worst measurement's); None when no cell has one."""
-    slips = [s for s in (result_key(c, "schedule_slip_ms") for c in cells if c.get("status", "ok") == "ok") if isinstance(s, dict)]
+    slips = [s for s in (result_key(c, "schedule_slip_ms") for c in cells if measured(c)) if isinstance(s, dict)]
     if not slips:
         return None
     out: t.Dict[str, t.Optional[float]] = {}
@@ -144,7 +184,7 @@ def schedule_slip(cells: t.Sequence[Cell]) -> t.Optional[t.Dict[str, t.Optional[
 def prefix_cache(cells: t.Sequence[Cell]) -> t.Optional[t.Dict[str, t.Optional[float]]]:
     """The server's prefix cache over the measured cells: queries and hits summed, and the hit rate of those sums; None
     when no cell has the counters."""
-    found = [p for p in (result_key(c, "prefix_cache") for c in cells if c.get("status", "ok") == "ok") if isinstance(p, dict)]
+    found = [p for p in (result_key(c, "prefix_cache") for c in cells if measured(c)) if isinstance(p, dict)]
     if not found:
         return None
     queries = sum(number(p.get("queries")) or 0.0 for p in found)
@@ -210,6 +250,15 @@ def _leave(plan: t.Dict[str, t.Any], best: t.Dict[str, t.Any], baseline: str) ->
     return {"mode": "best", "config": baseline, "reason": "no configuration was measured without a failure: the baseline instead"}
 
 
+def _failure(cell: Cell) -> t.Dict[str, t.Any]:
+    """A failed measurement as the report lists it; one whose requests failed is named by them (stage benchmark)."""
+    out = {key: cell.get(key) for key in ("host", "config", "round", "stage", "task", "error", "log_tail", "raw_file")}
+    out["status"] = status(cell)
+    if out["status"] == REQUESTS_FAILED:
+        out.update(stage=cell.get("stage") or "benchmark", error=requests_failed(runs_of(cell)))
+    return out
+
+
 def analyse(plan: t.Dict[str, t.Any], cells: t.Sequence[Cell]) -> Report:
     """The whole report: per host and for the fleet, each configuration's figures, the winner, what to leave running,
     the failures."""
@@ -229,8 +278,7 @@ def analyse(plan: t.Dict[str, t.Any], cells: t.Sequence[Cell]) -> Report:
                      **extras([c for h in hosts for c in by[(h, n)]])) for n in names}
     _with_changes(fleet, names, baseline)
     best = winner(fleet, [n for n in names if fleet[n]["ok"] > 0 and fleet[n]["failed"] == 0])
-    failures = [{key: c.get(key) for key in ("host", "config", "round", "stage", "task", "error", "log_tail", "raw_file")}
-                for c in cells if c.get("status") != "ok"]
+    failures = [_failure(c) for c in cells if not measured(c)]
     return {"plan": plan, "names": names, "hosts": hosts, "baseline": baseline, "fleet": fleet, "winner": best,
             "per_host": per_host, "leave": _leave(plan, best, baseline), "failures": failures, "cells": len(cells),
             "workloads": workloads(cells)}

@@ -18,6 +18,8 @@ import io
 import json
 import typing as t
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._matrix.analysis import REQUESTS_FAILED, requests_failed, runs_of, status
+
 CSV_COLUMNS = [
     "host", "config", "round", "order", "status", "decode_tok_s", "median_tpot_ms", "median_ttft_ms",
     "median_itl_ms", "output_throughput", "request_throughput", "completed", "failed", "server_pid",
@@ -46,6 +48,8 @@ def csv_row(cell: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
         "env": json.dumps(cell.get("env") or {}, sort_keys=True), "args": json.dumps(cell.get("args") or []),
         "stage": cell.get("stage", ""), "error": " ".join(str(cell.get("error") or "").split()),
     })
+    if status(cell) == REQUESTS_FAILED:
+        row.update(status=REQUESTS_FAILED, stage=cell.get("stage") or "benchmark", error=requests_failed(runs_of(cell)))
     return {key: ("" if value is None else value) for key, value in row.items()}
 
 

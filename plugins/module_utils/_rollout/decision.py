@@ -32,7 +32,7 @@ import re
 import statistics
 import typing as t
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._matrix.analysis import change, number
+from ansible_collections.gpuops.fleet.plugins.module_utils._matrix.analysis import change, number, requests_failed
 
 # (key, unit, higher is better, gated)
 METRICS = (
@@ -144,23 +144,8 @@ def compare_metric(key: str, base_runs: t.Sequence[t.Mapping[str, t.Any]], new_r
 def failed_requests(side: str, runs: t.Sequence[t.Mapping[str, t.Any]]) -> t.Optional[str]:
     """Why the measurement of one side failed (its requests that failed, by reason, and the first error), or None when
     every request of every repeat completed."""
-    failed = total = 0
-    reasons: t.Dict[str, int] = {}
-    first = ""
-    for run in runs:
-        count = int(number(run.get("failed")) or 0)
-        failed += count
-        total += count + int(number(run.get("completed")) or 0)
-        for reason, times in (run.get("failed_by_reason") or {}).items():
-            reasons[str(reason)] = reasons.get(str(reason), 0) + int(number(times) or 0)
-        errors = run.get("errors") or []
-        if not first and errors and isinstance(errors[0], dict):
-            first = " ".join(str(errors[0].get("error") or "").split())[:300]
-    if not failed:
-        return None
-    return "the %s measurement failed: %d of %d requests failed (%s)%s" % (
-        side, failed, total, ", ".join("%s: %d" % item for item in sorted(reasons.items())) or "no reason given",
-        "; first error: %s" % first if first else "")
+    why = requests_failed(runs)
+    return "the %s measurement failed: %s" % (side, why) if why else None
 
 
 def judge_host(host: str, baseline: t.Optional[t.Mapping[str, t.Any]], canary: t.Optional[t.Mapping[str, t.Any]],

@@ -22,3 +22,12 @@ def test_workload_text_names_a_workload_other_than_synthetic():
     assert workload_text(None) == "" and workload_text({}) == "" and workload_text({"kind": "synthetic"}) == ""
     assert workload_text({"kind": "dataset", "file": "/d.jsonl", "max_prompt_len": None}) == " Workload: dataset (file /d.jsonl)."
     assert workload_text({"kind": "sessions"}) == " Workload: sessions."
+
+
+def test_a_measurement_whose_requests_failed_is_a_failed_row_of_results_csv():
+    run = {"completed": 1, "failed": 3, "failed_by_reason": {"http_error": 3}, "median_tpot_ms": 11.0}
+    cell = {"host": "n1", "config": "dies", "round": 1, "status": "ok", "summary": {"decode_tok_s": 90.0, "completed": 1, "failed": 3},
+            "benchmark": {"runs": [run]}}
+    row = render.csv_row(cell)
+    assert (row["status"], row["stage"], row["error"]) == ("requests failed", "benchmark", "3 of 4 requests failed (http_error: 3)")
+    assert render.csv_row(dict(cell, benchmark={"runs": [dict(run, failed=0)]}))["status"] == "ok"
