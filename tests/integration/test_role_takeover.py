@@ -60,6 +60,17 @@ def listener_under(parent: int, port: int, timeout: float = 60.0) -> int:
     return pid
 
 
+def serving_under(shell: "subprocess.Popen[bytes]", node) -> t.Tuple[t.Optional[int], int, t.Dict[int, t.Optional[int]]]:
+    """The hand-started server below ``shell`` once it answers and its two workers hold GPUs 0 and 1: (the shell's start
+    time, the server's PID, its tree with start times), the tree holding both GPUs."""
+    shell_start = starttime(shell.pid)
+    old = listener_under(shell.pid, node.port)
+    assert wait_for(lambda: len(holders(node)[0]) == 1 and len(holders(node)[1]) == 1, 30, 0.1), holders(node)
+    old_tree = tree_with_starts(old)
+    assert set(holders(node)[0] + holders(node)[1]) <= set(old_tree)
+    return shell_start, old, old_tree
+
+
 def tree_with_starts(pid: int) -> t.Dict[int, t.Optional[int]]:
     """The process and its descendants (API server, engine core, workers), each with its start time."""
     pids = [pid] + [child.pid for child in psutil.Process(pid).children(recursive=True)]
@@ -128,11 +139,7 @@ def test_a_server_started_by_hand_in_a_shell_is_taken_over_and_its_shell_lives_o
     hand = hand_server(node, tmp_path)
     shell = start_in_bash(hand.argv, hand.env, tmp_path / "hand.log")
     try:
-        shell_start = starttime(shell.pid)
-        old = listener_under(shell.pid, node.port)
-        assert wait_for(lambda: len(holders(node)[0]) == 1 and len(holders(node)[1]) == 1, 30, 0.1), holders(node)
-        old_tree = tree_with_starts(old)
-        assert set(holders(node)[0] + holders(node)[1]) <= set(old_tree)
+        shell_start, old, old_tree = serving_under(shell, node)
 
         # 1. a colleague's offline vLLM job on GPU 1 (no port): still someone else's; nothing is stopped
         job = colleague_job(node, gpu=1)
@@ -211,10 +218,7 @@ def test_a_failed_launch_after_a_takeover_names_the_command_line_that_ran(make_h
     hand = hand_server(node, tmp_path)
     shell = start_in_bash(hand.argv, hand.env, tmp_path / "hand.log")
     try:
-        shell_start = starttime(shell.pid)
-        old = listener_under(shell.pid, node.port)
-        assert wait_for(lambda: len(holders(node)[0]) == 1 and len(holders(node)[1]) == 1, 30, 0.1), holders(node)
-        old_tree = tree_with_starts(old)
+        shell_start, old, old_tree = serving_under(shell, node)
 
         run = run_playbook(RESTART, inventory, "-e", '{"vllm_server_env_overrides": {"GPUOPS_SIM_FAIL_AT_START": "1"}}')
         text = flat(run.stdout)
