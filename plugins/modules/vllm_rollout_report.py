@@ -22,11 +22,12 @@ description:
     with a note without matplotlib) from the batches' verdicts, O(fleet) (what each host runs at the end), O(rollbacks) and O(outcome),
     and returns RV(screen), the one-screen summary.
   - C(report.html) is one self-contained page (no script, nothing fetched, every value escaped; readable with scripts off and in
-    print) - the outcome and its reason; per gated batch, each host's baseline against canary for decode tok/s per stream and median
-    TTFT as inline SVG charts with the min - max over the repeats, and every metric's figures and verdict in a table; the TTFT, ITL
-    and TPOT percentiles (p50, p90, p99) of each side; the workload (kind, file, short hash, prompt and output lengths) when the
-    measurements name one, and TTFT per turn, the client's schedule slip (with a warning when its p99 is large - the client, not the
-    server, was late) and the server's prefix cache when they carry them; the rollbacks and what runs where.
+    print) - the outcome and its reason; the hosts in order, the batches and which of them are gated; per gated batch, each
+    host's baseline against canary for decode tok/s per stream and median TTFT as inline SVG charts with the min - max over the
+    repeats, and every metric's figures and verdict in a table; the TTFT, ITL and TPOT percentiles (p50, p90, p99) of each side;
+    the workload (kind, file, short hash, prompt and output lengths) when the measurements name one, and TTFT per turn, the
+    client's schedule slip (with a warning when its p99 is large - the client, not the server, was late) and the server's prefix
+    cache when they carry them; the rollbacks and what runs where.
 author:
   - gpuops maintainers (@gpuops)
 attributes:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -28,7 +29,7 @@ from gpusim.api import free_port, pid_alive, starttime
 from ansible_run import flat, REPO, RESTART, run_playbook, start_playbook
 from inventories import role_host_vars, write_role_inventory
 from readings import assert_server_owns_gpus, environ, health, server_pid
-from report_fleet import assert_self_contained, chart_points, console_errors, dump_dom, numbers
+from report_fleet import Node, assert_self_contained, chart_points, console_errors, dump_dom, numbers
 from simhost import SimHost
 
 ROLLOUT = REPO / "playbooks" / "rollout_vllm.yml"
@@ -141,9 +142,10 @@ def dom_rollbacks(run: Path) -> t.List[t.Tuple[str, str]]:
     return [(tr.attrs["data-host"], tr.attrs["data-status"]) for tr in table.find_all("tr") if "data-host" in tr.attrs]
 
 
-def assert_page_as_seen(run: Path) -> None:
+def assert_page_as_seen(run: Path) -> Node:
     """report.html, rendered by chromium (its own policy forbids every script): the outcome, and per gated host the
-    baseline and the canary of each gated metric, in the chart and the table, with the figures of report.json."""
+    baseline and the canary of each gated metric, in the chart and the table, with the figures of report.json. Returns
+    the rendered DOM."""
     page = run / "results" / "report.html"
     assert_self_contained(page)
     dom, _raw, stderr = dump_dom(page)
@@ -166,6 +168,67 @@ def assert_page_as_seen(run: Path) -> None:
                         ("baseline", metric["baseline"]), ("canary", metric["canary"])]
     assert [tr.attrs["data-host"] for tr in dom.find("table", id="fleet-table").find_all("tr") if "data-host" in tr.attrs] == [
         e["host"] for e in data["fleet"]]
+    return dom
+
+
+def summary_sections(run: Path) -> t.Dict[str, t.List[str]]:
+    """summary.md's lines under each "## " heading (the heading's text without "## "), and its first lines under ""."""
+    sections: t.Dict[str, t.List[str]] = {"": []}
+    current = ""
+    for line in (run / "results" / "summary.md").read_text().splitlines():
+        if line.startswith("## "):
+            current = line[3:]
+            sections[current] = []
+        elif line.strip():
+            sections[current].append(line)
+    return sections
+
+
+def markdown_row(line: str) -> t.List[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def assert_passed_page_as_seen(run: Path, names: t.Sequence[str], servers: t.Dict[str, t.Tuple[int, float]]) -> None:
+    """report.html of a rollout that went through, as a person reads it in chromium (its own policy forbids every script,
+    so what it shows is what a reader with scripts off sees; nothing outside the page is named or fetched): the verdict
+    is a pass, and so is every gated batch and host; nothing was rolled back; the plan names every host of the fleet in
+    order, and the table of what runs where shows each one running the new configuration as the process that listens
+    on its port (``servers``); each gated host's figures shown are those of summary.md (and, by assert_page_as_seen,
+    the exact figures of report.json)."""
+    page = run / "results" / "report.html"
+    dom = assert_page_as_seen(run)
+    text = page.read_text(encoding="utf-8")
+    assert not re.search(r"<link|<iframe|<object|<embed|<img|@import|url\(|href=", text, re.IGNORECASE)
+    policy = dom.find("meta", http_equiv="Content-Security-Policy").attrs["content"]
+    assert policy.startswith("default-src 'none';") and "script-src 'none'" in policy, policy
+    data, markdown = report(run), summary_sections(run)
+    outcome = dom.find("p", id="outcome")
+    verdict_line = next(line for line in markdown[""] if line.startswith("**"))
+    assert outcome.attrs["data-status"] == "passed" and "good" in outcome.attrs["class"].split()
+    assert outcome.text() == "ROLLOUT " + " ".join(verdict_line.replace("**", "").split())
+    assert outcome.text().startswith("ROLLOUT PASSED: ") and "HALT" not in outcome.text()
+    assert dom.find("title").text() == "vLLM rollout: passed"
+    assert dom.find("span", id="plan-hosts").text() == ", ".join(names)
+    assert data["batches"]
+    for verdict in data["batches"]:
+        batch = dom.find("section", id="batch-%s" % verdict["batch"])
+        assert batch.find("h2").text() == "Batch %s: pass" % verdict["batch"]
+        assert [(li.attrs["data-host"], li.attrs["data-verdict"]) for li in batch.find("ul", class_="verdicts").find_all("li")] == [
+            (host["host"], "pass") for host in verdict["hosts"]]
+        # host, metric, baseline, canary, change and spread as shown, against the row of summary.md's table of the batch
+        table = batch.find("table", id="gate-table-%s" % verdict["batch"])
+        shown = [[td.text() for td in tr.find_all("td")][:6] for tr in table.find_all("tr") if "data-host" in tr.attrs]
+        written = [markdown_row(line)[:6] for line in markdown["Batch %s: pass" % verdict["batch"]]
+                   if line.startswith("| ") and not line.startswith("| host |")]
+        assert shown == written and len(shown) == sum(len(host["metrics"]) for host in verdict["hosts"]) > 0, (shown, written)
+    rollbacks = dom.find("section", id="rollbacks")
+    assert not rollbacks.find_all("table") and rollbacks.find("p", class_="none").text() == "None." and data["rollbacks"] == []
+    rows = [[td.text() for td in tr.find_all("td")] for tr in dom.find("table", id="fleet-table").find_all("tr") if "data-host" in tr.attrs]
+    said = dict(line[2:].split(": ", 1) for line in markdown["What runs where"])
+    assert [(host, runs) for host, runs, _words in rows] == [(name, "new") for name in names]
+    for host, _runs, words in rows:
+        assert words == said[host] and words.startswith("runs the NEW configuration"), (host, words, said)
+        assert int(re.search(r"PID (\d+)", words).group(1)) == servers[host][0], (host, words)
 
 
 def test_bad_inputs_fail_before_anything_changes(make_fleet, tmp_path):
@@ -326,6 +389,7 @@ def test_ll_rolls_out_to_every_host(make_fleet, tmp_path):
     assert decode["canary"] > decode["baseline"] * 1.1
     summary = (tmp_path / "results" / "summary.md").read_text()
     assert "**PASSED**" in summary
+    assert_passed_page_as_seen(tmp_path, sim.names, after)
     # LL is now every server's last known-good configuration: the record says so
     for host in sim.hosts:
         record = json.loads((host.state / "role" / ("vllm-%d.json" % host.port)).read_text())

@@ -5,10 +5,10 @@
 # Package rule (_rollout): see decision.py.
 
 """report.html of a rollout: one self-contained page (the matrix page's rules and sections, _matrix/page): the
-outcome and its reason, each gated batch's baseline against canary per host (charts of the gated metrics with the
-min - max over the repeats, and every metric's figures and verdict in a table), the latency percentiles of each side,
-the workload and, when the results carry them, per-turn TTFT, schedule slip and prefix cache; then the rollbacks and
-what runs where.
+outcome and its reason, the hosts in order and which batches are gated, each gated batch's baseline against canary
+per host (charts of the gated metrics with the min - max over the repeats, and every metric's figures and verdict in a
+table), the latency percentiles of each side, the workload and, when the results carry them, per-turn TTFT, schedule
+slip and prefix cache; then the rollbacks and what runs where.
 
 Private to this collection: the API may change without notice.
 """
@@ -94,12 +94,16 @@ def render_page(report: t.Mapping[str, t.Any]) -> str:
              for e in report["fleet"]]
     body = "".join((
         "<h1>vLLM rollout</h1>",
-        '<p class="meta">new configuration <code title="%s">%s</code> (%s); %d host(s) in batches of %s; a regression: decode tok/s '
+        '<p class="meta">new configuration <code title="%s">%s</code> (%s); %d host(s) in order: <span id="plan-hosts">%s</span>, '
+        'in batches of %s; the first batch is the canary, %s. A regression: decode tok/s '
         'per stream down by more than %s%%, or median TTFT up by more than %s%% (and %s ms), each beyond the run-to-run spread. '
         'p99 TTFT is reported, not gated. Each measurement: %s endpoint, %s input words, %s output tokens, %s requests at '
         'concurrency %s, %s repeats.</p>' % (
             esc(plan.get("config_hash")), esc(short_hash(plan.get("config_hash"))), esc(plan.get("config_shown") or "?"),
-            len(plan.get("hosts", [])), esc(plan.get("serial")), esc(plan.get("threshold_pct")), esc(plan.get("ttft_threshold_pct")),
+            len(plan.get("hosts", [])), esc(", ".join(str(host) for host in plan.get("hosts", []))), esc(plan.get("serial")),
+            "every batch is gated by a benchmark" if plan.get("every_batch")
+            else "the only batch gated by a benchmark: the later ones roll out once it passes",
+            esc(plan.get("threshold_pct")), esc(plan.get("ttft_threshold_pct")),
             esc(plan.get("ttft_floor_ms")), *(esc((plan.get("benchmark") or {}).get(key, "?")) for key in (
                 "endpoint", "input_len", "output_len", "num_requests", "concurrency", "repeats"))),
         '<p class="verdict %s" id="outcome" data-status="%s">ROLLOUT %s: %s</p>' % (

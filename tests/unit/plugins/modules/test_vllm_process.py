@@ -12,6 +12,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+import typing as t
 
 import pytest
 
@@ -41,6 +43,18 @@ def fake(tmp_path, monkeypatch):
         yield found
     finally:
         found.end_all()
+
+
+def environ_of(pid: int, timeout: float = 10.0) -> t.List[bytes]:
+    """The entries of /proc/PID/environ once the kernel shows them. Popen returns as soon as exec() closes the child's
+    close-on-exec descriptors, before the new image's environment is in place; until then the file reads empty."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with open("/proc/%d/environ" % pid, "rb") as handle:
+            data = handle.read()
+        if data or time.monotonic() >= deadline:
+            return data.split(b"\0")
+        time.sleep(0.01)
 
 
 def test_systemd_mode_status_launch_status_stop(fake, tmp_path):
@@ -120,7 +134,7 @@ def test_running_launches_then_is_idempotent_then_refuses_another_configuration_
     first = call_main(vllm_process, args)
     try:
         assert first["changed"] and first["launched"] and first["pid"]
-        assert open("/proc/%d/environ" % first["pid"], "rb").read().split(b"\0").count(b"X=1") == 1
+        assert environ_of(first["pid"]).count(b"X=1") == 1
         again = call_main(vllm_process, args)
         assert not again["changed"] and again["pid"] == first["pid"]
         other = call_main(vllm_process, dict(args, config_hash="h2"))
@@ -183,7 +197,7 @@ def test_process_launch_result_record_and_log_hold_no_secret(tmp_path, capsys):
             assert secret not in text
             assert secret not in state.read_text() and secret not in log.read_text()
         # the environment really reached the server
-        environ = open("/proc/%d/environ" % pid, "rb").read().split(b"\0")
+        environ = environ_of(pid)
         assert b"HF_TOKEN=" + TOKEN.encode() in environ and b"MY_PAT=pat-789" in environ
         # non-secret values stay readable: no "V********M" from a no_log value such as LL or 1
         invocation = result["invocation"]["module_args"]

@@ -26,12 +26,12 @@ def measure(folder: str, side: str, host: str, decode: t.Sequence[float], **summ
         json.dump({"host": host, "runs": runs, "summary": summary}, handle)
 
 
-def final(folder: str, status: str = "halted") -> str:
+def final(folder: str, status: str = "halted", **plan: t.Any) -> str:
     build_report({"path": folder, "step": "judge", "settings": SETTINGS, "batch": 1, "hosts": [HOST], "failures": [], "plan": {},
                   "fleet": [], "rollbacks": [], "outcome": {}}, False)
     result = build_report({"path": folder, "step": "final", "settings": {}, "batch": 1, "hosts": [], "failures": [],
                            "plan": {"hosts": [HOST, "n2"], "config_hash": "c0ffee" * 10, "config_shown": "NCCL_PROTO=<LL128>",
-                                    "threshold_pct": 3, "ttft_threshold_pct": 10, "ttft_floor_ms": 20},
+                                    "threshold_pct": 3, "ttft_threshold_pct": 10, "ttft_floor_ms": 20, **plan},
                            "fleet": [{"host": HOST, "runs": "good", "pid": 7}],
                            "rollbacks": [{"host": HOST, "status": "ok", "action": "restarted", "pid": 7, "config_hash": "ab" * 32,
                                           "ready_s": 1.5, "checks": ["generation"]}],
@@ -48,6 +48,9 @@ def test_the_page_shows_the_verdict_and_the_gate_with_the_reports_figures(tmp_pa
     text = final(folder)
     assert_self_contained(text)
     assert "<i>" not in text and "NCCL_PROTO=&lt;LL128&gt;" in text
+    # the hosts in order, and the canary as the only gated batch
+    assert '2 host(s) in order: <span id="plan-hosts">n1&lt;i&gt;&quot;&#x27;&amp;, n2</span>' in text
+    assert "the first batch is the canary, the only batch gated by a benchmark" in text
     assert 'id="outcome" data-status="halted">ROLLOUT HALTED: n1&lt;i&gt;&quot;&#x27;&amp;: decode tok/s per stream REGRESSION' in text
     with open(os.path.join(folder, "report.json"), encoding="utf-8") as handle:
         metrics = {m["metric"]: m for m in json.load(handle)["batches"][0]["hosts"][0]["metrics"]}
@@ -71,8 +74,9 @@ def test_the_workloads_sections_appear_when_the_measurements_carry_them(tmp_path
     carried = {"workload": WORKLOAD, "per_turn": PER_TURN, "schedule_slip_ms": SLIP, "prefix_cache": CACHE}
     measure(folder, "baseline", HOST, [47.3, 47.2, 47.4], **carried)
     measure(folder, "canary", HOST, [57.5, 57.4, 57.6], **carried)
-    text = final(folder, "passed")
+    text = final(folder, "passed", every_batch=True)
     assert_self_contained(text)
+    assert "the first batch is the canary, every batch is gated by a benchmark" in text and "the only batch gated" not in text
     assert 'class="verdict good"' in text and text.count('class="workload"') == 1  # both sides ran the same workload
     assert [(p["data-group"], p["data-series"]) for p in points(text, "turn-chart")] == [
         ("turn %d" % turn, "%s %s" % (HOST, side)) for turn in (1, 2) for side in ("baseline", "canary")]
