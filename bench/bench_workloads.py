@@ -244,19 +244,21 @@ def judge(rows: List[Dict[str, Any]]) -> None:
 
 def line(row: Dict[str, Any]) -> str:
     return ("%s at %s streams: %d requests, decode %.3f tok/s (server sent %.3f, %+.3f%%), TTFT error p50 %+.2f ms, "
-            "%.3f CPU-s per 1k tokens" % (row["kind"], row["streams"], row["requests"], row["decode_tok_s"],
-                                          row["sent_decode_tok_s"], row["decode_err_sent_pct"], row["ttft_err_p50_ms"],
-                                          row["cpu_per_1k"]))
+            "last chunk read late p50 %+.2f ms, %.3f CPU-s per 1k tokens" % (
+                row["kind"], row["streams"], row["requests"], row["decode_tok_s"], row["sent_decode_tok_s"],
+                row["decode_err_sent_pct"], row["ttft_err_p50_ms"], row["last_read_late_p50_ms"], row["cpu_per_1k"]))
 
 
 def report(rows: List[Dict[str, Any]]) -> str:
     lines = [table(
         ["workload", "streams", "requests", "out tokens", "decode tok/s", "sent tok/s", "err vs sent %", "err vs pace %",
-         "TTFT err p50 ms", "p99 ms", "1st read late p99 ms", "CPU-s / 1k tok", "main thread", "x synthetic", "verdict"],
+         "TTFT err p50 ms", "p99 ms", "1st read late p99 ms", "last read late p50 ms", "CPU-s / 1k tok", "main thread",
+         "x synthetic", "verdict"],
         [["%s (%s)" % (row["kind"], row["endpoint"]), row["streams"], row["requests"], row["output_tokens"], "%.3f" % row["decode_tok_s"],
           "%.3f" % row["sent_decode_tok_s"], "%+.3f" % row["decode_err_sent_pct"], "%+.3f" % row["decode_err_pace_pct"],
           "%+.2f" % row["ttft_err_p50_ms"], "%+.2f" % row["ttft_err_p99_ms"],
-          "%+.2f" % row["first_read_late_p99_ms"], "%.3f" % row["cpu_per_1k"], "%.3f" % row["main_cpu_per_1k"],
+          "%+.2f" % row["first_read_late_p99_ms"], "%+.2f" % row["last_read_late_p50_ms"], "%.3f" % row["cpu_per_1k"],
+          "%.3f" % row["main_cpu_per_1k"],
           "%.2f" % row["cpu_ratio"] if row["cpu_ratio"] is not None else "-", row["verdict"]] for row in rows])]
     for row in rows:
         if row["kind"] == "replay":
@@ -283,7 +285,8 @@ def report(rows: List[Dict[str, Any]]) -> str:
         "minus its first chunk's time after arrival as the server recorded it (requests paired by their token counts,",
         "then in order of sending); it includes the request's way to the server's arrival stamp (the server's thread",
         "reading it), which the client rightly counts; 1st read late = when the client stamped the first chunk minus",
-        "when the server wrote it, both on the host's monotonic clock: the client's own lateness. CPU-s / 1k tok = the",
+        "when the server wrote it, both on the host's monotonic clock: the client's own lateness; last read late = the",
+        "same for the last chunk, which ends the decode time. CPU-s / 1k tok = the",
         "client process's CPU time over the run per 1,000 output tokens (judged), main thread = the same for the main",
         "thread alone (the event loop reading the streams), the rest being the module's metrics sampler thread",
         "(%.1f-%.1f ms of CPU per second of run here). A token costs less the more streams are read: each wake-up of the" % (

@@ -29,6 +29,9 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._bench.request import
     BAD_RESPONSE, CONNECT_ERROR, DROPPED, ERROR_EVENT, HTTP_ERROR, IN_FLIGHT, NO_CONTENT, TIMEOUT, Outcome, Target)
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.sse import SseError, SseSplitter, StreamInterpreter
 
+if t.TYPE_CHECKING:
+    from ansible_collections.gpuops.fleet.plugins.module_utils._bench.sessions import Conversation
+
 MAX_ERROR_BODY = 4096
 perf_counter = time.perf_counter
 
@@ -224,13 +227,18 @@ class Client:
         return self._loop(self._run_schedule(bodies, offsets, concurrency, duration))
 
     def run_sessions(self, sessions: int, turns: int, concurrency: int, think_time: float,
-                     make_body: t.Callable[[int, t.Sequence[str]], bytes],
+                     conversation: t.Callable[[int], "Conversation"],
                      duration: t.Optional[float] = None) -> t.Tuple[t.List[Outcome], float]:
         """Run `sessions` conversations of `turns` requests each, at most `concurrency` sessions at a time: each turn
-        is sent `think_time` seconds after the answer to the one before, its body made by make_body(session, answers
-        so far). A failed turn ends its session. Outcomes are indexed session * turns + turn, returned in that order;
-        with `duration`, as in run()."""
-        return self._loop(self._run_sessions(sessions, turns, concurrency, think_time, make_body, duration))
+        is sent `think_time` seconds after the answer to the one before. conversation(session) makes a session's
+        bodies: its body(answer) is a turn's (None for the first turn, else the answer to the turn before), its
+        prepare() does ahead of time what a turn's body costs beyond the answer. prepare() is called for a session's
+        first turn when the session is taken up, for each later turn once the turn before it has been sent, and a
+        worker takes up its next session (and prepares its first turn) once its session's last turn has been sent:
+        at the end of a turn, while other sessions' streams may be ending too, only body(answer) is made. A failed
+        turn ends its session. Outcomes are indexed session * turns + turn, returned in that order; with `duration`,
+        as in run()."""
+        return self._loop(self._run_sessions(sessions, turns, concurrency, think_time, conversation, duration))
 
     def _loop(self, work: t.Coroutine[t.Any, t.Any, t.Tuple[t.List[Outcome], float]]) -> t.Tuple[t.List[Outcome], float]:
         gc_was_enabled = gc.isenabled()
@@ -315,36 +323,57 @@ class Client:
         return [sent[index] for index in sorted(sent)], perf_counter() - start
 
     async def _run_sessions(self, sessions: int, turns: int, concurrency: int, think_time: float,
-                            make_body: t.Callable[[int, t.Sequence[str]], bytes],
+                            conversation: t.Callable[[int], "Conversation"],
                             duration: t.Optional[float]) -> t.Tuple[t.List[Outcome], float]:
         sent: t.Dict[int, Outcome] = {}
         next_session = [0]
         start = perf_counter()
         deadline = float("inf") if duration is None else start + duration
 
+        def take_up() -> t.Optional[t.Tuple[int, "Conversation"]]:
+            """The next session not yet taken up, its first turn prepared; None when none is left."""
+            if next_session[0] >= sessions or perf_counter() >= deadline:
+                return None
+            session = next_session[0]
+            next_session[0] += 1
+            talk = conversation(session)
+            talk.prepare()
+            return session, talk
+
         async def worker() -> None:
-            while next_session[0] < sessions and perf_counter() < deadline:
-                session = next_session[0]
-                next_session[0] += 1
-                answers: t.List[str] = []
+            upcoming: t.List[t.Tuple[int, "Conversation"]] = []  # taken up while the last turn of the one before ran
+
+            def take_up_next() -> None:
+                taken = take_up()
+                if taken is not None:
+                    upcoming.append(taken)
+
+            while True:
+                taken = upcoming.pop() if upcoming else take_up()
+                if taken is None:
+                    return
+                session, talk = taken
+                answer: t.Optional[str] = None
                 for turn in range(turns):
                     if turn and think_time > 0:
                         await asyncio.sleep(think_time)
                     if perf_counter() >= deadline:
                         return
-                    body = make_body(session, answers)
+                    body = talk.body(answer)
                     index = session * turns + turn
                     outcome = sent[index] = Outcome(index)
                     outcome.arrival = perf_counter()
-                    await self._one(outcome, body)
+                    await self._one(outcome, body, talk.prepare if turn + 1 < turns else take_up_next)
                     if not outcome.success:
                         break
-                    answers.append(outcome.text)
+                    answer = outcome.text
 
         await _drive([worker] * max(1, min(concurrency, sessions)), duration)
         return [sent[index] for index in sorted(sent)], perf_counter() - start
 
-    async def _one(self, outcome: Outcome, body: bytes) -> None:
+    async def _one(self, outcome: Outcome, body: bytes, after_send: t.Optional[t.Callable[[], None]] = None) -> None:
+        """Send one request on a connection of its own and read its answer into `outcome`; after_send(), when given,
+        is called once the request has been written, before its answer can be read."""
         loop = asyncio.get_running_loop()
         target = self.target
         request = target.request_head(len(body)) + body
@@ -364,6 +393,8 @@ class Client:
             outcome.reason, outcome.error = IN_FLIGHT, "still connecting when the run's duration ended"
             raise
         protocol.send()
+        if after_send is not None:
+            after_send()
         try:
             await protocol.done
         except asyncio.CancelledError:

@@ -223,7 +223,7 @@ class Benchmark:
             conversations = workload.conversations(phase)
             outcomes, duration = client.run_sessions(
                 workload.sessions, workload.turns, spec.concurrency, workload.think_time,
-                lambda session, answers: conversations.body(session, answers, endpoint, model, ignore_eos), spec.duration)
+                lambda session: conversations.conversation(session, endpoint, model, ignore_eos), spec.duration)
             if first:
                 workload.prompt_words = conversations.prompt_words
             return outcomes, duration, lambda index: spec.output_len

@@ -10,6 +10,10 @@ chat endpoint gets the messages; the completions endpoint their transcript (prom
 prompt starts with the one before it word for word: what a prefix cache can reuse. User messages are drawn from the
 seed, the phase, the session and the turn, so each repeat starts cold and every configuration gets the same ones.
 
+A Conversation makes one session's bodies turn by turn: the body's JSON is kept encoded, message by message, and
+prepare() draws and encodes the next user message ahead of its turn (the client calls it once the turn before has been
+sent), so the body at the end of a turn is the answer's encoding and a concatenation of bytes.
+
 per_turn(): each turn's requests, TTFT and prompt tokens the server reported as cached (usage.prompt_tokens_details):
 turn 1 against later turns shows what prefix caching buys.
 
@@ -21,11 +25,13 @@ Private to this collection: the API may change without notice.
 
 from __future__ import annotations
 
+import json
 import random
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.prompts import prompt_words, request_body
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.request import Outcome
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.sse import CHAT
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.stats import mean, percentile
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.workload import SESSIONS, WorkloadSpec, lengths, words
 
@@ -59,7 +65,7 @@ class Sessions:
 
 
 class Conversations:
-    """One phase's conversations: the body of a turn from the answers of the turns before it."""
+    """One phase's conversations: each session's Conversation, and the words of every prompt made."""
 
     def __init__(self, sessions: Sessions, phase: str) -> None:
         self.shape = sessions
@@ -70,19 +76,71 @@ class Conversations:
         rng = random.Random("%d/%s/session/%d/turn/%d" % (self.shape.seed, self.phase, session, turn))
         return prompt_words(self.shape.input_len, rng)
 
-    def messages(self, session: int, answers: t.Sequence[str]) -> t.List[t.Dict[str, str]]:
-        """The conversation of session `session` at turn len(answers) (from 0): users and answers alternating."""
-        messages = []
-        for turn, answer in enumerate(answers):
-            messages.append({"role": "user", "content": self.user_message(session, turn)})
-            messages.append({"role": "assistant", "content": answer})
-        messages.append({"role": "user", "content": self.user_message(session, len(answers))})
-        return messages
+    def conversation(self, session: int, endpoint: str, model: str, ignore_eos: bool) -> "Conversation":
+        return Conversation(self, session, endpoint, model, ignore_eos)
 
     def body(self, session: int, answers: t.Sequence[str], endpoint: str, model: str, ignore_eos: bool) -> bytes:
-        messages = self.messages(session, answers)
-        self.prompt_words.append(sum(words(message["content"]) for message in messages))
-        return request_body(endpoint, model, "", self.shape.output_len, ignore_eos, messages=messages)
+        """The body of session `session`'s turn len(answers) (from 0), after the turns that got `answers`."""
+        conversation = self.conversation(session, endpoint, model, ignore_eos)
+        answer: t.Optional[str] = None
+        for earlier in answers:
+            conversation.extend(answer)
+            answer = earlier
+        return conversation.body(answer)
+
+
+class Conversation:
+    """One session's request bodies, turn by turn: users and answers alternating, each turn's body the one before,
+    its answer and a new user message. The chat endpoint gets the messages, the completions endpoint their
+    transcript (prompts.transcript); the bytes are those prompts.request_body makes of the same conversation."""
+
+    def __init__(self, conversations: Conversations, session: int, endpoint: str, model: str, ignore_eos: bool) -> None:
+        self.conversations = conversations
+        self.session = session
+        self.chat = endpoint == CHAT
+        # the body of an empty conversation, cut where the messages (or the transcript's text) go
+        frame = request_body(endpoint, model, "", conversations.shape.output_len, ignore_eos, messages=[])
+        key = b'"messages":[' if self.chat else b'"prompt":"'
+        cut = frame.index(key) + len(key)
+        self.head, self.tail = frame[:cut], frame[cut:]
+        self.parts: t.List[bytes] = []  # the conversation so far, each message encoded as it goes in the body
+        self.turns = 0  # user messages in it
+        self.words = 0  # words of its messages' contents
+        self.prepared: t.Optional[t.Tuple[bytes, int]] = None  # the next user message, encoded, and its words
+
+    def prepare(self) -> None:
+        """Draw and encode the next turn's user message, unless that is done already."""
+        if self.prepared is None:
+            text = self.conversations.user_message(self.session, self.turns)
+            self.prepared = (self._encode("user", text), words(text))
+
+    def extend(self, answer: t.Optional[str]) -> bytes:
+        """Add `answer` (the reply to the last user message; None before the first turn) and the next user message
+        (the prepared one, or drawn now); the body of that turn."""
+        if answer is not None:
+            self.parts.append(self._encode("assistant", answer))
+            self.words += words(answer)
+        self.prepare()
+        part, count = t.cast(t.Tuple[bytes, int], self.prepared)
+        self.prepared = None
+        self.parts.append(part)
+        self.words += count
+        self.turns += 1
+        return self.head + b"".join(self.parts) + self.tail
+
+    def body(self, answer: t.Optional[str] = None) -> bytes:
+        """extend(answer), the prompt's words counted in the phase's prompt_words."""
+        body = self.extend(answer)
+        self.conversations.prompt_words.append(self.words)
+        return body
+
+    def _encode(self, role: str, text: str) -> bytes:
+        """A message as the body's JSON has it: a chat message object after a comma (none for the first), or the
+        text of the transcript after a blank line (none for the first), without quotes."""
+        if self.chat:
+            encoded = json.dumps({"role": role, "content": text}, separators=(",", ":"))
+            return (b"," if self.parts else b"") + encoded.encode("utf-8")
+        return json.dumps("\n\n" + text if self.parts else text)[1:-1].encode("utf-8")
 
 
 def per_turn(outcomes: t.Sequence[Outcome], turns: int) -> t.List[t.Dict[str, t.Any]]:

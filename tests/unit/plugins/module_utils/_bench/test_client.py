@@ -9,9 +9,10 @@ import random
 
 import pytest
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench import client
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.client import arrival_offsets, Client, OpenArrivals
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.metrics import run_metrics
-from ansible_collections.gpuops.fleet.plugins.module_utils._bench.prompts import request_bodies
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.prompts import request_bodies, request_body
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.request import IN_FLIGHT, Target
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.run import _OpenBodies
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.server import Server
@@ -143,3 +144,51 @@ def test_arrivals():
     assert offsets != arrival_offsets(200, 10.0, random.Random(2))
     gaps = [b - a for a, b in zip([0.0] + offsets, offsets)]
     assert 0.07 < mean(gaps) < 0.13 and max(gaps) > 2 * min(gaps)     # exponential, not even spacing
+
+
+def test_sessions_prepare_each_turn_right_after_a_send_never_at_the_end_of_a_stream(monkeypatch):
+    # the costly part of a turn's body (prepare) runs in the step that writes a request, before any answer to it can
+    # be read; at the end of a turn only body(answer) is made, so another session's read never waits on a build
+    log = []
+    send, finish = client._StreamProtocol.send, client._StreamProtocol._finish
+    monkeypatch.setattr(client._StreamProtocol, "send", lambda self: (send(self), log.append(("sent", self.outcome.index))))
+    monkeypatch.setattr(client._StreamProtocol, "_finish",
+                        lambda self, *args: (log.append(("ended", self.outcome.index)), finish(self, *args)))
+    sessions, turns = 3, 3
+
+    class Talk:
+        def __init__(self, session):
+            self.session, self.turn, self.prepared = session, 0, 0
+
+        def prepare(self):
+            log.append(("prepare", self.session * turns + self.turn))
+            self.prepared += 1
+
+        def body(self, answer=None):
+            log.append(("body", self.session * turns + self.turn, answer, self.prepared))
+            self.turn += 1
+            return request_body("completions", "tiny-model", "hi", 3, True)
+
+    with ScriptedServer() as server:
+        target = Server(server.url).target("completions")
+        outcomes, _duration = Client(target, "completions", 10.0, keep_text=True).run_sessions(sessions, turns, 2, 0.0, Talk)
+    assert [outcome.index for outcome in outcomes if outcome.success] == list(range(sessions * turns))
+    bodies = [entry for entry in log if entry[0] == "body"]
+    # each body once, its turn prepared once before it, with the answer the turn before got
+    assert [entry[1] for entry in sorted(bodies)] == list(range(sessions * turns))
+    assert all(prepared == turn + 1 for (_body, index, _answer, prepared), turn
+               in zip(sorted(bodies), [index % turns for index in range(sessions * turns)]))
+    assert all(answer == (None if index % turns == 0 else " tok tok tok") for _body, index, answer, _prepared in bodies)
+    prepares = [number for number, entry in enumerate(log) if entry[0] == "prepare"]
+    assert sorted(log[number][1] for number in prepares) == list(range(sessions * turns))
+    first_send = next(number for number, entry in enumerate(log) if entry[0] == "sent")
+    for number in prepares:
+        index = log[number][1]
+        if number < first_send:
+            assert index % turns == 0  # the first turns of the sessions the two workers start with
+            continue
+        before = log[number - 1]
+        assert before[0] == "sent", (log[number - 1:number + 1], log)
+        # a later turn right after the turn before it was sent; a session taken up after another's last turn was sent
+        assert before[1] == index - 1 if index % turns else before[1] % turns == turns - 1, log
+        assert log.index(("ended", before[1])) > number

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.prompts import request_body
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.request import Outcome
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.sessions import Sessions, per_turn
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.workload import WorkloadSpec
@@ -33,6 +34,41 @@ def test_each_turn_extends_the_one_before():
     assert sessions().conversations("repeat2").user_message(0, 0) != talk.user_message(0, 0)
     assert sessions(seed=1).conversations("repeat1").user_message(0, 0) != talk.user_message(0, 0)
     assert sessions().conversations("repeat1").user_message(0, 2) == talk.user_message(0, 2)
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+@pytest.mark.parametrize("ignore_eos", [True, False])
+def test_a_conversation_makes_the_bytes_request_body_makes_of_the_whole_conversation(endpoint, ignore_eos):
+    talk = sessions().conversations("repeat1")
+    model = 'org/"messages":["prompt":"'  # the places the body is cut, in the model's name
+    answers = [' say "hi"\n\tnow\\', "", " caf\u00e9 \U0001f600 </s>", " end"]
+    conversation = talk.conversation(1, endpoint, model, ignore_eos)
+    messages = []
+    for turn in range(len(answers) + 1):
+        if turn:
+            messages.append({"role": "assistant", "content": answers[turn - 1]})
+        messages.append({"role": "user", "content": talk.user_message(1, turn)})
+        made = conversation.body(answers[turn - 1] if turn else None)
+        assert made == request_body(endpoint, model, "", 4, ignore_eos, messages=messages)
+        assert talk.body(1, answers[:turn], endpoint, model, ignore_eos) == made
+    assert talk.prompt_words[::2] == [5, 13, 18, 26, 32]  # user messages of 5 words, answers of 3, 0, 3 and 1
+
+
+def test_a_prepared_turn_draws_nothing_when_its_answer_comes(monkeypatch):
+    talk = sessions().conversations("repeat1")
+    conversation = talk.conversation(0, "chat", "m", True)
+    first = talk.user_message(0, 0), talk.user_message(0, 1)
+    conversation.prepare()
+    conversation.prepare()  # prepared once
+    drawn = []
+    monkeypatch.setattr(talk, "user_message", lambda session, turn: drawn.append((session, turn)) or first[turn])
+    assert json.loads(conversation.body())["messages"] == [{"role": "user", "content": first[0]}]
+    conversation.prepare()  # what the client does once the first turn has been sent
+    assert drawn == [(0, 1)]
+    monkeypatch.setattr(talk, "user_message", lambda session, turn: pytest.fail("drawn at the end of a turn"))
+    second = json.loads(conversation.body(" a b"))["messages"]
+    assert second == [{"role": "user", "content": first[0]}, {"role": "assistant", "content": " a b"},
+                      {"role": "user", "content": first[1]}]
 
 
 def test_per_turn_figures():
