@@ -63,9 +63,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import argv_secrets, masked_argv
-from ansible_collections.gpuops.fleet.plugins.plugin_utils._api_key import api_key_of
-from ansible_collections.gpuops.fleet.plugins.plugin_utils._systemd_quote import systemd_quote
+from ansible_collections.gpuops.fleet.plugins.plugin_utils._secret_argv import argv_with_secrets
 
 
 def secret_argv(argv, env_prefix="GPUOPS_SECRET_ARG_"):
@@ -73,20 +71,7 @@ def secret_argv(argv, env_prefix="GPUOPS_SECRET_ARG_"):
         raise AnsibleFilterError("secret_argv: expected a non-empty list of words, got %r" % (type(argv).__name__,))
     if not env_prefix or not str(env_prefix).replace("_", "A").isalnum() or str(env_prefix)[0].isdigit():
         raise AnsibleFilterError("secret_argv: env_prefix must be a variable name's start (letters, digits, _), got %r" % (env_prefix,))
-    words = [str(word) for word in argv]
-    secrets = argv_secrets(words)
-    quoted = [systemd_quote(word) for word in words]  # as systemd_exec, word by word
-    exec_env = {}
-    for secret in secrets:
-        name = "%s%d" % (env_prefix, secret.index)
-        word = words[secret.index]
-        exec_env[name] = word[secret.start:]
-        if secret.start:
-            quoted[secret.index] = systemd_quote(word[:secret.start])[:-1] + "${%s}\"" % name
-        else:
-            quoted[secret.index] = "${%s}" % name
-    return {"masked": masked_argv(words), "secrets": len(secrets), "api_key": api_key_of(words),
-            "exec_start": " ".join(quoted), "exec_env": exec_env}
+    return argv_with_secrets([str(word) for word in argv], str(env_prefix))
 
 
 class FilterModule:

@@ -11,7 +11,6 @@ never by the role's own summary (whose words are checked as well, as words).
 
 from __future__ import annotations
 
-import json
 import shlex
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import typing as t
 import psutil
 import pytest
 
-from ansible_run import flat, PROBES, RESTART, run_playbook
+from ansible_run import flat, RESTART, run_playbook
 from gpusim.api import FakeVllm, pid_alive, starttime, wait_for
 from inventories import role_host_vars, write_role_inventory
 from readings import assert_server_owns_gpus, health, holders, listening_pid, stream_in_flight
@@ -231,31 +230,3 @@ def test_a_failed_launch_after_a_takeover_names_the_command_line_that_ran(make_h
         assert "--hf-token ********` (secrets masked)" in text.split("its command line was `", 1)[1] and SECRET not in text
     finally:
         end(shell)
-
-
-def test_the_words_after_a_failed_launch_for_each_way_a_server_was_taken_over(tmp_path):
-    """The role's own variables, rendered by a real ansible-playbook: a container is started again through its runtime,
-    another tool's unit that the takeover disabled with systemctl enable --now, a process by its command line; nothing is
-    said when nothing was taken over, or when the takeover's stop did not run."""
-    base = {"pid": 4242, "command": "vllm serve m --api-key ********", "unit": None, "container": None}
-    container = {"runtime": "docker", "id": "ab" * 32, "name": "vllm-old"}
-    cases = [
-        {"status": {"takeover": dict(base, started="in the docker container vllm-old", how="container", container=container)},
-         "stopped": {"takeover_stopped": {"stopped": [], "unit_disabled": False}}},
-        {"status": {"takeover": dict(base, started="by the unit vllm-old.service", how="systemd", unit="vllm-old.service")},
-         "stopped": {"takeover_stopped": {"stopped": [], "unit_disabled": True}}},
-        {"status": {"takeover": dict(base, started="by hand in tmux (PID 17)", how="tmux")},
-         "stopped": {"takeover_stopped": {"stopped": [{"pid": 4242}], "unit_disabled": False}}},
-        {"status": {"takeover": None}, "stopped": {"stopped": [{"pid": 4242}]}},
-        {"status": {"takeover": dict(base, started="by hand in tmux (PID 17)", how="tmux")}, "stopped": {}},
-    ]
-    out = tmp_path / "rendered.json"
-    run = run_playbook(PROBES / "render_takeover_again.yml", tmp_path / "none", "-e", json.dumps({"cases": cases, "out": str(out)}))
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    boxed, unit, process, nothing, not_stopped = [" ".join((text or "").split()) for text in json.loads(out.read_text())]
-    head = "; the server taken over (PID 4242, started %s) stays stopped, this run does not start it again: "
-    assert boxed == head % "in the docker container vllm-old" + "start its container again with `docker start vllm-old`"
-    assert unit == head % "by the unit vllm-old.service" + "start its unit again with `systemctl enable --now vllm-old.service`"
-    assert process == head % "by hand in tmux (PID 17)" + "its command line was `vllm serve m --api-key ********` (secrets masked)"
-    # Ansible renders an empty template as None: the role's rescue adds it with default('', true)
-    assert not nothing and not not_stopped

@@ -36,7 +36,7 @@ PORT = 8000  # the container has a network namespace of its own: nothing else li
 UNIT = "gpuops-vllm-%d.service" % PORT
 GPUS = [2, 3]
 LAST_GOOD = "%s/role/vllm-%d.last-good" % (STATE, PORT)  # the role's last known-good configuration, beside its record
-# a new configuration that the rollout's restart launches without marking it good (__vllm_server_mark_good: false)
+# a new configuration that the rollout's restart launches without marking it good (vllm_server_mark_good: false)
 UNMARKED = {"vllm_server_env": {"NCCL_PROTO": "LL128"}, "vllm_server_args": ["--max-model-len", "4096"]}
 # what systemd itself puts in each invocation's environment (not the unit's configuration)
 PER_INVOCATION = ("INVOCATION_ID", "JOURNAL_STREAM", "SYSTEMD_EXEC_PID")
@@ -176,7 +176,7 @@ def test_rollback_relaunches_the_last_good_configuration(server: Server) -> None
     assert kept is not None, "no %s after two launches that passed ready and the check" % LAST_GOOD
     assert kept["mode"] == "0600", kept
 
-    new_vars = dict(UNMARKED, __vllm_server_mark_good=False)
+    new_vars = dict(UNMARKED, vllm_server_mark_good=False)
     run = server.playbook("launch not marked good", "-e", "vllm_restart_force=false", "-e", json.dumps(new_vars))
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
     bad = server.snapshot()

@@ -14,9 +14,25 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MODULES_DIR = os.path.normpath(os.path.join(HERE, "..", "..", "..", "..", "plugins", "modules"))
 
 
+ACTION_DIR = os.path.normpath(os.path.join(MODULES_DIR, "..", "action"))
+
+
+def only_documentation(tree: ast.Module) -> bool:
+    """A module that an action plugin implements on the controller holds its documentation and nothing else."""
+    return all(isinstance(node, ast.Assign) or (isinstance(node, ast.ImportFrom) and node.module == "__future__")
+               or (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)) for node in tree.body)
+
+
 def shape_violations(relpath: str, source: str) -> list:
     tree = ast.parse(source, relpath)
     found = []
+    if only_documentation(tree):
+        names = [target.id for node in tree.body if isinstance(node, ast.Assign) for target in node.targets if isinstance(target, ast.Name)]
+        if names != ["DOCUMENTATION", "EXAMPLES", "RETURN"]:
+            found.append("%s: a documentation-only module holds DOCUMENTATION, EXAMPLES and RETURN, in that order: %s" % (relpath, names))
+        if not os.path.exists(os.path.join(ACTION_DIR, os.path.basename(relpath))):
+            found.append("%s: holds only documentation, but no action plugin of its name implements it" % relpath)
+        return found
     assigned = [target.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
                 for target in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(target, ast.Name)]
     order = [name for name in assigned if name in ("DOCUMENTATION", "EXAMPLES", "RETURN", "ARGUMENT_SPEC")]
@@ -84,6 +100,13 @@ def test_the_shape_check_catches_a_module_out_of_shape(source, expected):
     """Canary: each synthetic module breaks the shape once, and that is reported."""
     found = shape_violations("x.py", source)
     assert len(found) == 1 and expected in found[0], found
+
+
+def test_a_documentation_only_module_needs_its_action_plugin():
+    source = 'from __future__ import annotations\nDOCUMENTATION = ""\nEXAMPLES = ""\nRETURN = ""\n'
+    assert shape_violations("vllm_server_plan.py", source) == []
+    assert "no action plugin" in shape_violations("no_such_action.py", source)[0]
+    assert "in that order" in shape_violations("vllm_server_plan.py", 'DOCUMENTATION = ""\nRETURN = ""\n')[0]
 
 
 def test_the_shape_check_lets_the_shape_pass():

@@ -1,0 +1,40 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Action for gpuops.fleet.vllm_server_plan: the plan of a run of the vllm_server role, from its variables, on the
+controller (nothing runs on the host)."""
+
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.plan import VARIABLES, PlanError, build, rollback_refusal
+
+
+class ActionModule(ActionBase):
+    _supports_check_mode = True
+    _supports_async = False
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("good",))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        task_vars = task_vars or {}
+        variables = {name: self._templar.template(task_vars[name]) for name in VARIABLES if name in task_vars}
+        good = self._task.args.get("good")
+        if good is not None and not isinstance(good, dict):
+            return dict(result, failed=True, msg="good: expected vllm_last_good's result (a dict), got %s" % type(good).__name__)
+        if good is not None:
+            refusal = rollback_refusal(variables, good.get("summary"), str(good.get("mode") or ""))
+            if refusal:
+                return dict(result, failed=True, msg="vllm_server rollback: nothing was stopped: %s" % refusal)
+        try:
+            plan = build(variables, good.get("config") if good else None, bool(self._task.check_mode))
+        except PlanError as exc:
+            return dict(result, failed=True, msg=str(exc), problems=exc.problems)
+        result.update(plan, changed=False)
+        # the plan holds the server's environment and API key: kept for the role's tasks, never shown
+        result["_ansible_no_log"] = True
+        return result

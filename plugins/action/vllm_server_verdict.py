@@ -1,0 +1,83 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Action for gpuops.fleet.vllm_server_verdict: the vllm_server role's verdicts, on the controller. The preflight and
+the verify read the host through a module (gpu_reclaim in check mode, gpu_facts); the result and the failure only
+read the steps' registered results."""
+
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpuops.fleet.plugins.plugin_utils._role import outcome, preflight, verify
+
+STEPS = ("preflight", "verify", "result", "failure")
+
+
+class ActionModule(ActionBase):
+    _supports_check_mode = True
+    _supports_async = False
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("step", "plan", "steps", "failed_task", "failed_result"))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        args = self._task.args
+        step, plan, steps = args.get("step"), args.get("plan"), args.get("steps") or {}
+        if step not in STEPS:
+            return dict(result, failed=True, msg="step: expected one of %s, got %r" % (", ".join(STEPS), step))
+        if not isinstance(plan, dict) or "gpus" not in plan:
+            return dict(result, failed=True, msg="plan: expected the role's plan (vllm_server_plan), got %s" % type(plan).__name__)
+        steps = {key: (value if isinstance(value, dict) and not value.get("skipped") else None) for key, value in steps.items()}
+        host = (task_vars or {}).get("inventory_hostname", "?")
+        if step == "preflight":
+            result.update(self._preflight(plan, steps.get("status") or {}, task_vars))
+        elif step == "verify":
+            result.update(self._verify(host, plan, steps, task_vars))
+        elif step == "result":
+            result.update(outcome.result(host, plan, steps, bool(self._task.check_mode)))
+        else:
+            failed = args.get("failed_result") if isinstance(args.get("failed_result"), dict) else {}
+            result.update(outcome.failure(plan, str(args.get("failed_task") or "?"), failed, steps))
+        result["changed"] = False
+        return result
+
+    def _module(self, name, module_args, task_vars, check_mode):
+        """Run ``name`` on the host, in check mode or not, whatever this task's mode."""
+        was = self._task.check_mode
+        self._task.check_mode = check_mode
+        try:
+            return self._execute_module(module_name=name, module_args=module_args, task_vars=task_vars)
+        finally:
+            self._task.check_mode = was
+
+    def _preflight(self, plan, status, task_vars):
+        args = preflight.reclaim_args(plan, status)
+        args["managed_containers"] = preflight.own_containers(status)
+        secured = preflight.secured_args(plan, status)
+        if secured is not None:
+            args["secured"] = secured
+        reading = self._module("gpuops.fleet.gpu_reclaim", args, task_vars, check_mode=True)
+        reading.pop("changed", None)
+        refusal = preflight.refusal(plan, self._variables(task_vars), reading)
+        reading.update(failed=bool(refusal), msg=refusal or reading.get("msg") or "the stop would free the server's GPUs",
+                       reclaim_args=preflight.reclaim_args(plan, status), takeover_stop=preflight.takeover_stop(status))
+        return reading
+
+    def _verify(self, host, plan, steps, task_vars):
+        gpus = verify.fresh_reading(steps.get("reclaim"))
+        fresh = gpus is not None
+        if gpus is None:
+            reading = self._module("gpuops.fleet.gpu_facts", {"gpus": plan["gpu_words"]}, task_vars, check_mode=False)
+            if reading.get("failed"):
+                return dict(reading, msg="reading the server's GPUs failed: %s" % reading.get("msg"))
+            gpus = (reading.get("ansible_facts") or {}).get("gpus") or []
+        alone = verify.left_alone_pids(plan, steps.get("reclaim"), steps.get("preflight"))
+        return dict(verify.verdict(host, plan, gpus, alone, steps.get("reclaim"), bool(self._task.check_mode)), fresh=fresh)
+
+    def _variables(self, task_vars):
+        names = ("vllm_server_gpus", "vllm_server_tensor_parallel_size", "vllm_server_reclaim_match", "vllm_server_reclaim_grace",
+                 "vllm_server_reclaim_timeout", "vllm_server_memory_threshold_mib")
+        return {name: self._templar.template(task_vars[name]) for name in names if name in (task_vars or {})}

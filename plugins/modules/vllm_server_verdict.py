@@ -1,0 +1,106 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vllm_server_verdict
+short_description: The verdicts of a run of the vllm_server role, judged on the controller
+version_added: 0.2.0
+description:
+  - Judges one step of a run of the role M(gpuops.fleet.vllm_server) from its plan (M(gpuops.fleet.vllm_server_plan)) and
+    the results its steps registered. Every verdict the role reaches is made here, in Python, where a unit test can
+    reach it.
+  - O(step=preflight) runs M(gpuops.fleet.gpu_reclaim) in check mode on the host with the settings of the reclaim that
+    will follow the stop, and fails - nothing is stopped - when the host cannot run the configuration (a GPU it lacks, a
+    setting gpu_reclaim refuses, no driver), when the stop would leave a holder of the server's GPUs (a container the
+    role does not manage among them), or when the server on the port requires an API key that the new configuration
+    drops (unless C(vllm_server_allow_open)). It also returns what the stop and the reclaim are given (C(takeover_stop),
+    C(reclaim_args)).
+  - O(step=verify) judges the server's GPUs - each must have no holder and at most the threshold used - on the reclaim's
+    last reading when it proved them free through a fresh NVML session, else on a fresh M(gpuops.fleet.gpu_facts)
+    reading; it fails naming every busy GPU and holder (never in check mode, which stopped nothing).
+  - O(step=result) returns what the run did (the role registers it as C(vllm_server_result)).
+  - O(step=failure) returns what a launch that failed left (the role registers it as C(vllm_server_failure)), with what
+    the undo does and, for a server taken over, how to start it again by hand.
+  - This module is an action plugin; it runs on the controller and sends to the host only the reading of its step.
+author:
+  - gpuops maintainers (@gpuops)
+attributes:
+  check_mode:
+    support: full
+    description: The preflight and the verify only read the host; in check mode a busy GPU is shown, not failed.
+  diff_mode:
+    support: none
+    description: Nothing to show as a diff.
+options:
+  step:
+    description: The step to judge.
+    type: str
+    required: true
+    choices: [preflight, verify, result, failure]
+  plan:
+    description: The run's plan, as M(gpuops.fleet.vllm_server_plan) returns it.
+    type: dict
+    required: true
+  steps:
+    description:
+      - The steps' registered results, by name - C(status) (the reading acted on), C(preflight), C(stopped), C(reclaim),
+        C(verify), C(launched), C(ready). A step that did not run is absent, empty or skipped.
+    type: dict
+    default: {}
+  failed_task:
+    description: With O(step=failure), the name of the task that failed.
+    type: str
+  failed_result:
+    description: With O(step=failure), its result.
+    type: dict
+seealso:
+  - module: gpuops.fleet.vllm_server_plan
+"""
+
+EXAMPLES = r"""
+- name: Every GPU of the server is free (the role's verify step)
+  gpuops.fleet.vllm_server_verdict:
+    step: verify
+    plan: "{{ vllm_server_plan }}"
+"""
+
+RETURN = r"""
+msg:
+  description: With O(step=preflight) or O(step=verify), the verdict in words.
+  returned: with O(step=preflight) or O(step=verify)
+  type: str
+reclaim_args:
+  description: With O(step=preflight), the options of the reclaim after the stop.
+  returned: with O(step=preflight)
+  type: dict
+takeover_stop:
+  description: With O(step=preflight), what the stop is given for the server taken over (null when none).
+  returned: with O(step=preflight)
+  type: dict
+busy:
+  description: With O(step=verify), each of the server's GPUs that is not free, as the reading judged shows it.
+  returned: with O(step=verify)
+  type: list
+  elements: dict
+left:
+  description: With O(step=verify) and the state stopped, the server's GPUs that only a job left alone holds.
+  returned: with O(step=verify)
+  type: list
+  elements: int
+fresh:
+  description: With O(step=verify), whether the reclaim's own last reading was judged (else a gpu_facts reading).
+  returned: with O(step=verify)
+  type: bool
+action:
+  description: With O(step=result), V(started), V(restarted) or V(stopped).
+  returned: with O(step=result)
+  type: str
+undo:
+  description: With O(step=failure), what the role does about the launch that failed.
+  returned: with O(step=failure)
+  type: str
+"""

@@ -1,0 +1,144 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The preflight's verdict, on the controller, from gpu_reclaim's check-mode reading: whether the run may stop anything.
+
+It refuses (and nothing is stopped) when the host cannot run this configuration (a GPU it lacks, a setting gpu_reclaim
+refuses, no driver), when the stop would not free the server's GPUs (a holder it would leave; with state stopped
+those are left alone and named instead), or when the server on the port requires an API key that the new
+configuration drops (unless vllm_server_allow_open), or when which server listens cannot be told.
+
+Private to this collection: the API may change without notice.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import typing as t
+
+# gpu_reclaim names its option first in a message ("gpus: ..."): the role names its variable instead
+OPTION = re.compile(r"^([a-z_]+)(?=: )")
+VARIABLES = {"match": "vllm_server_reclaim_match", "grace": "vllm_server_reclaim_grace", "timeout": "vllm_server_reclaim_timeout",
+             "memory_threshold_mib": "vllm_server_memory_threshold_mib"}
+
+
+def _variable(option: str, plan: t.Mapping[str, t.Any], variables: t.Mapping[str, t.Any]) -> str:
+    if option == "gpus":
+        listed = variables.get("vllm_server_gpus")
+        origin = "" if listed else " (from vllm_server_tensor_parallel_size=%s)" % variables.get("vllm_server_tensor_parallel_size")
+        return "vllm_server_gpus=%s%s" % (json.dumps(plan["gpus"]), origin)
+    name = VARIABLES[option]
+    return "%s=%s" % (name, json.dumps(variables.get(name), default=str))
+
+
+def _containers(boxes: t.Sequence[t.Mapping[str, t.Any]]) -> str:
+    named = []
+    for box in boxes:
+        pod = ", pod %s" % box["pod_uid"] if box.get("pod_uid") else ""
+        named.append("%s container %s%s on GPU %s" % (box.get("runtime"), box.get("name") or str(box.get("id") or "")[:12], pod,
+                                                     ",".join(str(gpu) for gpu in box.get("gpus") or [])))
+    return "; ".join(named)
+
+
+def _unreadable(plan: t.Mapping[str, t.Any], variables: t.Mapping[str, t.Any], reading: t.Mapping[str, t.Any]) -> str:
+    msg = str(reading.get("msg") or "no message")
+    found = OPTION.match(msg)
+    named = ""
+    if found and (found.group(1) == "gpus" or found.group(1) in VARIABLES):
+        named = _variable(found.group(1), plan, variables) + ": "
+    return "vllm_server: nothing was stopped: the preflight could not check the server's GPUs: %s%s" % (named, msg)
+
+
+def _holders(reading: t.Mapping[str, t.Any]) -> str:
+    text = "vllm_server: nothing was stopped: the stop would not free the server's GPUs: %s. " % "; ".join(reading["would_fail"])
+    boxes = reading.get("containers_refused") or []
+    if boxes:
+        return text + ("The role never stops a container it does not manage (%s): stop it through its runtime first, then run the role"
+                       " again." % _containers(boxes))
+    return text + "Set vllm_server_reclaim_all_holders=true to let the stop end every holder of these GPUs."
+
+
+def _opens(plan: t.Mapping[str, t.Any], secured: t.Mapping[str, t.Any]) -> str:
+    if secured.get("error"):
+        return ("vllm_server: nothing was stopped: cannot tell which server listens on port %s, so whether it requires an API key: %s."
+                % (plan["port"], secured["error"]))
+    key = secured.get("running_key")
+    where = " on its command line" if key == "--api-key" else " in its environment"
+    return ("vllm_server: nothing was stopped: the server that listens on port %s (PID %s) requires an API key (%s%s) and the new"
+            " configuration has none (no --api-key in vllm_server_args, no VLLM_API_KEY in vllm_server_env, vllm_server_host_env or"
+            " vllm_server_env_overrides): the new server would answer /v1/* to anyone. -e vllm_server_env replaces the inventory's"
+            " whole dict; change one variable with -e vllm_server_env_overrides instead, or set vllm_server_allow_open=true to open"
+            " the server." % (plan["port"], (secured.get("listener") or {}).get("pid"), key, where))
+
+
+def refusal(plan: t.Mapping[str, t.Any], variables: t.Mapping[str, t.Any], reading: t.Mapping[str, t.Any]) -> str:
+    """Why nothing may be stopped, '' when the run may go on (``reading``: gpu_reclaim's check-mode result)."""
+    if "would_fail" not in reading:
+        return _unreadable(plan, variables, reading)
+    stopping = plan["state"] == "stopped"
+    if reading["would_fail"] and not stopping:
+        return _holders(reading)
+    secured = {} if stopping else (reading.get("secured") or {})
+    if secured.get("error") or (secured.get("opens") and not plan.get("allow_open")):
+        return _opens(plan, secured)
+    return ""
+
+
+def secured_args(plan: t.Mapping[str, t.Any], status: t.Mapping[str, t.Any]) -> t.Optional[t.Dict[str, t.Any]]:
+    """gpu_reclaim's ``secured``: the server on the port against the new configuration, by names only (whether its argv
+    has --api-key, the names of its environment with a value, whether a detached process inherits the task's
+    environment); none with state stopped."""
+    if plan["state"] == "stopped":
+        return None
+    return {"port": plan["port"], "api_key_arg": plan["api_key_arg"], "env_names": plan["env_names"],
+            "inherit_env": (status.get("mode") or "process") == "process", "secret_env": plan["secret_env"]}
+
+
+def own_containers(status: t.Mapping[str, t.Any]) -> t.List[str]:
+    """The stop's own containers: the role's (container mode) and one taken over on the port."""
+    found = [status["container_id"]] if status.get("container_id") else []
+    box = (status.get("takeover") or {}).get("container") or {}
+    return found + ([box["id"]] if box.get("id") else [])
+
+
+def reclaim_owner(status: t.Mapping[str, t.Any]) -> t.Optional[t.Dict[str, t.Any]]:
+    """gpu_reclaim's owner: the server taken over, else the running server (PID and start time), so that its workers are
+    this server's and a live job's vLLM is left alone and named."""
+    taken = status.get("takeover")
+    if taken:
+        return {"pid": int(taken["pid"]), "create_time": taken.get("create_time")}
+    if status.get("running") and status.get("pid") is not None:
+        return {"pid": int(status["pid"]), "create_time": status.get("create_time")}
+    return None
+
+
+TAKEOVER_KEYS = ("pid", "create_time", "unit", "how")
+
+
+def takeover_stop(status: t.Mapping[str, t.Any]) -> t.Optional[t.Dict[str, t.Any]]:
+    """vllm_process's ``takeover`` for the stop: the server taken over (a container by its runtime and id)."""
+    taken = status.get("takeover")
+    if not taken:
+        return None
+    stop = {key: taken.get(key) for key in TAKEOVER_KEYS if key in taken}
+    box = taken.get("container")
+    if box:
+        stop["container"] = {key: box.get(key) for key in ("runtime", "id", "name") if key in box}
+    return stop
+
+
+def reclaim_args(plan: t.Mapping[str, t.Any], status: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+    """gpu_reclaim's options for the preflight and the reclaim after the stop: the same, so that a setting it would
+    refuse is refused before anything stops. A holder in a container the role does not manage is refused, never
+    signalled nor stopped."""
+    settings = plan["reclaim"]
+    args = {"gpus": plan["gpu_words"], "orphans_only": settings["orphans_only"], "grace": settings["grace"],
+            "timeout": settings["timeout"], "memory_threshold_mib": settings["memory_threshold_mib"], "containers": "refuse"}
+    if settings["match"] is not None:
+        args["match"] = settings["match"]
+    owner = reclaim_owner(status)
+    if owner is not None:
+        args["owner"] = owner
+    return args
