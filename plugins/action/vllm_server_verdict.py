@@ -12,7 +12,13 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role import outcome, preflight, verify
 
-STEPS = ("preflight", "verify", "result", "failure")
+STEPS = ("preflight", "verify", "result", "failure", "rollback")
+# the results the vllm_server role registers, read when the task gives no ``steps`` (the role's tasks and this action
+# are one collection's: these names are private to both)
+REGISTERED = {"lock": "__vllm_server_lock", "read": "__vllm_server_read", "preflight": "__vllm_server_preflight",
+              "stopped": "__vllm_server_stopped", "reclaim": "__vllm_server_reclaim", "verify": "__vllm_server_verified",
+              "launched": "__vllm_server_launched", "ready": "__vllm_server_ready", "last_good": "__vllm_server_last_good",
+              "result": "vllm_server_result"}
 
 
 class ActionModule(ActionBase):
@@ -25,12 +31,14 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
         args = self._task.args
-        step, plan, steps = args.get("step"), args.get("plan"), args.get("steps") or {}
+        step, plan = args.get("step"), args.get("plan")
+        steps = args.get("steps") if args.get("steps") is not None else self._registered(task_vars or {})
         if step not in STEPS:
             return dict(result, failed=True, msg="step: expected one of %s, got %r" % (", ".join(STEPS), step))
         if not isinstance(plan, dict) or "gpus" not in plan:
             return dict(result, failed=True, msg="plan: expected the role's plan (vllm_server_plan), got %s" % type(plan).__name__)
         steps = {key: (value if isinstance(value, dict) and not value.get("skipped") else None) for key, value in steps.items()}
+        steps.setdefault("status", outcome.status_of(steps.get("lock"), steps.get("read")))
         host = (task_vars or {}).get("inventory_hostname", "?")
         if step == "preflight":
             result.update(self._preflight(plan, steps.get("status") or {}, task_vars))
@@ -38,11 +46,17 @@ class ActionModule(ActionBase):
             result.update(self._verify(host, plan, steps, task_vars))
         elif step == "result":
             result.update(outcome.result(host, plan, steps, bool(self._task.check_mode)))
+        elif step == "rollback":
+            result.update(outcome.rollback(host, plan, steps))
         else:
             failed = args.get("failed_result") if isinstance(args.get("failed_result"), dict) else {}
             result.update(outcome.failure(plan, str(args.get("failed_task") or "?"), failed, steps))
         result["changed"] = False
         return result
+
+    @staticmethod
+    def _registered(task_vars):
+        return {step: task_vars[name] for step, name in REGISTERED.items() if isinstance(task_vars.get(name), dict)}
 
     def _module(self, name, module_args, task_vars, check_mode):
         """Run ``name`` on the host, in check mode or not, whatever this task's mode."""
@@ -62,7 +76,11 @@ class ActionModule(ActionBase):
         reading = self._module("gpuops.fleet.gpu_reclaim", args, task_vars, check_mode=True)
         reading.pop("changed", None)
         refusal = preflight.refusal(plan, self._variables(task_vars), reading)
-        reading.update(failed=bool(refusal), msg=refusal or reading.get("msg") or "the stop would free the server's GPUs",
+        if refusal:
+            # what blocks, in words: the reading's lists would name the server's own workers too
+            return {"failed": True, "msg": refusal, "would_fail": reading.get("would_fail") or [],
+                    "containers_refused": reading.get("containers_refused") or []}
+        reading.update(failed=False, msg=reading.get("msg") or "the stop would free the server's GPUs",
                        reclaim_args=preflight.reclaim_args(plan, status), takeover_stop=preflight.takeover_stop(status))
         return reading
 
@@ -75,7 +93,10 @@ class ActionModule(ActionBase):
                 return dict(reading, msg="reading the server's GPUs failed: %s" % reading.get("msg"))
             gpus = (reading.get("ansible_facts") or {}).get("gpus") or []
         alone = verify.left_alone_pids(plan, steps.get("reclaim"), steps.get("preflight"))
-        return dict(verify.verdict(host, plan, gpus, alone, steps.get("reclaim"), bool(self._task.check_mode)), fresh=fresh)
+        judged = verify.verdict(host, plan, gpus, alone, steps.get("reclaim"), bool(self._task.check_mode))
+        if judged["failed"]:
+            return {"failed": True, "msg": judged["msg"], "busy_gpus": [gpu.get("index") for gpu in judged["busy"]]}
+        return dict(judged, fresh=fresh)
 
     def _variables(self, task_vars):
         names = ("vllm_server_gpus", "vllm_server_tensor_parallel_size", "vllm_server_reclaim_match", "vllm_server_reclaim_grace",

@@ -403,6 +403,16 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+headline:
+  description:
+    - The figures a summary line shows - C(decode_tok_s) (with C(decode_tok_s_min) and C(decode_tok_s_max)), C(median_tpot_ms),
+      C(median_ttft_ms), C(median_itl_ms), C(output_throughput), C(request_throughput) (medians over the repeats), C(completed)
+      and C(failed) (over the repeats), C(repeats), and what was sent - C(url), C(model), C(endpoint), C(endpoint_fallback),
+      C(workload), C(per_turn), C(schedule_slip_ms), C(prefix_cache), C(input_len), C(output_len), C(num_requests),
+      C(concurrency), C(save_result). A figure the run does not have is null.
+    - The role M(gpuops.fleet.vllm_server)'s benchmark entry point keeps it as C(vllm_server_benchmark_result).
+  returned: unless the options were refused
+  type: dict
 url:
   description: The server's base URL, as given.
   returned: always
@@ -697,6 +707,7 @@ import typing as t
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import failure, finish
+from ansible_collections.gpuops.fleet.plugins.module_utils._bench.headline import headline
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.run import Benchmark, BenchmarkFailed
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.server import ServerError
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.spec import DEFAULTS, ENDPOINTS, GOODPUT_KEYS, BenchSpec, SpecError, build_spec
@@ -741,7 +752,7 @@ def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]
         return failure(str(exc), **result)
     result.update(endpoint=spec.endpoint, workload=spec.workload.summary(spec.num_requests))
     if module.check_mode:
-        return dict(result, msg="check mode: no request was sent to %s" % spec.url), [], False
+        return dict(result, msg="check mode: no request was sent to %s" % spec.url, headline=headline(spec, result)), [], False
     benchmark = Benchmark(spec)
     try:
         result.update(benchmark.run())
@@ -749,8 +760,9 @@ def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]
         return failure(str(exc), **result)
     except BenchmarkFailed as exc:
         result.update(exc.result)
-        return dict(result, msg=str(exc)), list(benchmark.warnings), True
+        return dict(result, msg=str(exc), headline=headline(spec, result)), list(benchmark.warnings), True
     result["msg"] = _summary(spec, result)
+    result["headline"] = headline(spec, result)
     return result, list(benchmark.warnings), False
 
 

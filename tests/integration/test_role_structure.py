@@ -58,8 +58,8 @@ def test_includes_nest_at_most_three_deep():
 def test_main_lists_the_steps_in_order():
     text = (TASKS / "main.yml").read_text()
     text = text[text.index("\n- name:"):]  # the tasks, not the comment above them
-    steps = ["_variables.yml", "Read what runs now", "Leave the running server alone", "gpuops.fleet.vllm_lock:", "_preflight.yml",
-             "_stop.yml", "_verify.yml", "_launch.yml", "_ready.yml", "Release the server's lock", "_summary.yml"]
+    steps = ["plan.yml", "Read what runs now", "Leave the running server alone", "gpuops.fleet.vllm_lock:", "_preflight.yml",
+             "_stop.yml", "_verify.yml", "_launch.yml", "_ready.yml", "Release the server's lock", "Sum up this host"]
     where = [text.find(step) for step in steps]
     assert -1 not in where, dict(zip(steps, where))
     assert where == sorted(where), dict(zip(steps, where))
@@ -72,9 +72,11 @@ def test_the_lock_is_taken_and_released_in_one_block():
     (block,) = [task for task in _file_tasks("main.yml") if "always" in task]
     assert "gpuops.fleet.vllm_lock" in block["block"][0]
     assert block["always"][0]["gpuops.fleet.vllm_lock"]["state"] == "unlocked"
-    # the lock file's name is written once
-    text = "".join(path.read_text() for path in ROLE.rglob("*.yml"))
-    assert text.count(".lock\"") + text.count(".lock'") == 1, "the lock file is named more than once"
+    # the lock file's name is written once, by the plan; the role's YAML reads it from there
+    text = "".join(path.read_text() for path in (ROLE / "tasks").glob("*.yml"))
+    assert ".lock\"" not in text and ".lock'" not in text, "the role's tasks name the lock file themselves"
+    plan = (ROLE.parents[1] / "plugins" / "plugin_utils" / "_role" / "plan.py").read_text()
+    assert plan.count('.lock"') == 1, "the lock file is named more than once"
 
 
 def test_internal_names_and_set_facts_stay_few():
@@ -83,3 +85,45 @@ def test_internal_names_and_set_facts_stay_few():
     assert len(names) <= 30, names
     set_facts = [task for path in TASKS.glob("*.yml") for task in _file_tasks(path.name) if "ansible.builtin.set_fact" in task]
     assert len(set_facts) <= 8, [task.get("name") for task in set_facts]
+
+
+def test_the_role_s_yaml_orders_steps_and_computes_no_verdict():
+    """Decisions live in Python (gpuops.fleet.vllm_server_plan, vllm_server_verdict): vars/main.yml only names results (no
+    Jinja block, at most 40 lines), and the role's tasks and vars carry at most 20 default() calls."""
+    variables = (ROLE / "vars" / "main.yml").read_text()
+    assert "{%" not in variables and len(variables.splitlines()) <= 40, variables
+    yaml_files = sorted(TASKS.glob("*.yml")) + [ROLE / "vars" / "main.yml"]
+    defaults = {path.name: path.read_text().count("default(") for path in yaml_files}
+    assert sum(defaults.values()) <= 20, defaults
+    blocks = [path.name for path in yaml_files if "{%" in path.read_text()]
+    assert not blocks, "Jinja blocks (a decision) in %s" % blocks
+
+
+PLAYBOOKS = ROLE.parents[1] / "playbooks"
+
+
+def _uses_of_private_names(path: Path) -> t.List[str]:
+    found = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if re.search(r"\b__vllm_server_", line) or re.search(r"tasks_from:\s*['\"]?_", line):
+            found.append("%s:%d: %s" % (path.name, number, line.strip()))
+    return found
+
+
+def test_playbooks_use_only_the_role_s_documented_entry_points_and_variables():
+    """The role's private names (__vllm_server_*, tasks_from: _x.yml) are its own; a playbook uses its entry points
+    (meta/argument_specs.yml) and its documented facts (vllm_server_plan, vllm_server_result, vllm_server_failure, ...)."""
+    outside = [path for path in sorted(PLAYBOOKS.rglob("*")) if path.suffix in (".yml", ".yaml", ".j2")]
+    assert outside, "no playbook found under %s" % PLAYBOOKS
+    found = [use for path in outside for use in _uses_of_private_names(path)]
+    assert not found, found
+    entry_points = set(yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"])
+    named = {match for path in outside for match in re.findall(r"tasks_from:\s*['\"]?([A-Za-z0-9_.]+)", path.read_text())}
+    assert {name.replace(".yml", "") for name in named} <= entry_points, (named, entry_points)
+
+
+def test_the_private_name_check_catches_a_playbook_reaching_in(tmp_path):
+    bad = tmp_path / "bad.yml"
+    bad.write_text("- ansible.builtin.include_role:\n    name: gpuops.fleet.vllm_server\n    tasks_from: _variables.yml\n"
+                   "- ansible.builtin.debug:\n    msg: '{{ __vllm_server_config_hash }}'\n")
+    assert len(_uses_of_private_names(bad)) == 2

@@ -21,6 +21,15 @@ def _get(result: t.Optional[Result], key: str, default: t.Any = None) -> t.Any:
     return default if value is None else value
 
 
+def status_of(lock: t.Optional[Result], read: t.Optional[Result]) -> t.Dict[str, t.Any]:
+    """The reading a run acts on: the lock's (under the lock) once taken, else the one without the lock, else none."""
+    if isinstance((lock or {}).get("status"), t.Mapping):
+        return dict(lock["status"])
+    if read and "mode" in read:
+        return dict(read)
+    return {}
+
+
 def old_pid(status: Result) -> t.Optional[int]:
     """The server this run replaced: the one taken over, else the managed one that ran."""
     taken = status.get("takeover")
@@ -124,3 +133,16 @@ def failure(plan: Result, task: str, failed: Result, steps: t.Mapping[str, t.Opt
     undo += start_again(steps.get("status") or {}, steps.get("stopped"))
     return {"task": task or "?", "msg": failed.get("msg") or "no message", "log_tail": failed.get("log_tail") or [],
             "new_pid": ready.get("pid") if ready.get("pid") is not None else pid, "undo": undo}
+
+
+def rollback(host: str, plan: Result, steps: t.Mapping[str, t.Optional[Result]]) -> t.Dict[str, t.Any]:
+    """vllm_server_rollback_result: what the rollback entry point did (the run's result, the last known-good
+    configuration's hash and since when it is good, the new server's checks)."""
+    done, ready = steps.get("result") or {}, steps.get("ready") or {}
+    check = ready.get("check") or {}
+    good = (steps.get("last_good") or {}).get("summary") or {}
+    return {"host": host, "name": plan["name"], "action": done.get("action"), "config_hash": plan["config_hash"],
+            "good_since": good.get("since"), "env_shown": plan["env_shown"],
+            "pid": ready.get("pid") if ready.get("pid") is not None else done.get("pid"),
+            "ready_s": ready.get("elapsed_s"), "checks": check.get("checks") or [], "workers": check.get("workers") or [],
+            "stopped_pids": done.get("stopped_pids") or []}
