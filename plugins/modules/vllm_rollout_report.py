@@ -45,7 +45,7 @@ options:
   step:
     description: What to do, see the description.
     type: str
-    choices: [settings, judge, final]
+    choices: [settings, host, judge, final]
     default: judge
   settings:
     description:
@@ -54,6 +54,35 @@ options:
         above 0, a percentage above 0 such as C(25%), or a list of those) and C(repeats) (the benchmark's repeats, at least 2).
     type: dict
     default: {}
+  server:
+    description:
+      - With O(step=host), the host's new configuration - C(name), C(port), C(tensor_parallel_size), C(state) (the role's
+        variables of those names) - and C(host), the inventory name.
+      - The step fails, naming the host, when the host cannot be rolled out - no last known-good configuration to roll back to,
+        or a new port, a new size or a stop, which a rollout does not do.
+    type: dict
+    default: {}
+  last_good:
+    description: With O(step=host), the summary of the host's last known-good configuration (M(gpuops.fleet.vllm_last_good)'s RV(gpuops.fleet.vllm_last_good#module:summary)), null when none is kept.
+    type: dict
+  gated:
+    description:
+      - With O(step=judge), whether the batch is gated by its benchmark (the canary, or every batch with
+        C(vllm_rollout_benchmark_every_batch)). A batch that is not halts only when a host failed; nothing is written for it.
+    type: bool
+    default: true
+  so_far:
+    description: With O(step=judge), the rollout's reason before this batch (RV(rollout_reason) of the batch before).
+    type: str
+    default: ''
+  halted:
+    description: With O(step=final) and no O(outcome), whether a batch halted the rollout.
+    type: bool
+    default: false
+  reason:
+    description: With O(step=final) and no O(outcome), the rollout's reason (RV(rollout_reason) of the last batch).
+    type: str
+    default: ''
   batch:
     description: With O(step=judge), the batch's number (1 is the canary).
     type: int
@@ -73,8 +102,11 @@ options:
     type: dict
     default: {}
   fleet:
-    description: With O(step=final), what each host runs at the end, as C({host, runs, pid, note}) with C(runs) one of V(new),
-      V(good), V(other), V(down), V(unknown).
+    description:
+      - With O(step=final), what each host runs at the end, as C({host, runs, pid, note}) with C(runs) one of V(new), V(good),
+        V(other), V(down), V(unknown).
+      - An entry without C(runs) is judged from C(running), C(running_config_hash) and C(running_is_good) (as
+        M(gpuops.fleet.vllm_last_good) returns them) against C(config_hash), the new configuration's.
     type: list
     elements: dict
     default: []
@@ -84,7 +116,10 @@ options:
     elements: dict
     default: []
   outcome:
-    description: With O(step=final), C({status, reason}), the status one of V(passed), V(halted), V(check mode).
+    description:
+      - With O(step=final), C({status, reason}), the status one of V(passed), V(halted), V(check mode).
+      - Without it, decided from O(halted) and O(reason) (a halted rollout that left some hosts on the new configuration
+        says the fleet is mixed).
     type: dict
     default: {}
 seealso:
@@ -113,6 +148,10 @@ halt:
   description: With O(step=judge), whether a host of the batch regressed or failed.
   returned: always
   type: bool
+rollout_reason:
+  description: With O(step=judge), the rollout's reason after this batch (why it halts, or each gated batch that passed).
+  returned: always
+  type: str
 reason:
   description: With O(step=judge), the verdicts in words (each failing host's reason, or each host's figures when all passed).
   returned: always
@@ -151,11 +190,18 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import failure, finish
 from ansible_collections.gpuops.fleet.plugins.module_utils._rollout import page as rollout_page
 from ansible_collections.gpuops.fleet.plugins.module_utils._rollout import report as rollout_report
+from ansible_collections.gpuops.fleet.plugins.module_utils._rollout import course
 from ansible_collections.gpuops.fleet.plugins.module_utils._rollout.decision import RolloutError, check_settings
 
 ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "path": {"type": "path", "required": True},
-    "step": {"type": "str", "choices": ["settings", "judge", "final"], "default": "judge"},
+    "step": {"type": "str", "choices": ["settings", "host", "judge", "final"], "default": "judge"},
+    "server": {"type": "dict", "default": {}},
+    "last_good": {"type": "dict"},
+    "gated": {"type": "bool", "default": True},
+    "so_far": {"type": "str", "default": ""},
+    "halted": {"type": "bool", "default": False},
+    "reason": {"type": "str", "default": ""},
     "settings": {"type": "dict", "default": {}},
     "batch": {"type": "int", "default": 1},
     "hosts": {"type": "list", "elements": "str", "default": []},
@@ -177,21 +223,26 @@ def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]
 
 def build_report(params: t.Mapping[str, t.Any], check_mode: bool) -> t.Dict[str, t.Any]:
     path = params["path"]
-    result: t.Dict[str, t.Any] = {"changed": False, "halt": False, "reason": "", "hosts": [], "files": [], "summary_md": "",
+    result: t.Dict[str, t.Any] = {"changed": False, "halt": False, "reason": "", "rollout_reason": "", "hosts": [], "files": [], "summary_md": "",
                                   "screen": []}
     if params["step"] == "settings":
         result["settings"] = check_settings(params["settings"])
         return result
-    if params["step"] == "judge":
-        settings = check_settings(params["settings"])
-        if params["batch"] < 1:
-            raise RolloutError("batch=%r must be 1 or more" % params["batch"])
-        verdict = rollout_report.judge(path, params["batch"], params["hosts"], params["failures"], settings)
-        target = os.path.join(path, "batches", "%02d.json" % params["batch"])
-        result["changed"] = rollout_report.write(target, json.dumps(verdict, indent=2, sort_keys=True) + "\n", check_mode)
-        result.update(halt=verdict["halt"], reason=verdict["reason"], hosts=verdict["hosts"], settings=settings, files=[target])
+    if params["step"] == "host":
+        server = params.get("server") or {}
+        refusal = course.cannot_roll_out(str(server.get("host") or "?"), server, params.get("last_good"))
+        if refusal:
+            raise RolloutError(refusal)
         return result
-    report = rollout_report.build(path, params["plan"], params["fleet"], params["rollbacks"], params["outcome"])
+    if params["step"] == "judge":
+        return dict(result, **_judge(path, params, check_mode))
+    fleet = [dict(entry, runs=course.runs(entry.get("running"), entry.get("running_config_hash"), bool(entry.get("running_is_good")),
+                                          str(entry.get("config_hash"))))
+             if "runs" not in entry else dict(entry) for entry in params["fleet"]]
+    outcome = params["outcome"] or course.outcome(check_mode, bool(params.get("halted")), params.get("reason") or "",
+                                                  [entry["host"] for entry in fleet if entry["runs"] == "new"],
+                                                  (params["plan"] or {}).get("hosts") or [entry["host"] for entry in fleet])
+    report = rollout_report.build(path, params["plan"], fleet, params["rollbacks"], outcome)
     png, note = rollout_report.chart_png(report)
     report["chart"], report["chart_note"] = ("chart.png", "") if png else (None, note)
     summary = rollout_report.markdown(report)
@@ -207,6 +258,24 @@ def build_report(params: t.Mapping[str, t.Any], check_mode: bool) -> t.Dict[str,
         result["files"].append(target)
     result.update(summary_md=summary, screen=lines)
     return result
+
+
+def _judge(path: str, params: t.Mapping[str, t.Any], check_mode: bool) -> t.Dict[str, t.Any]:
+    """A gated batch judged by its gate (written to batches/NN.json); any batch's course: halt, and the rollout's reason."""
+    settings = check_settings(params["settings"])
+    if params["batch"] < 1:
+        raise RolloutError("batch=%r must be 1 or more" % params["batch"])
+    judged: t.Dict[str, t.Any] = {"settings": settings, "changed": False}
+    verdict = None
+    gated = params.get("gated", True)
+    if gated:
+        verdict = rollout_report.judge(path, params["batch"], params["hosts"], params["failures"], settings)
+        target = os.path.join(path, "batches", "%02d.json" % params["batch"])
+        judged.update(changed=rollout_report.write(target, json.dumps(verdict, indent=2, sort_keys=True) + "\n", check_mode),
+                      reason=verdict["reason"], hosts=verdict["hosts"], files=[target])
+    halt, reason = course.batch_course(params["batch"], params["hosts"], gated, verdict, params["failures"], params.get("so_far") or "")
+    judged.update(halt=halt, rollout_reason=reason)
+    return judged
 
 
 def main() -> None:

@@ -54,3 +54,29 @@ def test_check_mode_writes_nothing(tmp_path):
 def test_bad_settings_fail_naming_the_variable(tmp_path):
     with pytest.raises(RolloutError, match="vllm_rollout_serial=0"):
         build_report(params(tmp_path, step="settings", settings=dict(SETTINGS, serial=0)), False)
+
+
+def test_a_host_that_cannot_be_rolled_out_fails_the_host_step_naming_it(tmp_path):
+    server = {"host": "n1", "name": "vllm-8000", "port": 8000, "tensor_parallel_size": 2, "state": "started"}
+    assert not build_report(params(tmp_path, step="host", server=server, last_good={"port": 8000, "gpus": [0, 1]}), False)["halt"]
+    with pytest.raises(RolloutError, match="nothing was touched: n1: no last known-good configuration is kept for vllm-8000"):
+        build_report(params(tmp_path, step="host", server=server, last_good=None), False)
+
+
+def test_a_batch_without_a_gate_writes_nothing_and_halts_on_a_failed_host(tmp_path):
+    failed = {"host": "n2", "task": "Launch the server", "msg": "boom"}
+    judged = build_report(params(tmp_path, batch=2, hosts=["n2"], gated=False, failures=[failed], so_far="batch 1 passed"), False)
+    assert judged["halt"] and judged["rollout_reason"].startswith("batch 2 failed its gate: n2: Launch the server: boom.")
+    assert not (tmp_path / "batches").exists()
+    passed = build_report(params(tmp_path, batch=2, hosts=["n2"], gated=False, so_far="batch 1 passed"), False)
+    assert not passed["halt"] and passed["rollout_reason"] == "batch 1 passed"
+
+
+def test_the_final_step_tells_what_runs_where_and_a_mixed_fleet(tmp_path):
+    fleet = [{"host": "n1", "running": True, "running_config_hash": "new", "running_is_good": False, "config_hash": "new", "pid": 7},
+             {"host": "n2", "running": False, "running_config_hash": None, "running_is_good": False, "config_hash": "new", "pid": None}]
+    final = build_report(params(tmp_path, step="final", plan={"hosts": ["n1", "n2"], "dir": str(tmp_path)}, fleet=fleet,
+                                halted=True, reason="batch 2 failed its gate: n2."), False)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [entry["runs"] for entry in report["fleet"]] == ["new", "down"], report["fleet"]
+    assert "The fleet is MIXED: n1 run the new configuration" in final["summary_md"]
