@@ -7,9 +7,14 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: vllm_ready
-short_description: Wait until a vLLM server answers /health, and fail within seconds when it dies instead
+short_description: Wait until a just-launched vLLM server is ready, check it, keep it as last known-good, release its lock
 version_added: 0.2.0
 description:
+  - The end of a launch, in one module run on the host - four jobs, each after the one before succeeded - (1) wait until
+    the server is ready and generates, (2) with O(check), check that it is the server that was launched (its own workers
+    hold its GPUs, with its environment), (3) with O(mark_good), keep its configuration as the last known-good one, (4) with
+    O(release_lock), release the run's lock. A failure at any of them leaves the later ones undone (the lock kept, for the
+    undo). They share one module start-up because a restart's budget on the host is six module runs.
   - Polls C(GET /health) of the server every O(interval) seconds until it answers HTTP 200, then, with O(model), until
     C(/v1/models) lists that model.
   - Watches the server while it waits (the process O(pid) started at O(create_time), the systemd O(unit), or the container's main

@@ -63,7 +63,9 @@ options:
     type: dict
     default: {}
   last_good:
-    description: With O(step=host), the summary of the host's last known-good configuration (M(gpuops.fleet.vllm_last_good)'s RV(gpuops.fleet.vllm_last_good#module:summary)), null when none is kept.
+    description:
+      - With O(step=host), the summary of the host's last known-good configuration
+        (RV(gpuops.fleet.vllm_last_good#module:summary)), null when none is kept.
     type: dict
   gated:
     description:

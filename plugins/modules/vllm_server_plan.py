@@ -32,7 +32,7 @@ attributes:
 options:
   good:
     description:
-      - For a rollback, the result of M(gpuops.fleet.vllm_last_good) with O(gpuops.fleet.vllm_last_good#module:include_values=true):
+      - For a rollback, the result of M(gpuops.fleet.vllm_last_good) with O(gpuops.fleet.vllm_last_good#module:include_values=true);
         the command line, environment, GPUs, served name, model and container then come from its C(config), never from
         the variables.
       - Refused (nothing is stopped) when none is kept, or when it would move the server (another launch mode, GPU count or

@@ -189,8 +189,9 @@ def build(variables: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.An
     url = "http://%s:%d" % (text(variables.get("vllm_server_health_host")), port)
     key = api_key(variables, secrets["api_key"], env)
     # what the role shows of the environment: the operator's variables (CUDA_VISIBLE_DEVICES is the GPUs, shown apart)
-    shown_env = dict(good["env"]) if good else dict(mapping(variables.get("vllm_server_env")),
-                                                     **mapping(variables.get("vllm_server_env_overrides")))
+    shown_env = mapping(variables.get("vllm_server_env"))
+    shown_env.update(mapping(variables.get("vllm_server_env_overrides")))
+    shown_env = dict(good["env"]) if good else shown_env
     digest = config_hash(argv, env, gpus, container)
     state = text(variables.get("vllm_server_state")) or "started"
     generate = generate_args(variables, url, served, key)

@@ -37,8 +37,8 @@ def _containers(boxes: t.Sequence[t.Mapping[str, t.Any]]) -> str:
     named = []
     for box in boxes:
         pod = ", pod %s" % box["pod_uid"] if box.get("pod_uid") else ""
-        named.append("%s container %s%s on GPU %s" % (box.get("runtime"), box.get("name") or str(box.get("id") or "")[:12], pod,
-                                                     ",".join(str(gpu) for gpu in box.get("gpus") or [])))
+        gpus = ",".join(str(gpu) for gpu in box.get("gpus") or [])
+        named.append("%s container %s%s on GPU %s" % (box.get("runtime"), box.get("name") or str(box.get("id") or "")[:12], pod, gpus))
     return "; ".join(named)
 
 

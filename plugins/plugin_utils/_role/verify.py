@@ -61,8 +61,9 @@ def judge(plan: t.Mapping[str, t.Any], gpus: t.Sequence[Gpu], alone: t.Sequence[
 def _holder_line(proc: t.Mapping[str, t.Any]) -> str:
     used = proc.get("used_memory_mib")
     hidden = "" if proc.get("visible", True) else "  (not visible in this PID namespace)"
-    return "    PID %s  %s  %s MiB  user %s%s  %s" % (proc.get("pid"), proc.get("name") or "?", "N/A" if used is None else used,
-                                                   proc.get("username") or "?", hidden, " ".join(proc.get("cmdline") or [])[:100])
+    fields = (proc.get("pid"), proc.get("name") or "?", "N/A" if used is None else used, proc.get("username") or "?", hidden,
+              " ".join(proc.get("cmdline") or [])[:100])
+    return "    PID %s  %s  %s MiB  user %s%s  %s" % fields
 
 
 def busy_text(host: str, plan: t.Mapping[str, t.Any], busy: t.Sequence[Gpu], reclaim_msg: t.Optional[str], held: str) -> str:
