@@ -19,8 +19,8 @@ from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import NvmlSession
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import pid_trust as _pid_trust, process_table as _process_table
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import ContainerRef
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import containers as _containers, reclaim as _reclaim
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.reclaim import RESPAWN_WINDOW_S
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import containers as _containers, lineage as _lineage, reclaim as _reclaim
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.lineage import RESPAWN_WINDOW_S
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import run_reclaim
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import build_spec, SpecError
 from ansible_collections.gpuops.fleet.plugins.modules import gpu_reclaim
@@ -908,7 +908,7 @@ class Daemonizing(Host):
         self.timers = []
         cgroups = {300: SCOPE, 301: cgroup}
         monkeypatch.setattr(_reclaim, "read_cgroup", lambda pid: cgroups.get(pid, "/system.slice/other.service"))
-        monkeypatch.setattr(_reclaim, "_boot_offset", lambda psutil, clock: OFFSET)
+        monkeypatch.setattr(_lineage, "_boot_offset", lambda psutil, clock: OFFSET)
 
     def release(self, pid):
         super().release(pid)
@@ -959,7 +959,7 @@ def test_a_new_process_of_another_cgroup_below_pid_1_costs_no_wait(monkeypatch):
 
 def test_a_target_whose_cgroup_was_not_read_matches_any(monkeypatch):
     """Beyond CGROUP_READS targets the cgroup is not read before the signals: what they leave is watched, never missed."""
-    monkeypatch.setattr(_reclaim, "CGROUP_READS", 0)
+    monkeypatch.setattr(_lineage, "CGROUP_READS", 0)
     host = Daemonizing(monkeypatch, 40000, cgroup="/system.slice/cron.service")
     result = run_module(monkeypatch, host, RUN)
     for timer in host.timers:
