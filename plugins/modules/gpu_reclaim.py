@@ -435,18 +435,18 @@ killed:
       returned: always
       sample: 4242
     name:
-      description: Name (the process title where one is set).
+      description: Its name (the process title where one is set).
       type: str
       returned: always
       sample: VLLM::Worker_TP0
     cmdline:
-      description: Command line words.
+      description: Its command line words (secret arguments masked).
       type: list
       elements: str
       returned: always
       sample: [VLLM::Worker_TP0]
     username:
-      description: Owner.
+      description: Its owner.
       type: str
       returned: always
       sample: vllm
@@ -610,7 +610,7 @@ foreign:
   elements: dict
   contains:
     pid:
-      description: PID of the holder.
+      description: PID.
       type: int
       returned: always
       sample: 1234
@@ -620,7 +620,7 @@ foreign:
       returned: always
       sample: VLLM::Worker_TP0
     cmdline:
-      description: Its command line words.
+      description: Its command line words (secret arguments masked).
       type: list
       elements: str
       returned: always
@@ -719,8 +719,26 @@ survivors:
       type: int
       returned: always
     name:
-      description: Name.
+      description: Its name (the process title where one is set).
       type: str
+      returned: always
+    cmdline:
+      description: Its command line words (secret arguments masked).
+      type: list
+      elements: str
+      returned: always
+    username:
+      description: Its owner.
+      type: str
+      returned: always
+    role:
+      description: As RV(killed[].role).
+      type: str
+      returned: always
+    gpus:
+      description: Indices of the selected GPUs it held.
+      type: list
+      elements: int
       returned: always
     signal:
       description: The last signal sent to it.

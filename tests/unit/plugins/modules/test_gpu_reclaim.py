@@ -12,6 +12,7 @@ import time
 import types
 
 import pytest
+import yaml
 from ansible.module_utils import basic
 
 from ansible_collections.gpuops.fleet.plugins.doc_fragments import nvml as nvml_fragment
@@ -248,6 +249,7 @@ def test_survivor_fails_naming_it_with_its_state_and_evidence(monkeypatch):
     assert result["failed"] is True and result["verified"] is False and result["changed"] is True
     assert "GPU 1: pid 1011 (VLLM::Worker_TP1, state disk-sleep) holds %d MiB: still there after every signal" % INCIDENT_MIB in result["msg"]
     assert [(s["pid"], s["signal"]) for s in result["survivors"]] == [(1011, "SIGKILL")]
+    assert set(result["survivors"][0]) == set(yaml.safe_load(gpu_reclaim.RETURN)["survivors"]["contains"]), "every key documented"
     assert [s["pid"] for s in result["evidence"]["survivors"]] == [1011]
     assert result["evidence"]["survivors"][0]["state"] == "disk-sleep"
     assert result["evidence"]["survivors"][0]["parents"] == [{"pid": 1, "name": "systemd"}], "its launchers are gone: adopted by PID 1"
@@ -423,6 +425,16 @@ def test_bad_input_fails_before_anything_is_read(monkeypatch, args, option):
     assert "changed" not in result or result["changed"] is False
     values = args[option] if isinstance(args[option], list) else [args[option]]
     assert any(repr(value)[:40] in result["msg"] for value in values) or "empty" in result["msg"], result["msg"]
+
+
+def test_every_list_of_processes_documents_a_process_alike():
+    """killed, foreign, left_alone and survivors each list processes: each documents a process's pid, name, cmdline and
+    username in the same words (RETURN has no doc fragments, so the words are held alike here)."""
+    returned = yaml.safe_load(gpu_reclaim.RETURN)
+    for key in ("pid", "name", "cmdline", "username"):
+        documented = [{k: v for k, v in returned[name]["contains"][key].items() if k != "sample"}
+                      for name in ("killed", "foreign", "left_alone", "survivors")]
+        assert all(option == documented[0] for option in documented), (key, documented)
 
 
 def test_documented_options_are_the_argument_spec_and_build_spec_defaults():
