@@ -188,4 +188,3 @@ def test_check_suboptions_are_documented_as_vllm_server_check_documents_its_own(
     assert set(check) == {"gpus", "tensor_parallel_size", "env", "secret_env"}
     for name, option in check.items():
         assert option == json.loads(json.dumps(own[name]).replace("O(env)", "O(check.env)")), name
-
