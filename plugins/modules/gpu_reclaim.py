@@ -710,36 +710,11 @@ survivors:
   description:
     - Signalled processes still running after the last step of the ladder, and zombies that NVML still lists
       (they exited but their memory was not released).
+    - Each with the keys of RV(killed) but its outcome (C(pid), C(name), C(cmdline), C(username), C(role), C(gpus)), and these.
   returned: when not in check mode
   type: list
   elements: dict
   contains:
-    pid:
-      description: PID.
-      type: int
-      returned: always
-    name:
-      description: Its name (the process title where one is set).
-      type: str
-      returned: always
-    cmdline:
-      description: Its command line words (secret arguments masked).
-      type: list
-      elements: str
-      returned: always
-    username:
-      description: Its owner.
-      type: str
-      returned: always
-    role:
-      description: As RV(killed[].role).
-      type: str
-      returned: always
-    gpus:
-      description: Indices of the selected GPUs it held.
-      type: list
-      elements: int
-      returned: always
     signal:
       description: The last signal sent to it.
       type: str
