@@ -225,7 +225,7 @@ def detached_text(pid: int, forker: t.Optional[int], offset: t.Optional[float], 
         "stop what respawns it, or end it" % how
 
 
-class Watch:  # pylint: disable=too-many-instance-attributes
+class Watch:
     """The lineage of what one run ends (see above), from its plan to its verification: the live parents of targets that
     could respawn one (``parents``: pid -> plan-time row; ``parent_gpus``: the selected GPUs their ended children held),
     the new processes of that lineage this run does not end (``candidates``: pid -> row, why, when first seen), what

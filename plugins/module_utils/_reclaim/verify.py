@@ -314,7 +314,7 @@ def why_left(outcome: Outcome) -> t.Tuple[str, bool]:
     return "still there after every signal", True
 
 
-class Verification:  # pylint: disable=too-many-instance-attributes
+class Verification:
     """Poll fresh NVML readings until every selected GPU reads free and stays so for the settle window, only
     lasting problems remain, or ``timeout`` (the last reading may come up to the window after it).
 
