@@ -435,18 +435,18 @@ killed:
       returned: always
       sample: 4242
     name:
-      description: Name (the process title where one is set).
+      description: Its name (the process title where one is set).
       type: str
       returned: always
       sample: VLLM::Worker_TP0
     cmdline:
-      description: Command line words.
+      description: Its command line words (secret arguments masked).
       type: list
       elements: str
       returned: always
       sample: [VLLM::Worker_TP0]
     username:
-      description: Owner.
+      description: Its owner.
       type: str
       returned: always
       sample: vllm
@@ -610,7 +610,7 @@ foreign:
   elements: dict
   contains:
     pid:
-      description: PID of the holder.
+      description: PID.
       type: int
       returned: always
       sample: 1234
@@ -620,7 +620,7 @@ foreign:
       returned: always
       sample: VLLM::Worker_TP0
     cmdline:
-      description: Its command line words.
+      description: Its command line words (secret arguments masked).
       type: list
       elements: str
       returned: always
@@ -710,18 +710,11 @@ survivors:
   description:
     - Signalled processes still running after the last step of the ladder, and zombies that NVML still lists
       (they exited but their memory was not released).
+    - Each with the keys of RV(killed) but its outcome (C(pid), C(name), C(cmdline), C(username), C(role), C(gpus)), and these.
   returned: when not in check mode
   type: list
   elements: dict
   contains:
-    pid:
-      description: PID.
-      type: int
-      returned: always
-    name:
-      description: Name.
-      type: str
-      returned: always
     signal:
       description: The last signal sent to it.
       type: str

@@ -108,7 +108,8 @@ options:
     type: dict
     suboptions:
       gpus:
-        description: Indices of the GPUs the server was given.
+        description:
+          - Indices of the GPUs the server was given (as in C(CUDA_VISIBLE_DEVICES)).
         type: list
         elements: int
         required: true

@@ -46,7 +46,7 @@ options:
     type: int
     required: true
   env:
-    description: Environment variables the server process must have, with these values.
+    description: Environment variables the server process must have, with these values (secret values never shown).
     type: dict
     default: {}
   secret_env:

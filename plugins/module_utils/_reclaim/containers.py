@@ -31,6 +31,7 @@ Private to this collection: the API may change without notice.
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import time
 import typing as t
@@ -42,6 +43,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._host.container impor
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import inspect_argv, parse_container, run_cli, starts_again
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import Target
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import CONTAINER_RESTART_DISABLE, CONTAINERS_STOP, ReclaimSpec
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.verify import Problem, Reading, Signalled
 
 # how long a runtime's stop may take beyond its own -t (the runtime's SIGKILL, its clean-up) before it is given up
 STOP_SLACK_S = 30.0
@@ -155,6 +157,19 @@ def set_apart(targets: t.Sequence[Target], container_of: ContainerOf,
             continue
         held.setdefault((ref.runtime, ref.container_id), HeldContainer(ref)).targets.append(target)
     return host, list(held.values())
+
+
+def hold(targets: t.Sequence[Target], container_of: ContainerOf, spec: ReclaimSpec,
+         check_mode: bool) -> t.Tuple[t.List[Target], t.List[HeldContainer]]:
+    """set_apart() for a run, this module's own container read now. In check mode, the caller's own containers
+    (``managed_containers``), which the caller stops itself before the real run: a check run counts their processes as
+    that stop's; a real run refuses them or stops them through their runtime like any other."""
+    host, held = set_apart(targets, container_of, container_of(os.getpid()))
+    if check_mode and spec.managed_containers:
+        mine = [container for container in held if container.id.startswith(tuple(spec.managed_containers))]
+        host += [target for container in mine for target in container.targets]
+        held = [container for container in held if container not in mine]
+    return host, held
 
 
 class Runtimes:
@@ -313,3 +328,73 @@ def running_again(held: t.Sequence[HeldContainer], runtimes: Runtimes) -> t.List
 def may_restart(held: t.Sequence[HeldContainer]) -> bool:
     """A stopped container has a restart policy under which its runtime starts it when it exits by itself."""
     return any(container.stopped and container.restart_policy in RESTARTS_ON_EXIT for container in held)
+
+
+def stop_all(held: t.Sequence[HeldContainer], runtimes: Runtimes, spec: ReclaimSpec, time_left: float, clock: t.Callable[[], float]) -> float:
+    """Stop every container that runs targets through its runtime (its -t: ``grace``, at most ``time_left``), then,
+    with ``container_restart: disable``, set its restart policy to no. When the stops ended, on ``clock``."""
+    stop(held, runtimes, stop_seconds(spec.grace, time_left), clock)
+    if spec.container_restart == CONTAINER_RESTART_DISABLE:
+        disable_restart(held, runtimes)
+    return clock()
+
+
+def stopped_pids(held: t.Sequence[HeldContainer]) -> Signalled:
+    """The targets of the stopped containers, each with why NVML may still list it and whether waiting may help (the
+    verification takes them for this run's, as a signalled target)."""
+    found: t.Dict[int, t.Tuple[str, bool]] = {}
+    for container in held:
+        if container.stop_error is not None:
+            why = (container.stop_error, False)
+        else:
+            why = ("its %s was stopped through %s, yet NVML still lists it" % (container.label(), container.runtime), True)
+        found.update((pid, why) for pid in container.pids)
+    return found
+
+
+def problems_after(held: t.Sequence[HeldContainer], runtimes: Runtimes, after: t.Mapping[int, Reading]) -> t.List[Problem]:
+    """After the verification: a container that still runs after its stop (when NVML no longer names its holders), one
+    its runtime started again, one whose restart policy could not be set to no. Each fails the GPUs it held."""
+    problems: t.List[Problem] = []
+    listed = {index: {holder.pid for holder in reading.holders} for index, reading in after.items()}
+    for container in held:
+        if container.stop_error is not None:
+            problems += [Problem(gpu, "GPU %d: %s %s: %s" % (gpu, container.label(), container.holding(), container.stop_error), False)
+                         for gpu in container.gpus if gpu in after and not listed[gpu] & set(container.pids)]
+        if container.policy_error is not None:
+            problems += [Problem(gpu, "GPU %d: %s was stopped, but its restart policy (%s) is not no: %s" % (
+                gpu, container.label(), container.restart_policy, container.policy_error), False) for gpu in container.gpus if gpu in after]
+    for container, text in running_again(held, runtimes):
+        problems += [Problem(gpu, "GPU %d: %s" % (gpu, text), False) for gpu in container.gpus if gpu in after]
+    return problems
+
+
+def fact_of(pid: int, held: t.Sequence[HeldContainer], container_of: ContainerOf, runtimes: Runtimes) -> t.Optional[t.Dict[str, t.Any]]:
+    """The container of ``pid`` (runtime, id, name, image; pod_uid for Kubernetes), None when it runs in none."""
+    for container in held:
+        if pid in container.pids:
+            return container.fact()
+    ref = container_of(pid)
+    if ref is None:
+        return None
+    found = HeldContainer(ref)
+    if ref.runtime != KUBERNETES:
+        found.state, _error = runtimes.inspect(ref.runtime, ref.container_id)
+    return found.fact()
+
+
+def restart_warnings(held: t.Sequence[HeldContainer], runtimes: Runtimes) -> t.List[str]:
+    """For each container stopped (check mode: to stop) whose runtime may start it again by itself, when and how."""
+    warnings = []
+    for container in held:
+        policy = container.after.restart_policy if container.after is not None and container.after.restart_policy else container.restart_policy
+        again = starts_again(container.runtime, policy)
+        if again is None:
+            continue
+        if runtimes.can_disable_restart(container.runtime):
+            how = "set container_restart: disable (%s update --restart=no), or remove the container" % container.runtime
+        else:
+            how = "remove the container (this %s cannot change a restart policy), or recreate it with --restart=no" % container.runtime
+        warnings.append("%s stays stopped until its runtime starts it again: %s; %s, to keep it from taking GPU %s again" % (
+            container.label(), again, how, ", ".join(str(gpu) for gpu in container.gpus)))
+    return warnings

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import typing as t
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.devices import device_holders
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.procfs import wchan
 
 KERNEL_LOGS = ("/var/log/kern.log", "/var/log/messages", "/var/log/syslog")
@@ -49,3 +50,13 @@ def xid_lines(paths: t.Sequence[str] = KERNEL_LOGS, limit: int = 20) -> t.List[s
             continue
         return [line for line in data.splitlines() if XID_MARK in line][-limit:]
     return []
+
+
+def collect(psutil: t.Any, pids: t.Iterable[int], container_fact: t.Callable[[int], t.Optional[t.Mapping[str, t.Any]]]) -> t.Dict[str, t.Any]:
+    """The result's ``evidence``: each process left (survivor(), with its container: ``container_fact(pid)``), the
+    device holders, the Xid lines."""
+    return {
+        "survivors": [survivor(psutil, pid, container_fact(pid)) for pid in sorted(pids)],
+        "device_holders": device_holders(psutil),
+        "xid": xid_lines(),
+    }

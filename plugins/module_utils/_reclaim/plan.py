@@ -19,9 +19,18 @@ from __future__ import annotations
 
 import typing as t
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import NvmlSession
+from ansible_collections.gpuops.fleet.plugins.module_utils._host import pid_trust as _pid_trust
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.process_table import ProcessTable, protected_pids
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import describe_process
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.owner import FOREIGN, GetSid, Ownership, Verdict, getsid
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import ReclaimSpec, always_excluded, is_excluded, matches_any
+
+if t.TYPE_CHECKING:
+    from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.verify import Reading
+
+Readings = t.Mapping[int, "Reading"]
 
 
 class Target(t.NamedTuple):
@@ -181,3 +190,98 @@ def plan_targets(psutil: t.Any, spec: ReclaimSpec, holders: t.Mapping[int, t.Dic
                                    role, depth, sorted(chosen.get(tpid, {}).get("gpus", [])))
     ordered = sorted(targets.values(), key=lambda tg: (tg.role != "launcher", tg.depth, tg.pid))
     return Plan(ordered, left_alone, warnings, foreign, on_purpose)
+
+
+class Descriptions:
+    """What psutil says of each PID, described once: from the plan's process table (one scan of /proc, ``table``) while
+    planning, else fresh. ``before``: what was described by the end of the plan; fresh() forgets the rest."""
+
+    def __init__(self, psutil: t.Any) -> None:
+        self.psutil = psutil
+        self.table: t.Optional[ProcessTable] = None
+        self.planning = True
+        self.cache: t.Dict[int, t.Dict[str, t.Any]] = {}
+        self.before: t.Dict[int, t.Dict[str, t.Any]] = {}
+
+    def __call__(self, pid: int) -> t.Dict[str, t.Any]:
+        if pid not in self.cache:
+            row = self.table.info.get(pid) if self.table is not None and self.planning else None
+            if row is None:
+                self.cache[pid] = describe_process(self.psutil, pid)
+            else:
+                self.cache[pid] = {"name": row["name"], "cmdline": row["cmdline"], "username": row["username"],
+                                   "state": row["status"], "ppid": row["ppid"], "create_time": row["create_time"], "visible": True}
+        return self.cache[pid]
+
+    def planned(self) -> None:
+        """The plan is made: what is described from now on is described fresh, and what was is kept as ``before``."""
+        self.planning = False
+        self.before = dict(self.cache)
+
+    def fresh(self) -> None:
+        """Forget every description: a fresh reading means fresh process states too."""
+        self.cache.clear()
+
+    def state(self, pid: int) -> t.Optional[str]:
+        """The state of ``pid`` as the plan's process table has it, else as described."""
+        if self.table is not None and pid in self.table.info:
+            return self.table.info[pid].get("status")
+        return self(pid)["state"]
+
+
+def gpu_holders(session: NvmlSession, readings: Readings, describe: t.Callable[[int], t.Dict[str, t.Any]]) -> t.Dict[int, t.Dict[str, t.Any]]:
+    """The visible holders of ``readings`` (pid -> its description, with the selected GPUs it holds as ``gpus``) that NVML
+    still lists after they were described. NVML gives no start time: a holder that exited between the NVML reading and
+    psutil's look at its PID may have left that PID to an unrelated process."""
+    holders: t.Dict[int, t.Dict[str, t.Any]] = {}
+    for reading in readings.values():
+        for holder in reading.holders:
+            info = describe(holder.pid)
+            if info["visible"]:
+                holders.setdefault(holder.pid, dict(info, gpus=[]))["gpus"].append(reading.index)
+    confirmed: t.Set[int] = set()
+    for reading in readings.values():
+        if reading.error is None:
+            try:
+                confirmed.update(holder.pid for holder in session.holders(reading.index))
+            except NvmlError:
+                pass  # the GPU stopped answering: the verification reports it
+    return {pid: info for pid, info in holders.items() if pid in confirmed}
+
+
+def outside_holders(session: NvmlSession, selected: t.Container[int]) -> t.Tuple[t.Dict[int, t.List[int]], t.List[str]]:
+    """The holders of the GPUs outside ``selected`` (pid -> those GPUs), and a warning for each such GPU that could not be read."""
+    others: t.Dict[int, t.List[int]] = {}
+    unread: t.List[str] = []
+    for index in range(session.count):
+        if index in selected:
+            continue
+        try:
+            for holder in session.holders(index):
+                others.setdefault(holder.pid, []).append(index)
+        except NvmlError as exc:
+            unread.append("GPU %d (outside `gpus`) could not be read, so a launcher tree ended here may also hold it: %s" % (index, exc))
+    return others, unread
+
+
+def unverifiable(readings: Readings, holders: t.Mapping[int, t.Any], others: t.Mapping[int, t.List[int]],
+                 describe: t.Callable[[int], t.Dict[str, t.Any]], table: t.Optional[ProcessTable]) -> t.Dict[int, str]:
+    """Holders that may not be signalled on NVML's word alone (see _host/pid_trust.py): pid -> why."""
+    if not holders:
+        return {}
+    missing = {h.pid for reading in readings.values() for h in reading.holders if not describe(h.pid)["visible"]}
+    missing |= {pid for pid in others if not (table is not None and pid in table.info) and not describe(pid)["visible"]}
+    trust = _pid_trust.assess(missing)
+    return {pid: trust.reason(pid, holders[pid]["name"]) for pid in sorted(holders) if not trust.verified(pid)}
+
+
+def process_groups(targets: t.Sequence[Target], protected: t.Iterable[int], getpgid: t.Callable[[int], t.Optional[int]]) -> t.Dict[int, int]:
+    """The targets' process groups (a process the targets fork during the ladder shares one), each -> its first target
+    (launchers first: a group's first target is the one a member of it came from); never a group of ours, nor 0 or 1."""
+    ours = {getpgid(pid) for pid in protected if pid > 1}
+    groups: t.Dict[int, int] = {}
+    for target in targets:
+        pgid = getpgid(target.pid)
+        if pgid not in ours and pgid not in (None, 0, 1):
+            groups.setdefault(t.cast(int, pgid), target.pid)
+    return groups

@@ -312,6 +312,11 @@ def is_excluded(spec: ReclaimSpec, name: t.Optional[str], cmdline: t.Optional[t.
     return always_excluded(name, cmdline) is not None or matches_any(spec.exclude, name, cmdline)
 
 
+def excluder(spec: ReclaimSpec) -> t.Callable[[t.Mapping[str, t.Any]], bool]:
+    """is_excluded() of a process's description (its name and cmdline), as verify.py's judgements ask it."""
+    return lambda info: is_excluded(spec, info["name"], info["cmdline"])
+
+
 def matches_any(patterns: t.Sequence[t.Pattern[str]], name: t.Optional[str], cmdline: t.Optional[t.Sequence[str]]) -> bool:
     """True when a pattern finds the process name or its command line (words joined by spaces)."""
     texts = [name or "", " ".join(cmdline or [])]

@@ -12,12 +12,21 @@ Private to this collection: the API may change without notice.
 
 from __future__ import annotations
 
+import time
 import typing as t
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import Holder, Memory, NvmlSession
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import Holder, Memory, NvmlSession, renew
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.pid_trust import UNVERIFIABLE
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import START_TIME_TOLERANCE_S
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.ladder import Outcome, run_ladder
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.lineage import RESPAWN_WINDOW_S, Watch
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import Descriptions
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import AUTO, ReclaimSpec, excluder
+
+VERIFY_POLL_S = 0.02
+# why NVML may still list a process that this run ended (or stopped with its container), and whether waiting may help
+Signalled = t.Mapping[int, t.Tuple[str, bool]]
 
 
 class Reading(t.NamedTuple):
@@ -292,3 +301,138 @@ def predict(reading: Reading, threshold_mib: int, going: t.Mapping[int, t.Option
             failures.append("GPU %d: %d MiB would stay used with no process holding it (above memory_threshold_mib %d): "
                             "memory held by no process" % (reading.index, used, threshold_mib))
     return Prediction(used, remaining, failures)
+
+
+def why_left(outcome: Outcome) -> t.Tuple[str, bool]:
+    """Why a target is still listed by NVML, and whether waiting may help."""
+    if outcome.error is not None:
+        return outcome.error, False
+    if outcome.ended == "zombie" and outcome.signal is None:
+        return "a zombie before any signal: its parent has not reaped it and the driver still holds its memory", True
+    if outcome.ended not in (None, "exited", "zombie"):
+        return outcome.ended, True
+    return "still there after every signal", True
+
+
+class Verification:
+    """Poll fresh NVML readings until every selected GPU reads free and stays so for the settle window, only
+    lasting problems remain, or ``timeout`` (the last reading may come up to the window after it).
+
+    Every poll also looks at the lineage of what was ended (lineage.py Watch.discover): a respawn found there is ended
+    at once through the same ladder, and the window starts again. The window: ``settle`` seconds (a fixed number), or
+    with ``settle: auto``, RESPAWN_WINDOW_S after the last change in the lineage, and only while a parent that could
+    respawn a holder (lineage.py respawners) is alive or a process it forked that this run does not end still runs;
+    otherwise the first free reading is the verification.
+
+    Before the first of these readings the module's NVML session is shut down and a new one opened (see _gpu/nvml.py
+    renew): what verifies does not rely on the session that planned and watched the ladder. ``fresh_at``: when that
+    session was opened (seconds in; None when it could not be); ``waited``: how long the GPUs read free before they
+    counted as verified."""
+
+    def __init__(self, session: NvmlSession, psutil: t.Any, spec: ReclaimSpec, clock: t.Callable[[], float], start: float,
+                 watch: Watch, describe: Descriptions, on_purpose: OnPurpose) -> None:
+        self.session, self.psutil, self.spec, self.clock, self.start = session, psutil, spec, clock, start
+        self.watch, self.describe, self.on_purpose = watch, describe, on_purpose
+        self.deadline = start + spec.timeout
+        self.fresh_at: t.Optional[float] = None
+        self.waited = 0.0
+        self._uuids: t.Dict[int, str] = {}  # index -> UUID, as the verification's session read it
+
+    def run(self, before: t.Mapping[int, Reading], left_alone: t.Mapping[int, str], outcomes: t.Sequence[Outcome],
+            stopped: Signalled, restart_at: t.Optional[float]) -> t.Tuple[t.Dict[int, Reading], t.List[Problem], t.List[Outcome]]:
+        """The last readings, what keeps each GPU from being free, and every outcome (the respawns ended last). ``left_alone``:
+        the plan's; ``stopped``: the targets of the containers stopped (containers.py stopped_pids); ``restart_at``: when
+        their stops ended, if a runtime may start one again as it exits (the window then waits for it)."""
+        indices = sorted(before)
+        outcomes = list(outcomes)
+        # every reading that verifies comes through an NVML session of its own, opened after the module's was shut down
+        opened = round(self.clock() - self.start, 3)
+        try:
+            self.session = renew(self.session)
+            self.fresh_at = opened
+        except NvmlError as exc:
+            after = {index: Reading(index, None, None, [], "GPU %d: %s" % (index, exc)) for index in indices}
+            return after, [Problem(index, after[index].error or "", False) for index in indices], outcomes
+        return self._poll(before, left_alone, outcomes, stopped, restart_at)
+
+    def _poll(self, before: t.Mapping[int, Reading], left_alone: t.Mapping[int, str], outcomes: t.List[Outcome],
+              stopped: Signalled, restart_at: t.Optional[float]) -> t.Tuple[t.Dict[int, Reading], t.List[Problem], t.List[Outcome]]:
+        indices = sorted(before)
+        free_since: t.Optional[float] = None
+        quiet_since = self.clock()  # the ladder's end: the slowest target's exit, or its last signal
+        signalled: t.Dict[int, t.Tuple[str, bool]] = {}
+        settling: t.Set[int] = set()
+        counted = -1
+        while True:
+            if self._end_respawns(outcomes):
+                quiet_since, free_since = self.clock(), None
+            if counted != len(outcomes):
+                # every target is ours: one NVML still lists after it exited (signalled or not) is the driver lagging behind
+                signalled = {o.target.pid: why_left(o) for o in outcomes}
+                signalled.update(stopped)
+                settling = {index for index in indices if any(holder.pid in signalled for holder in before[index].holders)}
+                counted = len(outcomes)
+            after, problems = self._judged(indices, before, left_alone, signalled, settling)
+            now = self.clock()
+            if not problems:
+                if free_since is None:
+                    free_since = now
+                wait = self._window(now, free_since, quiet_since, restart_at)
+                if wait <= 0 or now >= self.deadline:
+                    self.waited = round(now - free_since, 3)
+                    return after, problems, outcomes
+                time.sleep(min(VERIFY_POLL_S, wait))
+                continue
+            free_since = None
+            if not any(p.waitable for p in problems) or now >= self.deadline:
+                return after, problems, outcomes
+            time.sleep(VERIFY_POLL_S)
+
+    def _end_respawns(self, outcomes: t.List[Outcome]) -> bool:
+        """End at once, through the ladder, what the lineage of ``outcomes`` respawned since the last look (their outcomes
+        join ``outcomes``); whether there was any."""
+        if not outcomes or self.watch.table is None:
+            return False
+        found = self.watch.discover({o.target.pid for o in outcomes})
+        if not found:
+            return False
+        began = self.clock()
+        more = run_ladder(self.psutil, found, self.spec.signals, self.spec.grace, clock=self.clock,
+                          deadline=self.deadline, discover=self.watch.discover)
+        self.watch.note_exits(began, more)
+        outcomes += more
+        return True
+
+    def _judged(self, indices: t.Sequence[int], before: t.Mapping[int, Reading], planned: t.Mapping[int, str], signalled: Signalled,
+                settling: t.Set[int]) -> t.Tuple[t.Dict[int, Reading], t.List[Problem]]:
+        """A fresh reading of every selected GPU, through the verification's own NVML session, and every reason one is
+        not free. The first reading of that session reads each UUID again: it must be the one the first reading had."""
+        left_alone = dict(planned)
+        left_alone.update(self.watch.left_alone())
+        self.describe.fresh()  # a fresh reading means fresh process states too
+        first = not self._uuids
+        after = {index: read_gpu(self.session, index, self._uuids.get(index), self.describe) for index in indices}
+        problems: t.List[Problem] = []
+        for index in indices:
+            if first and None not in (after[index].uuid, before[index].uuid) and after[index].uuid != before[index].uuid:
+                problems.append(Problem(index, "GPU %d: the verification's NVML session reads it as %s, the first reading as %s: "
+                                        "the GPUs were renumbered during the run" % (index, after[index].uuid, before[index].uuid), False))
+            if after[index].uuid is not None:
+                self._uuids.setdefault(index, after[index].uuid)
+            problems += judge(after[index], self.spec.memory_threshold_mib, signalled, left_alone, self.describe, excluder(self.spec),
+                              self.spec.ignore_foreign, index in settling, self.spec.keep_live_jobs, self.on_purpose)
+        listed = {holder.pid for reading in after.values() for holder in reading.holders}
+        for gpus, text, waitable in self.watch.running_respawns(listed, self.clock()):
+            problems += [Problem(gpu, "GPU %d: %s" % (gpu, text), waitable) for gpu in gpus or indices if gpu in after]
+        return after, problems
+
+    def _window(self, now: float, free_since: float, quiet_since: float, restart_at: t.Optional[float]) -> float:
+        """Seconds the GPUs must still read free before they count as verified (0: now). With ``settle: auto``, as long
+        as the lineage needs watching (Watch.waits), and RESPAWN_WINDOW_S after a container's stop whose runtime may
+        start it again (a runtime that applies a restart policy does so as the container exits)."""
+        if self.spec.settle != AUTO:
+            return float(self.spec.settle) - (now - free_since)
+        waits = self.watch.waits(now, quiet_since)
+        if restart_at is not None:
+            waits.append(RESPAWN_WINDOW_S - (now - restart_at))
+        return max(waits + [0.0])

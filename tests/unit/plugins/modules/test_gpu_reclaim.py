@@ -12,6 +12,7 @@ import time
 import types
 
 import pytest
+import yaml
 from ansible.module_utils import basic
 
 from ansible_collections.gpuops.fleet.plugins.doc_fragments import nvml as nvml_fragment
@@ -19,8 +20,8 @@ from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import NvmlSession
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import pid_trust as _pid_trust, process_table as _process_table
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import ContainerRef
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import containers as _containers, reclaim as _reclaim
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.reclaim import RESPAWN_WINDOW_S
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import containers as _containers, lineage as _lineage, reclaim as _reclaim
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.lineage import RESPAWN_WINDOW_S
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import run_reclaim
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import build_spec, SpecError
 from ansible_collections.gpuops.fleet.plugins.modules import gpu_reclaim
@@ -248,6 +249,9 @@ def test_survivor_fails_naming_it_with_its_state_and_evidence(monkeypatch):
     assert result["failed"] is True and result["verified"] is False and result["changed"] is True
     assert "GPU 1: pid 1011 (VLLM::Worker_TP1, state disk-sleep) holds %d MiB: still there after every signal" % INCIDENT_MIB in result["msg"]
     assert [(s["pid"], s["signal"]) for s in result["survivors"]] == [(1011, "SIGKILL")]
+    returned = yaml.safe_load(gpu_reclaim.RETURN)
+    documented = set(returned["killed"]["contains"]) - {"seconds_to_exit", "ended"} | set(returned["survivors"]["contains"])
+    assert set(result["survivors"][0]) == documented, "the keys of killed but its outcome, and its own"
     assert [s["pid"] for s in result["evidence"]["survivors"]] == [1011]
     assert result["evidence"]["survivors"][0]["state"] == "disk-sleep"
     assert result["evidence"]["survivors"][0]["parents"] == [{"pid": 1, "name": "systemd"}], "its launchers are gone: adopted by PID 1"
@@ -423,6 +427,16 @@ def test_bad_input_fails_before_anything_is_read(monkeypatch, args, option):
     assert "changed" not in result or result["changed"] is False
     values = args[option] if isinstance(args[option], list) else [args[option]]
     assert any(repr(value)[:40] in result["msg"] for value in values) or "empty" in result["msg"], result["msg"]
+
+
+def test_every_list_of_processes_documents_a_process_alike():
+    """killed, foreign and left_alone each list processes (survivors has the keys of killed): each documents a process's
+    pid, name, cmdline and username in the same words (RETURN has no doc fragments, so the words are held alike here)."""
+    returned = yaml.safe_load(gpu_reclaim.RETURN)
+    for key in ("pid", "name", "cmdline", "username"):
+        documented = [{k: v for k, v in returned[name]["contains"][key].items() if k != "sample"}
+                      for name in ("killed", "foreign", "left_alone")]
+        assert all(option == documented[0] for option in documented), (key, documented)
 
 
 def test_documented_options_are_the_argument_spec_and_build_spec_defaults():
@@ -908,7 +922,7 @@ class Daemonizing(Host):
         self.timers = []
         cgroups = {300: SCOPE, 301: cgroup}
         monkeypatch.setattr(_reclaim, "read_cgroup", lambda pid: cgroups.get(pid, "/system.slice/other.service"))
-        monkeypatch.setattr(_reclaim, "_boot_offset", lambda psutil, clock: OFFSET)
+        monkeypatch.setattr(_lineage, "_boot_offset", lambda psutil, clock: OFFSET)
 
     def release(self, pid):
         super().release(pid)
@@ -959,7 +973,7 @@ def test_a_new_process_of_another_cgroup_below_pid_1_costs_no_wait(monkeypatch):
 
 def test_a_target_whose_cgroup_was_not_read_matches_any(monkeypatch):
     """Beyond CGROUP_READS targets the cgroup is not read before the signals: what they leave is watched, never missed."""
-    monkeypatch.setattr(_reclaim, "CGROUP_READS", 0)
+    monkeypatch.setattr(_lineage, "CGROUP_READS", 0)
     host = Daemonizing(monkeypatch, 40000, cgroup="/system.slice/cron.service")
     result = run_module(monkeypatch, host, RUN)
     for timer in host.timers:

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.modules import vllm_ready
-from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import call_main, capture, run_printed
+from ansible_collections.gpuops.fleet.plugins.modules import vllm_ready, vllm_server_check
+from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import call_main, capture, documented_options, run_printed
 from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.vllm_answers import DEAD_BODY, GOOD_BODY
 from ansible_collections.gpuops.fleet.tests.unit.plugins.fake_systemctl import FakeSystemctl
 from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import LoopbackServer
@@ -177,3 +177,14 @@ def test_ready_fails_at_once_on_401_naming_api_key(keyed, capsys, key, needle):
     result, text = run_printed(vllm_ready, args, capsys)
     assert result["failed"] and result["msg"].startswith("api_key:") and needle in result["msg"]
     assert time.monotonic() - started < 10 and KEY not in text and "wrong-key" not in text
+
+
+def test_check_suboptions_are_documented_as_vllm_server_check_documents_its_own():
+    """check runs vllm_server_check's launch check: its suboptions are documented word for word as vllm_server_check
+    documents its options of those names (O(env) there is O(check.env) here). A doc fragment cannot hold them once for
+    both: Ansible merges a fragment into a module's options one level deep, and vllm_ready nests them under check."""
+    own = documented_options(vllm_server_check.DOCUMENTATION)
+    check = documented_options(vllm_ready.DOCUMENTATION)["check"]["suboptions"]
+    assert set(check) == {"gpus", "tensor_parallel_size", "env", "secret_env"}
+    for name, option in check.items():
+        assert option == json.loads(json.dumps(own[name]).replace("O(env)", "O(check.env)")), name
