@@ -410,7 +410,7 @@ headline:
       and C(failed) (over the repeats), C(repeats), and what was sent - C(url), C(model), C(endpoint), C(endpoint_fallback),
       C(workload), C(per_turn), C(schedule_slip_ms), C(prefix_cache), C(input_len), C(output_len), C(num_requests),
       C(concurrency), C(save_result). A figure the run does not have is null.
-    - The role M(gpuops.fleet.vllm_server)'s benchmark entry point keeps it as C(vllm_server_benchmark_result).
+    - The role C(gpuops.fleet.vllm_server)'s benchmark entry point keeps it as C(vllm_server_benchmark_result).
   returned: unless the options were refused
   type: dict
 url:

@@ -11,7 +11,7 @@ short_description: Plan a run of the vllm_server role from its variables, on the
 version_added: 0.2.0
 description:
   - Reads the C(vllm_server_*) variables of the host (the role's defaults under the inventory and extra vars) and
-    returns the plan of a run of the role M(gpuops.fleet.vllm_server) there - the server's GPUs, command line,
+    returns the plan of a run of the role C(gpuops.fleet.vllm_server) there - the server's GPUs, command line,
     environment and configuration hash, its files, its URL, and what each step's module is given.
   - Every check of the variables that needs no host is made here, before anything is touched; a failure names each
     variable that breaks a rule and its value, all of them at once.

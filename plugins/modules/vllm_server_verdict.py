@@ -10,7 +10,7 @@ module: vllm_server_verdict
 short_description: The verdicts of a run of the vllm_server role, judged on the controller
 version_added: 0.2.0
 description:
-  - Judges one step of a run of the role M(gpuops.fleet.vllm_server) from its plan (M(gpuops.fleet.vllm_server_plan)) and
+  - Judges one step of a run of the role C(gpuops.fleet.vllm_server) from its plan (M(gpuops.fleet.vllm_server_plan)) and
     the results its steps registered. Every verdict the role reaches is made here, in Python, where a unit test can
     reach it.
   - O(step=preflight) runs M(gpuops.fleet.gpu_reclaim) in check mode on the host with the settings of the reclaim that
