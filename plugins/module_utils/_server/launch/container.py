@@ -208,9 +208,15 @@ def _client(cli: str) -> RuntimeClient:
     return RuntimeClient(lambda _name: cli, run_cli)
 
 
+def expanded(argv: t.Sequence[str]) -> t.List[str]:
+    """Each word with a leading ``~`` and ``$VAR`` expanded, as Ansible's run_command expands a command's words (a
+    volume such as ``~/.cache/huggingface:/root/.cache/huggingface``): the backend's commands ran through it before."""
+    return [os.path.expanduser(os.path.expandvars(word)) for word in argv]
+
+
 def _cli(argv: t.Sequence[str]) -> t.Tuple[t.Optional[int], str, str]:
     """(exit code, output, error) of the runtime's command ``argv``, run to its end (no timeout: see the module doc)."""
-    answer = _client(argv[0]).run(argv, None)
+    answer = _client(argv[0]).run(expanded(argv), None)
     return answer.rc, answer.out, answer.err
 
 

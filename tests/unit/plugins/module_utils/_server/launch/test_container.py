@@ -265,6 +265,14 @@ def test_the_stop_stops_with_the_timeout_then_removes_the_container_and_its_reco
     assert not nothing["changed"] and "nothing to stop" in nothing["msg"]
 
 
+def test_the_runtime_gets_home_and_variables_expanded_as_run_command_expanded_them(runtime, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", "/home/ops")
+    monkeypatch.setenv("MODELS", "/srv/models")
+    container.launch(runtime, psutil, target(tmp_path, volumes=["~/.cache/hf:/root/.cache/hf", "$MODELS:/models"]), launch_spec())
+    run = runtime.mutating()[0]
+    assert [run[i + 1] for i, word in enumerate(run) if word == "-v"] == ["/home/ops/.cache/hf:/root/.cache/hf", "/srv/models:/models"]
+
+
 def test_a_secret_run_option_is_masked_where_the_command_is_shown(runtime, tmp_path):
     options = ["--annotation", "x=1", "--hf-token", "hf_in_options"]
     result = container.launch(runtime, psutil, target(tmp_path, run_options=options), launch_spec())
