@@ -6,7 +6,7 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    """The input of the filters that judge a host's GPUs (free_gpus, unhealthy_gpus): _report/gpu_state.gpu_list reads it."""
+    """The input of the filters that judge a host's GPUs (free_gpus, unhealthy_gpus): _gpu/state.gpu_list reads it."""
 
     DOCUMENTATION = r"""
 options:

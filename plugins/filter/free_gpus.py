@@ -55,7 +55,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._report import gpu_state
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu import state as gpu_state
 
 
 def free_gpus(facts, threshold_mib=gpu_state.DEFAULT_THRESHOLD_MIB, healthy=True):

@@ -38,7 +38,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._report import gpu_state
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu import state as gpu_state
 
 
 def unhealthy_gpus(facts):

@@ -22,6 +22,12 @@ The cgroup paths read are the ones /proc shows this process: the host's, when th
 namespace. The first container found from the root wins (the container that the host's runtime knows, when one runs
 inside another). PIDs are never translated: the PID asked about is the one NVML reports, the host's.
 
+The runtimes' command line has one client here, RuntimeClient: it finds a runtime's command once (``docker``,
+``podman``; None when it is not installed), runs a command with a timeout (run_cli: None when it did not end in time or
+could not be started) and reads ``inspect``'s answer, podman's and docker's JSON alike, into one ContainerState that
+carries every field its callers read (gpu_facts' holders, gpu_reclaim's containers, the report, the role's container
+launch mode).
+
 A container's name and image are asked of its runtime's command line (``docker inspect``, ``podman inspect``): once per
 container per ContainerReader, within INSPECT_TIMEOUT_S; after one that does not answer in time, that runtime is not asked
 again by the same reader. A command that is missing, fails, times out or answers something else leaves both None. A
@@ -105,9 +111,13 @@ class CliAnswer(t.NamedTuple):
 
 
 class ContainerState(t.NamedTuple):
-    """A container as its runtime's ``inspect`` shows it. ``pid``: its main process, by the host's PID (0 or None once it
-    is stopped); ``restart_policy``: HostConfig.RestartPolicy.Name (``no`` when the runtime writes none: podman's
-    default); each None when the answer lacks it."""
+    """A container as its runtime's ``inspect`` shows it (podman's and docker's JSON alike); each field None when the
+    answer lacks it or it has the wrong type.
+
+    ``pid``: its main process, by the host's PID (0 or None once it is stopped); ``restart_policy``:
+    HostConfig.RestartPolicy.Name (``no`` when the runtime writes none: podman's default); ``status``: State.Status
+    (running, exited, ...); ``exit_code``: State.ExitCode; ``conmon_pid``: podman's container monitor (State.ConmonPid,
+    None for docker or 0); ``labels``: Config.Labels (empty when it has none)."""
 
     name: t.Optional[str]
     image: t.Optional[str]
@@ -115,9 +125,22 @@ class ContainerState(t.NamedTuple):
     pid: t.Optional[int]
     restart_policy: t.Optional[str]
     restart_count: t.Optional[int]
+    id: t.Optional[str] = None
+    status: t.Optional[str] = None
+    exit_code: t.Optional[int] = None
+    conmon_pid: t.Optional[int] = None
+    labels: t.Mapping[str, str] = {}
 
 
-RunCli = t.Callable[[t.Sequence[str], float], CliAnswer]
+class Inspected(t.NamedTuple):
+    """RuntimeClient.inspect's answer: the container (None when the command is missing, failed, timed out or answered
+    no such container) and the command's own answer (None when the runtime's command is not installed)."""
+
+    state: t.Optional[ContainerState]
+    answer: t.Optional[CliAnswer]
+
+
+RunCli = t.Callable[[t.Sequence[str], t.Optional[float]], CliAnswer]
 FindCli = t.Callable[[str], t.Optional[str]]
 
 
@@ -213,9 +236,9 @@ def starts_again(runtime: str, policy: t.Optional[str]) -> t.Optional[str]:
     return None
 
 
-def run_cli(argv: t.Sequence[str], timeout: float) -> CliAnswer:
-    """Run ``argv`` (no shell, no input), wait at most ``timeout`` seconds (then it is killed): its exit code and
-    output."""
+def run_cli(argv: t.Sequence[str], timeout: t.Optional[float]) -> CliAnswer:
+    """Run ``argv`` (no shell, no input), wait at most ``timeout`` seconds (then it is killed; None: until it ends): its
+    exit code and output."""
     try:
         done = subprocess.run(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               timeout=timeout, check=False)
@@ -226,9 +249,20 @@ def run_cli(argv: t.Sequence[str], timeout: float) -> CliAnswer:
     return CliAnswer(done.returncode, done.stdout.decode("utf-8", "replace"), err=done.stderr.decode("utf-8", "replace"))
 
 
-def inspect_argv(runtime: str, cli: str, container_id: str) -> t.List[str]:
-    """The command that prints container ``container_id`` as JSON (docker's or podman's ``inspect``), by ``cli``."""
-    return [cli] + _INSPECT[runtime][1] + [container_id]
+def failure(answer: CliAnswer, timeout: t.Optional[float]) -> str:
+    """Why ``answer`` is no good, in words: no answer in time, could not be run, its exit code and last line of error."""
+    if answer.timed_out:
+        return "no answer within %g s" % (timeout or 0)
+    if answer.rc is None:
+        return "could not be run%s" % (": " + answer.err.strip() if answer.err.strip() else "")
+    text = (answer.err.strip() or answer.out.strip()).splitlines()
+    return "exited %d%s" % (answer.rc, ": " + text[-1][:300] if text else "") if answer.rc != 0 else "an answer that is not this container"
+
+
+def inspect_argv(runtime: str, cli: str, container: str) -> t.List[str]:
+    """The command that prints the container ``container`` (its id or name) as JSON (docker's or podman's ``inspect``),
+    by ``cli``."""
+    return [cli] + _INSPECT[runtime][1] + [container]
 
 
 def _field(item: t.Mapping[str, t.Any], *keys: str) -> t.Any:
@@ -239,39 +273,95 @@ def _field(item: t.Mapping[str, t.Any], *keys: str) -> t.Any:
     return value
 
 
-def parse_container(text: str, container_id: str) -> t.Optional[ContainerState]:
-    """The container ``container_id`` from ``docker inspect`` or ``podman inspect`` output (a JSON list of one object whose
-    ``Id`` is that id); None for anything else. A field of the wrong type is None."""
+def _int(value: t.Any) -> t.Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _text(value: t.Any) -> t.Optional[str]:
+    return value if isinstance(value, str) else None
+
+
+def _one_item(text: str, container_id: t.Optional[str]) -> t.Optional[t.Dict[str, t.Any]]:
+    """The one object of an ``inspect`` answer (a JSON list of one object, whose ``Id`` is ``container_id`` when it is
+    given); None for anything else."""
     try:
         found = json.loads(text)
     except ValueError:
         return None
-    if not isinstance(found, list) or len(found) != 1 or not isinstance(found[0], dict) or found[0].get("Id") != container_id:
+    if not isinstance(found, list) or len(found) != 1 or not isinstance(found[0], dict):
         return None
-    item = found[0]
-    name = item.get("Name")
-    image = item.get("ImageName") or _field(item, "Config", "Image")  # podman's ImageName; docker's Config.Image
-    running = _field(item, "State", "Running")
-    pid = _field(item, "State", "Pid")
+    if container_id is not None and found[0].get("Id") != container_id:
+        return None
+    return found[0]
+
+
+def _restart_policy(item: t.Mapping[str, t.Any]) -> t.Optional[str]:
     policy = _field(item, "HostConfig", "RestartPolicy", "Name")
     if policy is None and isinstance(_field(item, "HostConfig", "RestartPolicy"), dict):
         policy = ""
-    count = item.get("RestartCount")
+    return (policy or "no") if isinstance(policy, str) else None
+
+
+def parse_container(text: str, container_id: t.Optional[str] = None) -> t.Optional[ContainerState]:
+    """The container from ``docker inspect`` or ``podman inspect`` output (a JSON list of one object, whose ``Id`` is
+    ``container_id`` when it is given: a container asked by name has no id to check); None for anything else. A field of
+    the wrong type is None."""
+    item = _one_item(text, container_id)
+    if item is None:
+        return None
+    name = item.get("Name")
+    image = item.get("ImageName") or _field(item, "Config", "Image")  # podman's ImageName; docker's Config.Image
+    running = _field(item, "State", "Running")
+    labels = _field(item, "Config", "Labels")
     return ContainerState(
         name=(name.lstrip("/") or None) if isinstance(name, str) else None,  # docker's Name starts with a slash
         image=image if isinstance(image, str) and image else None,
         running=running if isinstance(running, bool) else None,
-        pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
-        restart_policy=(policy or "no") if isinstance(policy, str) else None,
-        restart_count=count if isinstance(count, int) and not isinstance(count, bool) else None,
+        pid=_int(_field(item, "State", "Pid")),
+        restart_policy=_restart_policy(item),
+        restart_count=_int(item.get("RestartCount")),
+        id=_text(item.get("Id")),
+        status=_text(_field(item, "State", "Status")),
+        exit_code=_int(_field(item, "State", "ExitCode")),
+        conmon_pid=_int(_field(item, "State", "ConmonPid")) or None,
+        labels=dict(labels) if isinstance(labels, dict) else {},
     )
 
 
-def parse_inspect(text: str, container_id: str) -> t.Tuple[t.Optional[str], t.Optional[str]]:
-    """(name, image) from ``docker inspect`` or ``podman inspect`` output for the container ``container_id`` (see
-    parse_container); anything else gives (None, None)."""
-    state = parse_container(text, container_id)
-    return (None, None) if state is None else (state.name, state.image)
+class RuntimeClient:
+    """The container runtimes' command line (docker, podman): each runtime's command found once (``find``: the PATH's
+    by default, or a module's get_bin_path), each command run by ``run`` (run_cli by default) within its timeout."""
+
+    def __init__(self, find: t.Optional[FindCli] = None, run: t.Optional[RunCli] = None) -> None:
+        self._find = find or shutil.which
+        self._run = run or run_cli
+        self._clis: t.Dict[str, t.Optional[str]] = {}
+
+    def cli(self, runtime: str) -> t.Optional[str]:
+        """The path of the runtime's command (docker, podman); None when it is not installed, or for another runtime."""
+        if runtime not in _INSPECT:
+            return None
+        if runtime not in self._clis:
+            self._clis[runtime] = self._find(_INSPECT[runtime][0])
+        return self._clis[runtime]
+
+    def forget(self, runtime: str) -> None:
+        """Take the runtime's command for missing from now on (one that did not answer in time, say)."""
+        self._clis[runtime] = None
+
+    def run(self, argv: t.Sequence[str], timeout: t.Optional[float]) -> CliAnswer:
+        """Run ``argv`` within ``timeout`` seconds (None: until it ends)."""
+        return self._run(argv, timeout)
+
+    def inspect(self, runtime: str, container: str, timeout: t.Optional[float] = INSPECT_TIMEOUT_S) -> Inspected:
+        """The container ``container`` (its full id, checked against the answer's, or its name) as its runtime's
+        ``inspect`` shows it."""
+        cli = self.cli(runtime)
+        if cli is None:
+            return Inspected(None, None)
+        answer = self.run(inspect_argv(runtime, cli, container), timeout)
+        expected = container if is_full_id(container) else None
+        return Inspected(parse_container(answer.out, expected) if answer.rc == 0 else None, answer)
 
 
 class ContainerReader:
@@ -282,11 +372,9 @@ class ContainerReader:
 
     def __init__(self, find: t.Optional[FindCli] = None, run: RunCli = run_cli, timeout: float = INSPECT_TIMEOUT_S,
                  proc: str = procfs.PROC) -> None:
-        self._find = find or shutil.which
-        self._run = run
+        self._client = RuntimeClient(find, run)
         self._timeout = timeout
         self._proc = proc
-        self._clis: t.Dict[str, t.Optional[str]] = {}
         self._seen: t.Dict[t.Tuple[str, str], t.Tuple[t.Optional[str], t.Optional[str]]] = {}
 
     def describe(self, pid: int) -> t.Optional[t.Dict[str, t.Any]]:
@@ -301,13 +389,6 @@ class ContainerReader:
             fact["pod_uid"] = ref.pod_uid
         return fact
 
-    def _cli(self, runtime: str) -> t.Optional[str]:
-        if runtime not in _INSPECT:
-            return None
-        if runtime not in self._clis:
-            self._clis[runtime] = self._find(_INSPECT[runtime][0])
-        return self._clis[runtime]
-
     def _inspect(self, ref: ContainerRef) -> t.Tuple[t.Optional[str], t.Optional[str]]:
         key = (ref.runtime, ref.container_id)
         if key not in self._seen:
@@ -315,12 +396,7 @@ class ContainerReader:
         return self._seen[key]
 
     def _ask(self, ref: ContainerRef) -> t.Tuple[t.Optional[str], t.Optional[str]]:
-        cli = self._cli(ref.runtime)
-        if cli is None:
-            return None, None
-        answer = self._run(inspect_argv(ref.runtime, cli, ref.container_id), self._timeout)
-        if answer.timed_out:
-            self._clis[ref.runtime] = None  # a runtime that did not answer in time is not asked again
-        if answer.rc != 0:
-            return None, None
-        return parse_inspect(answer.out, ref.container_id)
+        state, answer = self._client.inspect(ref.runtime, ref.container_id, self._timeout)
+        if answer is not None and answer.timed_out:
+            self._client.forget(ref.runtime)  # a runtime that did not answer in time is not asked again
+        return (None, None) if state is None else (state.name, state.image)

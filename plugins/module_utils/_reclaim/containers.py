@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import time
 import typing as t
 
@@ -40,7 +39,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._host.container impor
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import conmon_container_id, is_full_id, is_port_publisher, publishing_argv
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import program_names
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import CliAnswer, ContainerRef, ContainerState, FindCli, RunCli
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import inspect_argv, parse_container, run_cli, starts_again
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import RuntimeClient, failure, run_cli, starts_again
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import Target
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import CONTAINER_RESTART_DISABLE, CONTAINERS_STOP, ReclaimSpec
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.verify import Problem, Reading, Signalled
@@ -173,38 +172,34 @@ def hold(targets: t.Sequence[Target], container_of: ContainerOf, spec: ReclaimSp
 
 
 class Runtimes:
-    """The container runtimes' command lines, as one run uses them: each found once (``find``: the module's
-    get_bin_path; the PATH's by default) and run by ``run`` (_host/container.py run_cli)."""
+    """The container runtimes' command lines, as one run uses them: _host/container.py's RuntimeClient (each command
+    found once by ``find``: the module's get_bin_path, the PATH's by default; run by ``run``: run_cli), with what a run
+    asks of them beyond it."""
 
     def __init__(self, find: t.Optional[FindCli] = None, run: t.Optional[RunCli] = None) -> None:
-        self._find = find or shutil.which
-        self._run = run or run_cli
-        self._clis: t.Dict[str, t.Optional[str]] = {}
+        # run_cli as this module names it, where a test may stand in for it
+        self._client = RuntimeClient(find, run or run_cli)
         self._restart_update: t.Dict[str, bool] = {}
 
     def cli(self, runtime: str) -> t.Optional[str]:
         """The path of ``docker`` or ``podman``; None when it is not installed."""
-        if runtime not in self._clis:
-            self._clis[runtime] = self._find(runtime)
-        return self._clis[runtime]
+        return self._client.cli(runtime)
 
     def run(self, argv: t.Sequence[str], timeout: float) -> CliAnswer:
-        return self._run(argv, timeout)
+        return self._client.run(argv, timeout)
 
     def inspect(self, runtime: str, container_id: str) -> t.Tuple[t.Optional[ContainerState], t.Optional[str]]:
         """(the container as ``inspect`` shows it, None and why when it cannot be read)."""
-        cli = self.cli(runtime)
-        if cli is None:
+        state, answer = self._client.inspect(runtime, container_id)
+        if answer is None:
             return None, "%s is not installed here (not found on the PATH)" % runtime
-        answer = self.run(inspect_argv(runtime, cli, container_id), INSPECT_TIMEOUT_S)
         if answer.rc not in (0, None):
             # asked once more: podman 4.3 answers "container not known" for a live container now and then while another
             # podman command changes its store
             time.sleep(INSPECT_RETRY_S)
-            answer = self.run(inspect_argv(runtime, cli, container_id), INSPECT_TIMEOUT_S)
-        state = parse_container(answer.out, container_id) if answer.rc == 0 else None
+            state, answer = self._client.inspect(runtime, container_id)
         if state is None:
-            return None, "%s inspect %s: %s" % (runtime, container_id[:SHORT_ID], _failure(answer, INSPECT_TIMEOUT_S))
+            return None, "%s inspect %s: %s" % (runtime, container_id[:SHORT_ID], failure(t.cast(CliAnswer, answer), INSPECT_TIMEOUT_S))
         return state, None
 
     def publisher(self, name: str, cmdline: t.Sequence[str], port: int) -> t.Optional[ContainerRef]:
@@ -230,15 +225,6 @@ class Runtimes:
             answer = self.run([cli, "update", "--help"], INSPECT_TIMEOUT_S) if cli else CliAnswer(None, "")
             self._restart_update[runtime] = answer.rc == 0 and "--restart" in answer.out + answer.err
         return self._restart_update[runtime]
-
-
-def _failure(answer: CliAnswer, timeout: float) -> str:
-    if answer.timed_out:
-        return "no answer within %g s" % timeout
-    if answer.rc is None:
-        return "could not be run%s" % (": " + answer.err.strip() if answer.err.strip() else "")
-    text = (answer.err.strip() or answer.out.strip()).splitlines()
-    return "exited %d%s" % (answer.rc, ": " + text[-1][:300] if text else "") if answer.rc != 0 else "an answer that is not this container"
 
 
 def judge(held: t.Sequence[HeldContainer], spec: ReclaimSpec, runtimes: Runtimes) -> None:
@@ -285,7 +271,7 @@ def stop(held: t.Sequence[HeldContainer], runtimes: Runtimes, seconds: int, cloc
             container.stopped_s = took
             container.after, error = runtimes.inspect(runtime, container.id)
             said = "%s stop -t %d %s: %s" % (runtime, seconds, container.id[:SHORT_ID],
-                                             _failure(answer, seconds + STOP_SLACK_S) if answer.rc != 0 else "exited 0")
+                                             failure(answer, seconds + STOP_SLACK_S) if answer.rc != 0 else "exited 0")
             if container.after is None:
                 container.stop_error = "%s; and then %s" % (said, error)
             elif container.after.running is not False:
@@ -306,7 +292,7 @@ def disable_restart(held: t.Sequence[HeldContainer], runtimes: Runtimes) -> None
         if answer.rc != 0 or after is None or after.restart_policy != "no":
             container.policy_error = "%s update --restart=no %s: %s" % (
                 container.runtime, container.id[:SHORT_ID],
-                _failure(answer, UPDATE_TIMEOUT_S) if answer.rc != 0 else error or "its restart policy is still %s" % after.restart_policy)
+                failure(answer, UPDATE_TIMEOUT_S) if answer.rc != 0 else error or "its restart policy is still %s" % after.restart_policy)
 
 
 def running_again(held: t.Sequence[HeldContainer], runtimes: Runtimes) -> t.List[t.Tuple[HeldContainer, str]]:

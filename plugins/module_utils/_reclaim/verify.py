@@ -4,6 +4,11 @@
 
 """gpu_reclaim's readings of the selected GPUs, and the judgement of a fresh one: free, or why not.
 
+The memory half of that judgement is _gpu/state.py's (memory_held: more than the threshold in use holds the GPU, whoever
+holds it). Its holder half is not is_held's ("a listed holder holds it"): here each holder is classified first (this
+run's, signalled; another namespace's, maybe ignored; excluded; left alone on purpose; unverifiable), some of them hold
+the GPU only through their memory, and each that does hold it is a reason of its own, in words.
+
 Package rule (_reclaim): what gpu_reclaim decides and does. It imports the flat files of module_utils, _host, _gpu
 and its own files: never _bench, _server or _report, and never a module; nothing in _gpu or _host imports it.
 
@@ -17,6 +22,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import Holder, Memory, NvmlSession, renew
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.state import memory_held
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.pid_trust import UNVERIFIABLE
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import START_TIME_TOLERANCE_S
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.ladder import Outcome, run_ladder
@@ -150,6 +156,7 @@ def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tupl
     kept: t.List[str] = []
     live: t.List[str] = []  # with keep: the holders left alone on purpose, accepted
     live_mib: t.Optional[int] = 0
+    # not _gpu/state.py's is_held: a holder here is a reason only by its class (see the module doc)
     for holder in reading.holders:
         info = describe(holder.pid)
         where = "GPU %d: pid %d" % (reading.index, holder.pid)
@@ -194,16 +201,16 @@ def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tupl
     if live and counted_holders == 0:
         # busy only with holders left alone on purpose (keep): what they hold is theirs; the rest is judged as without them
         rest = None if live_mib is None else used - live_mib
-        if rest is not None and rest > threshold_mib:
+        if memory_held(rest, threshold_mib):
             problems.append(Problem(reading.index, "GPU %d: %d MiB used, %d MiB of it beyond what the holders left alone hold (%s), above "
                                     "memory_threshold_mib %d: %s" % (reading.index, used, rest, ", ".join(live), threshold_mib,
                                                                      _beyond(kept)), settling))
         return problems
     rest = used if counted_holders == 0 else (None if counted_mib is None else used - counted_mib)
-    if kept and not live and rest is not None and rest > threshold_mib:
+    if kept and not live and memory_held(rest, threshold_mib):
         problems.append(Problem(reading.index, "GPU %d: %d MiB used (above memory_threshold_mib %d) while excluded holders keep it: %s" % (
             reading.index, used, threshold_mib, ", ".join(kept)), counted_holders > 0))
-    elif counted_holders == 0 and used > threshold_mib:
+    elif counted_holders == 0 and memory_held(used, threshold_mib):
         problems.append(Problem(reading.index, "GPU %d: %d MiB used with no process holding it (above memory_threshold_mib %d): "
                                 "memory held by no process, e.g. a driver teardown that did not finish" % (reading.index, used, threshold_mib),
                                 settling))
@@ -290,10 +297,10 @@ def predict(reading: Reading, threshold_mib: int, going: t.Mapping[int, t.Option
     if live and len(live) + len(kept) == len(remaining):
         # busy only with holders left alone on purpose (keep): what they hold is theirs; the rest is judged as without them
         rest = None if used is None or live_mib is None else used - live_mib
-        if rest is not None and rest > threshold_mib:
+        if memory_held(rest, threshold_mib):
             failures.append("GPU %d: %d MiB would stay used, %d MiB of it beyond what the holders left alone hold (%s), above "
                             "memory_threshold_mib %d: %s" % (reading.index, used, rest, ", ".join(live), threshold_mib, _beyond(kept)))
-    elif used is not None and used > threshold_mib:
+    elif memory_held(used, threshold_mib):
         if kept and not live:
             failures.append("GPU %d: %d MiB would stay used (above memory_threshold_mib %d) while excluded holders keep it: %s" % (
                 reading.index, used, threshold_mib, ", ".join(kept)))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime
 import typing as t
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._report import gpu_state
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu import state as gpu_state
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import mask_cmdlines, masked_text
 
 CMDLINE_LIMIT = 300

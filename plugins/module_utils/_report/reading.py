@@ -19,12 +19,11 @@ from __future__ import annotations
 import glob
 import json
 import os
-import shutil
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.facts import run_facts
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import (
-    DOCKER, INSPECT_TIMEOUT_S, PODMAN, RunCli, inspect_argv, is_full_id, parse_container, run_cli,
+    RunCli, RuntimeClient, is_full_id,
 )
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.process_table import ProcessTable, protected_pids
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.owner import ORPHAN, OWNER, GetSid, Ownership, getsid, label
@@ -100,13 +99,13 @@ def _container_server(entry: t.Dict[str, t.Any], box: t.Mapping[str, t.Any], psu
     entry.update(name=str(meta.get("name") or entry["name"]), model=meta.get("model"), port=meta.get("port"), gpus=meta.get("gpus"),
                  config_hash=box.get("config_hash"), launched_at=box.get("launched_at"), argv=masked_argv(box.get("argv") or []) or None,
                  container={"runtime": runtime, "id": cid, "name": box.get("container_name"), "image": box.get("image")})
-    cli = (find or shutil.which)(runtime) if runtime in (DOCKER, PODMAN) else None
+    client = RuntimeClient(find, run)
+    cli = client.cli(runtime)
     if cli is None or not is_full_id(cid):
         entry["error"] = "container %s: %s" % (box.get("container_name"), "its record names no container id" if cli else
                                                "no %s command here to ask about it" % (runtime or "runtime"))
         return entry
-    answer = (run or run_cli)(inspect_argv(runtime, cli, cid), INSPECT_TIMEOUT_S)
-    state = parse_container(answer.out, cid) if answer.rc == 0 else None
+    state = client.inspect(runtime, cid).state
     entry["running"] = bool(state and state.running and state.pid)
     if entry["running"]:
         entry["pid"] = state.pid

@@ -17,7 +17,7 @@ import os
 import time
 import typing as t
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._report import gpu_state
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu import state as gpu_state
 from ansible_collections.gpuops.fleet.plugins.module_utils._report import model
 from ansible_collections.gpuops.fleet.plugins.module_utils._report import render
 from ansible_collections.gpuops.fleet.plugins.module_utils._io import write_if_changed

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import typing as t
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._report.gpu_state import is_held
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.state import is_held
 
 Gpu = t.Mapping[str, t.Any]
 

@@ -11,6 +11,10 @@ exit code and its restart count. Its environment comes from an environment file 
 ``--gpus "device=N,M"``. A record beside it (mode 0600) names the runtime and the container. status(), stop() and
 launch() take the arguments and return the keys of process.py's.
 
+The runtime's commands run through _host/container.py's RuntimeClient, which reads its ``inspect`` answer too; here
+they run without a timeout, as the task's own commands: ``run -d`` may pull the image first, and ``stop -t N`` takes up
+to N seconds.
+
 Package rule (_server): one vLLM server's process, record, lock, HTTP answers and checks. It imports the flat files
 of module_utils, _host, _gpu and its own files: never _reclaim, _bench or _report, and never a module; nothing in
 _gpu or _host imports it.
@@ -26,6 +30,7 @@ import re
 import time
 import typing as t
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import CliAnswer, ContainerState, RuntimeClient, run_cli
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import (
     LaunchSpec, ServerError, Target, base_reading, with_health,
@@ -177,69 +182,66 @@ def find_runtime(module: t.Any, wanted: t.Optional[str], recorded: t.Optional[st
     return None, None
 
 
-def parse_inspect(text: str) -> t.Optional[t.Dict[str, t.Any]]:
-    """What the role reads of ``RUNTIME inspect --type container NAME`` (podman's and docker's JSON alike): id, name,
-    image, running, status, pid (the main process as the host numbers it; None when it does not run), config_hash (its
-    label), marker, restart_policy, restart_count, exit_code, conmon_pid (podman). None for an answer that is no
-    container."""
-    try:
-        found = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(found, list) or len(found) != 1 or not isinstance(found[0], dict):
-        return None
-    item = found[0]
-    state = item.get("State") if isinstance(item.get("State"), dict) else {}
-    config = item.get("Config") if isinstance(item.get("Config"), dict) else {}
-    host = item.get("HostConfig") if isinstance(item.get("HostConfig"), dict) else {}
-    policy = host.get("RestartPolicy") if isinstance(host.get("RestartPolicy"), dict) else {}
-    found_labels = config.get("Labels") if isinstance(config.get("Labels"), dict) else {}
-    running = bool(state.get("Running"))
-    pid = state.get("Pid")
-    name = item.get("Name")
+def described(state: ContainerState) -> t.Dict[str, t.Any]:
+    """What the role reads of the container's ``inspect`` answer: id, name, image, running, status, pid (the main process
+    as the host numbers it; None when it does not run), config_hash (its label), marker, restart_policy, restart_count,
+    exit_code, conmon_pid (podman)."""
+    running = bool(state.running)
     return {
-        "id": item.get("Id"),
-        "name": name.lstrip("/") if isinstance(name, str) else None,
-        "image": item.get("ImageName") or config.get("Image"),
+        "id": state.id,
+        "name": state.name,
+        "image": state.image,
         "running": running,
-        "status": state.get("Status"),
-        "pid": int(pid) if running and isinstance(pid, int) and pid > 0 else None,
-        "config_hash": found_labels.get(HASH_LABEL),
-        "marker": found_labels.get(MARKER_LABEL),
-        "restart_policy": policy.get("Name") or "no",
-        "restart_count": int(item.get("RestartCount") or 0),
-        "exit_code": state.get("ExitCode"),
-        "conmon_pid": state.get("ConmonPid") or None,
+        "status": state.status,
+        "pid": state.pid if running and state.pid and state.pid > 0 else None,
+        "config_hash": state.labels.get(HASH_LABEL),
+        "marker": state.labels.get(MARKER_LABEL),
+        "restart_policy": state.restart_policy or "no",
+        "restart_count": state.restart_count or 0,
+        "exit_code": state.exit_code,
+        "conmon_pid": state.conmon_pid,
     }
 
 
-def _cli(module: t.Any, argv: t.Sequence[str]) -> t.Tuple[int, str, str]:
-    rc, out, err = module.run_command(list(argv))
-    return rc, out, err
+def _client(cli: str) -> RuntimeClient:
+    """The runtime's client, whose command is ``cli`` (find_runtime's)."""
+    return RuntimeClient(lambda _name: cli, run_cli)
+
+
+def expanded(argv: t.Sequence[str]) -> t.List[str]:
+    """Each word with a leading ``~`` and ``$VAR`` expanded, as Ansible's run_command expands a command's words (a
+    volume such as ``~/.cache/huggingface:/root/.cache/huggingface``): the backend's commands ran through it before."""
+    return [os.path.expanduser(os.path.expandvars(word)) for word in argv]
+
+
+def _cli(argv: t.Sequence[str]) -> t.Tuple[t.Optional[int], str, str]:
+    """(exit code, output, error) of the runtime's command ``argv``, run to its end (no timeout: see the module doc)."""
+    answer = _client(argv[0]).run(expanded(argv), None)
+    return answer.rc, answer.out, answer.err
 
 
 def _no_such_container(text: str) -> bool:
     return bool(re.search(r"no such (container|object)|no container with name or id", text, re.IGNORECASE))
 
 
-def inspect(module: t.Any, cli: str, name: str) -> t.Optional[t.Dict[str, t.Any]]:
-    """parse_inspect() of the container ``name``; None when the runtime knows no such container. Another failure is a
-    ServerError naming the command and what it said."""
-    rc, out, err = _cli(module, [cli, "inspect", "--type", "container", name])
-    if rc != 0:
-        if _no_such_container(err + out):
+def inspect(runtime: str, cli: str, name: str) -> t.Optional[t.Dict[str, t.Any]]:
+    """described() of the container ``name`` (or id); None when the runtime knows no such container. Another failure is
+    a ServerError naming the command and what it said."""
+    found, answer = _client(cli).inspect(runtime, name, timeout=None)
+    said = t.cast(CliAnswer, answer)  # never None: the client's command for podman or docker is ``cli``
+    if said.rc != 0:
+        if _no_such_container(said.err + said.out):
             return None
-        raise ServerError("%s inspect %s failed (rc %s): %s" % (cli, name, rc, (err or out).strip() or "no message"))
-    found = parse_inspect(out)
+        raise ServerError("%s inspect %s failed (rc %s): %s" % (cli, name, said.rc, (said.err or said.out).strip() or "no message"))
     if found is None:
-        raise ServerError("%s inspect %s: its answer is not one container: %s" % (cli, name, out.strip()[:200]))
-    return found
+        raise ServerError("%s inspect %s: its answer is not one container: %s" % (cli, name, said.out.strip()[:200]))
+    return described(found)
 
 
-def runtime_command(module: t.Any, cli: str, *args: str, tolerate_missing: bool = False) -> None:
+def runtime_command(cli: str, *args: str, tolerate_missing: bool = False) -> None:
     """Run ``RUNTIME ARGS``; a failure is a ServerError naming the command, except, with ``tolerate_missing``, one
     that says the container is not there."""
-    rc, out, err = _cli(module, [cli] + list(args))
+    rc, out, err = _cli([cli] + list(args))
     if rc != 0 and not (tolerate_missing and _no_such_container(err + out)):
         raise ServerError("%s %s failed (rc %s): %s" % (cli, " ".join(args), rc, (err or out).strip() or "no message"))
 
@@ -292,7 +294,7 @@ def _read(module: t.Any, psutil: t.Any, target: Target) -> t.Tuple[t.Optional[st
     spec = _container(target)
     record = read_unit_record(target.state_file)
     runtime, cli = find_runtime(module, spec.runtime, (record or {}).get("runtime"))
-    found = inspect(module, cli, spec.name) if cli else None
+    found = inspect(str(runtime), cli, spec.name) if cli else None
     return runtime, cli, _reading(psutil, target, runtime, found, record)
 
 
@@ -350,8 +352,8 @@ def stop(module: t.Any, psutil: t.Any, target: Target, drain_url: t.Optional[str
         return result
     began = time.monotonic()
     if result["running"]:
-        runtime_command(module, str(cli), "stop", "-t", str(int(round(stop_timeout))), spec.name, tolerate_missing=True)
-    runtime_command(module, str(cli), "rm", "-f", spec.name, tolerate_missing=True)
+        runtime_command(str(cli), "stop", "-t", str(int(round(stop_timeout))), spec.name, tolerate_missing=True)
+    runtime_command(str(cli), "rm", "-f", spec.name, tolerate_missing=True)
     remove_record(target.state_file)
     result["stopped"] = ended_members(psutil, members, round(time.monotonic() - began, 3))
     was_running = result["running"]
@@ -370,7 +372,7 @@ def stop_taken_over(module: t.Any, psutil: t.Any, box: t.Mapping[str, t.Any], dr
     runtime, cid = str(box["runtime"]), str(box["id"])
     said = "%s container %s" % (runtime, box.get("name") or cid[:12])
     cli = module.get_bin_path(runtime, required=True)
-    found = inspect(module, cli, cid)
+    found = inspect(runtime, cli, cid)
     result: t.Dict[str, t.Any] = {"changed": False, "stopped": [], "container": found}
     if found is None or not found["running"]:
         result["msg"] = "the %s no longer runs" % said
@@ -384,7 +386,7 @@ def stop_taken_over(module: t.Any, psutil: t.Any, box: t.Mapping[str, t.Any], dr
         result["msg"] = "would stop the %s through %s" % (said, runtime)
         return result
     began = time.monotonic()
-    runtime_command(module, str(cli), "stop", "-t", str(int(round(stop_timeout))), cid, tolerate_missing=True)
+    runtime_command(str(cli), "stop", "-t", str(int(round(stop_timeout))), cid, tolerate_missing=True)
     result["stopped"] = ended_members(psutil, members, round(time.monotonic() - began, 3))
     result["msg"] = "stopped the %s through %s (it is kept, stopped) and %d process(es) of it" % (said, runtime, len(result["stopped"]))
     return result
@@ -425,11 +427,11 @@ def launch(module: t.Any, psutil: t.Any, target: Target, spec: LaunchSpec) -> t.
     create_private(container.env_file)
     write_if_changed(container.env_file, text, PRIVATE_MODE)
     if reading["container"] is not None:
-        runtime_command(module, cli, "rm", "-f", container.name, tolerate_missing=True)
-    rc, out, err = _cli(module, argv)
+        runtime_command(cli, "rm", "-f", container.name, tolerate_missing=True)
+    rc, out, err = _cli(argv)
     if rc != 0:
         raise ServerError("%s failed (rc %s): %s" % (" ".join(shown), rc, (err or out).strip() or "no message"), result)
-    found = inspect(module, cli, container.name)
+    found = inspect(runtime, cli, container.name)
     if found is None or not found["running"] or not found["pid"]:
         said = "it is not there" if found is None else "it is %s, exit code %s" % (found.get("status"), found.get("exit_code"))
         raise ServerError("container %s did not keep running after %s run (%s); %s logs %s shows why"
@@ -455,9 +457,9 @@ def main_process(module: t.Any, psutil: t.Any, state_file: str, name: t.Optional
     name = name or record.get("container_name")
     if not name:
         return None, None, None, None
-    _runtime, cli = find_runtime(module, runtime, record.get("runtime"))
-    if cli is None:
+    found_runtime, cli = find_runtime(module, runtime, record.get("runtime"))
+    if cli is None or found_runtime is None:
         return None, None, None, name
-    found = inspect(module, cli, name)
+    found = inspect(found_runtime, cli, name)
     pid = found["pid"] if found else None
     return pid, start_time(psutil, pid), cli, name

@@ -254,7 +254,8 @@ def test_a_failing_or_garbage_answer_leaves_name_and_image_none(host, answer):
     ({}, (None, None)),
 ])
 def test_odd_fields_of_the_right_container_are_none(item, expected):
-    assert C.parse_inspect(json.dumps([dict(item, Id=DOCKER_ID)]), DOCKER_ID) == expected
+    state = C.parse_container(json.dumps([dict(item, Id=DOCKER_ID)]), DOCKER_ID)
+    assert state is not None and (state.name, state.image) == expected
 
 
 def test_a_runtime_that_times_out_is_not_asked_again(tmp_path):
@@ -353,3 +354,83 @@ def test_other_processes_are_not_the_runtimes(name, cmdline):
 ])
 def test_conmon_names_the_container_it_monitors(cmdline, expected):
     assert C.conmon_container_id(cmdline) == expected
+
+
+# ---- the runtimes' client: one command found once, run within its timeout, one inspect answer ------------------------
+
+# `podman inspect` of a container the role launched, cut to every field read (podman 4.3: no slash in Name, ImageName)
+PODMAN_FULL = json.dumps([{"Id": PODMAN_ID, "Name": "gpuops-vllm-8000", "ImageName": "registry.example/vllm:1",
+                           "State": {"Status": "running", "Running": True, "Pid": 4242, "ConmonPid": 4241, "ExitCode": 0},
+                           "Config": {"Image": "registry.example/vllm:1", "Labels": {"gpuops.fleet.server": "vllm-8000"}},
+                           "HostConfig": {"RestartPolicy": {"Name": "unless-stopped", "MaximumRetryCount": 0}},
+                           "RestartCount": 2}])
+# `docker inspect` of a stopped one: Name with its slash, the image in Config.Image only, no ConmonPid, Pid 0
+DOCKER_FULL = json.dumps([{"Id": DOCKER_ID, "Name": "/vllm-llama", "Image": "sha256:" + "b" * 64,
+                           "State": {"Status": "exited", "Running": False, "Pid": 0, "ExitCode": 137},
+                           "Config": {"Image": "vllm/vllm-openai:v0.11.0", "Labels": None},
+                           "HostConfig": {"RestartPolicy": {"Name": "", "MaximumRetryCount": 0}},
+                           "RestartCount": 0}])
+
+
+def test_the_client_reads_podmans_inspect_with_every_field():
+    cli = FakeCli(podman=C.CliAnswer(0, PODMAN_FULL))
+    state, answer = C.RuntimeClient(find, cli).inspect(C.PODMAN, PODMAN_ID)
+    assert state == C.ContainerState(name="gpuops-vllm-8000", image="registry.example/vllm:1", running=True, pid=4242,
+                                     restart_policy="unless-stopped", restart_count=2, id=PODMAN_ID, status="running", exit_code=0,
+                                     conmon_pid=4241, labels={"gpuops.fleet.server": "vllm-8000"})
+    assert answer == C.CliAnswer(0, PODMAN_FULL)
+    assert cli.calls == [(["/usr/bin/podman", "inspect", "--type", "container", "--format", "json", PODMAN_ID], C.INSPECT_TIMEOUT_S)]
+
+
+def test_the_client_reads_dockers_inspect_alike():
+    cli = FakeCli(docker=C.CliAnswer(0, DOCKER_FULL))
+    state, _answer = C.RuntimeClient(find, cli).inspect(C.DOCKER, DOCKER_ID, timeout=None)
+    assert state == C.ContainerState(name="vllm-llama", image="vllm/vllm-openai:v0.11.0", running=False, pid=0, restart_policy="no",
+                                     restart_count=0, id=DOCKER_ID, status="exited", exit_code=137, conmon_pid=None, labels={})
+    assert cli.calls == [(["/usr/bin/docker", "inspect", "--type", "container", DOCKER_ID], None)]
+
+
+def test_the_client_asks_by_name_without_checking_the_id_and_by_id_with():
+    cli = FakeCli(podman=C.CliAnswer(0, PODMAN_FULL))
+    client = C.RuntimeClient(find, cli)
+    assert client.inspect(C.PODMAN, "gpuops-vllm-8000").state.id == PODMAN_ID
+    assert client.inspect(C.PODMAN, "c" * 64).state is None, "an answer about another container is no answer"
+
+
+def test_a_missing_runtime_is_looked_up_once_and_asks_nothing():
+    looked_up = []
+
+    def missing(name):
+        looked_up.append(name)
+
+    cli = FakeCli()
+    client = C.RuntimeClient(missing, cli)
+    assert client.inspect(C.DOCKER, DOCKER_ID) == C.Inspected(None, None) == client.inspect(C.DOCKER, DOCKER_ID)
+    assert client.cli(C.KUBERNETES) is None and looked_up == ["docker"] and cli.calls == []
+
+
+def test_a_timeout_is_no_state_and_says_so():
+    cli = FakeCli(podman=C.CliAnswer(None, "", timed_out=True))
+    client = C.RuntimeClient(find, cli)
+    state, answer = client.inspect(C.PODMAN, PODMAN_ID, timeout=2.5)
+    assert state is None and answer.timed_out and C.failure(answer, 2.5) == "no answer within 2.5 s"
+    client.forget(C.PODMAN)
+    assert client.inspect(C.PODMAN, PODMAN_ID) == C.Inspected(None, None) and len(cli.calls) == 1
+
+
+@pytest.mark.parametrize("answer, said", [
+    (C.CliAnswer(None, "", err="[Errno 2] No such file or directory: 'podman'"), "could not be run: [Errno 2] No such file or directory: 'podman'"),
+    (C.CliAnswer(125, "", err="Error: first\nError: no such container x\n"), "exited 125: Error: no such container x"),
+    (C.CliAnswer(1, ""), "exited 1"),
+    (C.CliAnswer(0, "[]"), "an answer that is not this container"),
+])
+def test_failure_says_why_in_words(answer, said):
+    assert C.failure(answer, 5.0) == said
+
+
+def test_the_client_runs_a_real_missing_command_and_one_without_a_timeout(tmp_path):
+    client = C.RuntimeClient(lambda name: str(tmp_path / name))
+    state, answer = client.inspect(C.PODMAN, PODMAN_ID)
+    assert state is None and answer.rc is None and "No such file" in answer.err
+    slow = write_cli(tmp_path, "docker", "sleep 0.2; echo done\n")
+    assert client.run([slow], None) == C.CliAnswer(0, "done\n")

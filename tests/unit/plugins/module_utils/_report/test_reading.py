@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import types
 
 import pytest
@@ -124,6 +125,6 @@ def test_a_container_records_server_is_read_through_its_runtime(tmp_path, monkey
     missing = reading._container_server(entry(), record, psutil, "127.0.0.1", 2.0, get, run, lambda name: None)
     assert missing["running"] is False and missing["error"] == "container gpuops-vllm-8000: no podman command here to ask about it"
     # read_servers finds it among the records (no runtime is asked here: none is found)
-    monkeypatch.setattr(reading.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     (listed,) = reading.read_servers(str(tmp_path), psutil, "127.0.0.1", 1.0, get)
     assert listed["container"]["id"] == CONTAINER_ID and listed["error"].startswith("container gpuops-vllm-8000: no podman command")

@@ -15,6 +15,7 @@ import typing as t
 
 import pytest
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import CliAnswer, parse_container
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.decision import reason
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch import container
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.container import ContainerSpec
@@ -100,24 +101,31 @@ def _inspect_json(runtime: str, running: bool = True, pid: int = 4242, hash_: st
     return json.dumps([item])
 
 
+def _described(text: str) -> t.Optional[t.Dict[str, t.Any]]:
+    state = parse_container(text)
+    return None if state is None else container.described(state)
+
+
 @pytest.mark.parametrize("runtime", ["podman", "docker"])
 def test_inspect_answers_are_read_alike(runtime):
-    found = container.parse_inspect(_inspect_json(runtime, restarts=2))
+    found = _described(_inspect_json(runtime, restarts=2))
     assert found is not None
     assert (found["name"], found["running"], found["pid"], found["config_hash"], found["restart_policy"], found["restart_count"]) == (
         "gpuops-vllm-8000", True, 4242, "h1", "unless-stopped", 2)
     assert found["marker"] == container.MARKER and found["image"] == "registry.example/vllm:1"
-    stopped = container.parse_inspect(_inspect_json(runtime, running=False, code=137))
+    stopped = _described(_inspect_json(runtime, running=False, code=137))
     assert stopped is not None and stopped["pid"] is None and stopped["exit_code"] == 137
     assert "last exit code 137" in container.crash_loop(stopped) and container.crash_loop(found).startswith("container gpuops-vllm-8000: 2 restart(s)")
-    assert container.parse_inspect("[]") is None and container.parse_inspect("not json") is None
+    assert found["conmon_pid"] == (4241 if runtime == "podman" else None) and found["id"] == "a" * 64 and found["status"] == "running"
+    assert _described("[]") is None and _described("not json") is None
 
 
 # ---- the backend against a fake runtime -----------------------------------------------------------------------------
 
 class FakeRuntime:
-    """A runtime's command line, as the backend calls it through module.run_command: inspect, run -d, stop, rm, logs. A
-    running container's main process is a real `sleep`."""
+    """A runtime's command line, as the backend runs it (_host/container.py run_cli: ``use`` puts this fake in its
+    place): inspect, run -d, stop, rm, logs; and the module's get_bin_path and check_mode. A running container's main
+    process is a real `sleep`."""
 
     def __init__(self, check_mode: bool = False, installed: t.Sequence[str] = ("podman",)) -> None:
         self.check_mode = check_mode
@@ -135,6 +143,16 @@ class FakeRuntime:
         if required:
             raise AssertionError("%s is not installed" % name)
         return None
+
+    def use(self, monkeypatch: pytest.MonkeyPatch) -> "FakeRuntime":
+        """Run the backend's runtime commands here from now on."""
+        monkeypatch.setattr(container, "run_cli", self.cli)
+        return self
+
+    def cli(self, argv: t.Sequence[str], timeout: t.Optional[float]) -> CliAnswer:
+        assert timeout is None, "the backend's commands run to their end"
+        rc, out, err = self.run_command(argv)
+        return CliAnswer(rc, out, err=err)
 
     def run_command(self, argv: t.Sequence[str]) -> t.Tuple[int, str, str]:
         argv = list(argv)
@@ -186,8 +204,8 @@ class FakeRuntime:
 
 
 @pytest.fixture
-def runtime():
-    fake = FakeRuntime()
+def runtime(monkeypatch):
+    fake = FakeRuntime().use(monkeypatch)
     try:
         yield fake
     finally:
@@ -247,6 +265,14 @@ def test_the_stop_stops_with_the_timeout_then_removes_the_container_and_its_reco
     assert not nothing["changed"] and "nothing to stop" in nothing["msg"]
 
 
+def test_the_runtime_gets_home_and_variables_expanded_as_run_command_expanded_them(runtime, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", "/home/ops")
+    monkeypatch.setenv("MODELS", "/srv/models")
+    container.launch(runtime, psutil, target(tmp_path, volumes=["~/.cache/hf:/root/.cache/hf", "$MODELS:/models"]), launch_spec())
+    run = runtime.mutating()[0]
+    assert [run[i + 1] for i, word in enumerate(run) if word == "-v"] == ["/home/ops/.cache/hf:/root/.cache/hf", "/srv/models:/models"]
+
+
 def test_a_secret_run_option_is_masked_where_the_command_is_shown(runtime, tmp_path):
     options = ["--annotation", "x=1", "--hf-token", "hf_in_options"]
     result = container.launch(runtime, psutil, target(tmp_path, run_options=options), launch_spec())
@@ -265,12 +291,12 @@ def test_a_container_of_the_name_without_the_role_marker_is_never_touched(runtim
     assert len(runtime.mutating()) == calls and runtime.containers["gpuops-vllm-8000"]["proc"].poll() is None
 
 
-def test_check_mode_previews_and_runs_nothing(tmp_path):
-    fake = FakeRuntime(check_mode=True)
+def test_check_mode_previews_and_runs_nothing(tmp_path, monkeypatch):
+    fake = FakeRuntime(check_mode=True).use(monkeypatch)
     preview = container.launch(fake, psutil, target(tmp_path), launch_spec())
     assert preview["changed"] and preview["msg"].startswith("would launch podman run -d") and not fake.mutating()
     assert not (tmp_path / "state").exists()
-    live = FakeRuntime()
+    live = FakeRuntime().use(monkeypatch)
     try:
         container.launch(live, psutil, target(tmp_path), launch_spec())
         live.check_mode = True

@@ -2,14 +2,15 @@
 # Copyright (c) 2026, gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-# Package rule (_report): the fleet report's reading (on each host) and its files (on the controller). It may import
-# the flat files of module_utils (_deps, _secrets), _gpu, _host and _http, and the read-only helpers of _reclaim (the
-# owner rule) and _server (records, /health); never a module or a plugin.
-
-"""One GPU's state as the fleet report and the free_gpus/unhealthy_gpus filters judge it, from a gpu_facts entry.
+"""One GPU's state as the fleet report and the free_gpus/unhealthy_gpus filters judge it, from a gpu_facts entry: the one
+judgement of whether a GPU is free (is_held, is_free; memory_held for the memory alone, which gpu_reclaim's
+verification shares).
 
 Every value may be missing or V(null) (a field the device does not offer, a host whose reading failed): nothing here
 raises on such an entry, it is judged on what it has.
+
+Package rule (_gpu): the GPUs as NVML and nvidia-smi show them. It imports the flat files of module_utils
+(_deps, _argspec, _secrets), _host and its own files: never _reclaim, _bench, _server or _report, and never a module.
 
 Private to this collection: the API may change without notice.
 """
@@ -81,12 +82,20 @@ def processes(gpu: t.Mapping[str, t.Any]) -> t.Optional[t.List[t.Mapping[str, t.
     return [proc for proc in found if isinstance(proc, t.Mapping)]
 
 
-def is_held(gpu: t.Mapping[str, t.Any], threshold_mib: int = DEFAULT_THRESHOLD_MIB) -> bool:
-    """A holder is listed, or more than ``threshold_mib`` is in use (memory held by no process counts as held)."""
-    if processes(gpu):
+def memory_held(used_mib: t.Optional[float], threshold_mib: int = DEFAULT_THRESHOLD_MIB) -> bool:
+    """More than ``threshold_mib`` is in use: the GPU is held, whoever holds it (a process, or none: a driver teardown
+    that did not finish). Memory that is not known (None) holds nothing by itself."""
+    return used_mib is not None and used_mib > threshold_mib
+
+
+def is_held(gpu: t.Mapping[str, t.Any], threshold_mib: int = DEFAULT_THRESHOLD_MIB, *, ignore_pids: t.Container[int] = ()) -> bool:
+    """A holder is listed, or more than ``threshold_mib`` is in use (memory held by no process counts as held).
+
+    A holder whose pid is in ``ignore_pids`` is no holder (a caller's own process, say); its memory is still counted
+    in the GPU's use, so a GPU above the threshold is held whatever holds it."""
+    if any(proc.get("pid") not in ignore_pids for proc in processes(gpu) or []):
         return True
-    used = number(gpu.get("memory_used_mib"))
-    return used is not None and used > threshold_mib
+    return memory_held(number(gpu.get("memory_used_mib")), threshold_mib)
 
 
 def is_free(gpu: t.Mapping[str, t.Any], threshold_mib: int = DEFAULT_THRESHOLD_MIB, healthy: bool = True) -> bool:
