@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import CliAnswer
@@ -65,6 +66,7 @@ class FakeRuntimeCli:
         self.stop_fails: t.Set[str] = set()
         self.restarts: t.Set[str] = set()
         self.calls: t.List[t.Tuple[t.List[str], float]] = []
+        self.called_at: t.List[float] = []  # time.monotonic() of each call, beside self.calls
 
     def commands(self, verb: str) -> t.List[t.List[str]]:
         """The argv of each command run whose first argument is ``verb``, in order."""
@@ -72,6 +74,7 @@ class FakeRuntimeCli:
 
     def __call__(self, argv: t.Sequence[str], timeout: float) -> CliAnswer:
         self.calls.append((list(argv), timeout))
+        self.called_at.append(time.monotonic())
         runtime, args = os.path.basename(argv[0]), list(argv[1:])
         if args[:1] == ["inspect"]:
             container = self.containers.get(args[-1])
