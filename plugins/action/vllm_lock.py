@@ -46,6 +46,11 @@ class ActionModule(ActionBase):
         del tmp
         args = dict(self._task.args)
         if args.get("state", "locked") != "locked":
+            if args.get("token") and args.get("released_token") == args.get("token"):
+                # released already, by the task whose result names this token (the ready step): nothing to ask the host
+                result.update(changed=False, acquired=False, released=False, holder=None, token=args["token"],
+                              msg="already released by the task that released token %s" % args["token"])
+                return result
             result.update(self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars))
             return result
         # one token for this lock and every retry of it below, made here when the task gives none

@@ -60,6 +60,12 @@ options:
       - Required with O(state=unlocked). With O(state=locked) and no token, a random one is made for this run (by the action
         plugin, on the controller) and returned as RV(token), which releases the lock.
     type: str
+  released_token:
+    description:
+      - With O(state=unlocked), the token that another task of the run already released (M(gpuops.fleet.vllm_ready)'s
+        RV(gpuops.fleet.vllm_ready#module:released_token)). When it is O(token), there is nothing to release - the host is
+        not asked (the action plugin answers on the controller) and RV(released) is V(false).
+    type: str
   owner:
     description:
       - Who holds it, in words, for the message another run sees. Default from O(controller) and O(play).
@@ -277,6 +283,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "path": {"type": "path", "required": True},
     "state": {"type": "str", "choices": ["locked", "unlocked"], "default": "locked"},
     "token": {"type": "str", "no_log": False},
+    "released_token": {"type": "str", "no_log": False},
     "owner": {"type": "str"},
     "play": {"type": "str"},
     "controller": {"type": "dict", "options": {
@@ -330,6 +337,9 @@ def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]
         if params["state"] == "locked":
             outcome = acquire(params["path"], owner, params["token"], params["stale_after"], takeover=params["takeover"],
                               details=details)
+        elif params["released_token"] == params["token"]:
+            return {"changed": False, "acquired": False, "released": False, "holder": None, "token": params["token"],
+                    "msg": "already released by the task that released token %s" % params["token"]}, [], False
         else:
             outcome = release(params["path"], params["token"])
     except LockHeld as exc:

@@ -100,3 +100,14 @@ def test_status_suboptions_are_documented_as_vllm_process_documents_its_own():
     assert set(status["container"]["suboptions"]) == {"name", "runtime"}
     for key, option in status["container"]["suboptions"].items():
         assert option == process["container"]["suboptions"][key], ("container", key)
+
+
+def test_a_lock_released_by_another_task_of_the_run_is_not_released_twice(tmp_path):
+    lock = tmp_path / "l"
+    assert call_main(vllm_lock, {"path": str(lock), "token": "t1"})["acquired"] and lock.exists()
+    # the token the ready step released is this one: nothing is done (here the lock still holds: nothing touched it)
+    same = call_main(vllm_lock, {"path": str(lock), "token": "t1", "state": "unlocked", "released_token": "t1"})
+    assert same["released"] is False and "already released" in same["msg"] and lock.exists()
+    # another run's token released earlier says nothing of this one: released
+    other = call_main(vllm_lock, {"path": str(lock), "token": "t1", "state": "unlocked", "released_token": "t0"})
+    assert other["released"] is True and not lock.exists()
