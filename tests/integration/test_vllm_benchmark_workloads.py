@@ -30,6 +30,8 @@ MODEL = "org/bench-model"
 TTFT_MS = 5.0
 PREFILL_MS_PER_TOKEN = 0.5
 PACE = 400.0  # tokens per second: a 2.5 ms gap
+# how much later than the server sent it a client may see a chunk on a busy machine (HTTP, scheduling)
+DELIVERY_MS = 150.0
 
 
 class FakeVllm(api.FakeVllm):
@@ -160,7 +162,7 @@ def test_replay_on_the_trace_schedule_with_shared_prefixes(servers: Servers) -> 
     speedup = 2.0
     schedule = [(row["timestamp"] - trace[0]["timestamp"]) / 1000.0 / speedup for row in trace]
     gap_ms = min(later - earlier for earlier, later in zip(schedule, schedule[1:]) if later > earlier) * 1000.0  # 100
-    delivery_ms = 200.0  # under a third of the trace's 650 ms: a trace sent at once, or at twice its pace, still fails
+    delivery_ms = 120.0
     path = write_jsonl(servers.tmp / "trace.jsonl", trace)
     first_id = server.last_id()
     result = bench(servers, "replay", url=server.url, warmup_requests=1, repeats=2, timeout=60,
@@ -180,15 +182,18 @@ def test_replay_on_the_trace_schedule_with_shared_prefixes(servers: Servers) -> 
         ended = max(record["arrived_s"] + record["finished_ms"] / 1000.0 for record in before)
         early_ms = [(ended + due - record["arrived_s"]) * 1000.0 for record, due in zip(records, schedule)]
         assert all(early <= 0.002 for early in early_ms), (number, early_ms)  # arrived_s, finished_ms: rounded to 1 us
-        # and the server saw the schedule's shape: each request arrived `due` after a start of its own, these starts
-        # apart by at most what the client says it slipped (each send's lateness after its due time) and the time the
-        # server took to read a request (`delivery`, room for a loaded machine). A client that sent the trace at once
-        # (all at its start, or all at its end, so late that its median slip is half the trace) fails here
+        # and the server saw the schedule's shape: each request arrived `due` after a start of its own, most of these
+        # starts (the median) no further from the earliest than what the client says it slipped (each send's lateness
+        # after its due time) and the time the server took to read a request (`delivery_ms`). The median, not the
+        # latest: a busy machine kept one request 307 ms from the server's reading while the client had sent it 9 ms
+        # late. A client that sent the trace at once, or at half its pace, fails here (a median of 475 or 175 ms,
+        # above 120 ms and the few ms it slips); one that sent it all at its end fails on its median slip (half the trace)
         slip = run["schedule_slip_ms"]
         assert set(slip) == {"mean", "p50", "p90", "p99", "max"} and 0.0 <= slip["p50"] <= slip["max"], slip
         assert slip["p50"] < gap_ms, (slip, gap_ms)
         starts_ms = [(record["arrived_s"] - due) * 1000.0 for record, due in zip(records, schedule)]
-        assert max(starts_ms) - min(starts_ms) <= slip["max"] + delivery_ms, (number, starts_ms, slip)
+        spread_ms = statistics.median(start - min(starts_ms) for start in starts_ms)
+        assert spread_ms <= slip["max"] + delivery_ms, (number, starts_ms, slip)
     for run in result["runs"]:
         assert run["completed"] == len(trace) and run["total_input_tokens"] == sum(row["input_length"] for row in trace)
         # the server's prefix-cache counters, read from its /metrics around the repeat
@@ -235,12 +240,17 @@ def test_sessions_find_their_earlier_turns_cached(servers: Servers, endpoint: st
     assert [(entry["turn"], entry["requests"]) for entry in per_turn] == [(turn, sessions) for turn in prompt]
     # the module's per-turn cached tokens are the server's; 0 for turn 1, which the server reports by leaving it out
     assert [entry["cached_tokens"] for entry in per_turn] == [sum(r["cached_tokens"] for r in by_turn[turn]) for turn in prompt]
-    # TTFT per turn against the server's first chunk (its prefill skips the cached tokens): a few ms of HTTP on top
+    # TTFT per turn against the server's first chunk (its prefill skips the cached tokens): never before it, and later
+    # by the HTTP and scheduling on top, which a busy machine stretches (+52 ms seen for a median on 2 cores under
+    # load, so DELIVERY_MS allowed: a TTFT counted from elsewhere, the session's start or the turn's think time, still
+    # fails); what the cache saves is judged by the server's own times, below
     for entry in per_turn:
         sent_ms = statistics.median(record["chunks"][0][0] for record in by_turn[entry["turn"]])
-        assert sent_ms - 0.5 <= entry["ttft_ms"]["p50"] <= sent_ms + 15.0, (entry, sent_ms)
-    # what the cache buys: turn 3 prefills its 16 new words, not its 112 (61 ms uncached, 13 ms as it is)
-    assert per_turn[2]["ttft_ms"]["p50"] < TTFT_MS + prompt[3] * PREFILL_MS_PER_TOKEN - 20.0, per_turn
+        assert sent_ms - 0.5 <= entry["ttft_ms"]["p50"] <= sent_ms + DELIVERY_MS, (entry, sent_ms)
+    # what the cache buys, as the server sent it: turn 3 prefills its 16 new words, not its 112 (61 ms uncached,
+    # 13 ms as it is), so its first chunk leaves long before an uncached prefill could have ended
+    turn3_ms = statistics.median(record["chunks"][0][0] for record in by_turn[3])
+    assert turn3_ms < TTFT_MS + prompt[3] * PREFILL_MS_PER_TOKEN - 20.0, (turn3_ms, by_turn[3])
     run = result["runs"][0]
     assert run["prefix_cache"]["queries"] == sum(record["prompt_tokens"] for record in records)
     assert run["prefix_cache"]["hits"] == sum(record["cached_tokens"] for record in records)
