@@ -243,8 +243,10 @@ def test_rerun_right_after_an_interrupted_run_goes_ahead(node, tmp_path, point, 
 
 @pytest.mark.timeout(600)
 def test_concurrent_run_is_refused_naming_the_holder_and_how_to_override(node, tmp_path):
+    # the first run holds the lock while its server starts: 30 s, so that a second ansible-playbook, however slowly a
+    # busy machine starts it, meets the lock (6 s was not enough on a loaded 2-core machine); under the ready timeout, 60 s
     inventory = inventory_for(tmp_path, [node], {node.name: {
-        "vllm_server_host_env": {"GPUOPS_SIM_STATE": str(node.state), "GPUOPS_SIM_STARTUP_DELAY_S": "6"}}})
+        "vllm_server_host_env": {"GPUOPS_SIM_STATE": str(node.state), "GPUOPS_SIM_STARTUP_DELAY_S": "30"}}})
     env = {key: value for key, value in ansible_env().items() if key not in ("USER", "LOGNAME", "LNAME", "USERNAME")}
     first = Background(inventory, tmp_path / "first.log", env=env)  # no USER: the user comes from the password database
     try:
@@ -253,7 +255,8 @@ def test_concurrent_run_is_refused_naming_the_holder_and_how_to_override(node, t
         assert held["controller"]["pid"] == first.proc.pid and held["controller"]["user"] == pwd.getpwuid(os.getuid()).pw_name
         second = run_playbook(RESTART, inventory)
         text = flat(second.stdout)
-        assert second.returncode != 0
+        assert first.proc.poll() is None and lock_file(node).exists(), "the first run ended before the second was done"
+        assert second.returncode != 0, text[-3000:]
         for needle in ("locked by another run", "%s on controller %s (ansible-playbook PID %d) running '%s'" % (
                 pwd.getpwuid(os.getuid()).pw_name, socket.gethostname(), first.proc.pid, PLAY),
                 " UTC (for ", "-e vllm_server_lock_stale_after=<seconds>", "rm %s" % lock_file(node),

@@ -30,6 +30,8 @@ OUTPUT = 64
 REQUESTS = 6
 WARMUP = 2
 REPEATS = 2
+# how far a client's rate may stray from the server's recorded one on a busy machine (relative)
+LOADED_RATE = 0.25
 E2E_COUNT = "vllm:e2e_request_latency_seconds_count"
 
 
@@ -90,11 +92,16 @@ def test_server_view_per_repeat_and_the_chunk_aware_rate(setup: Setup) -> None:
         assert view["preemptions"] == 0 and view["counter_reset"] is False
         assert view["kv_cache_samples"] >= 2 and 0 < view["kv_cache_usage_peak"] < 0.01
         # TPOT spreads the first-to-last chunk interval (60 gaps) over 63 tokens; the chunk-aware rate counts the 60
-        # tokens after the first chunk over it; both judged by the intervals the server recorded
+        # tokens after the first chunk over it. Of the same intervals, the client's, the two rates differ by exactly
+        # 63 / 60 (5%), whatever the machine's load; each is the server's rate, from the intervals it recorded, give or
+        # take how much later the client read the first chunk than the last (a busy machine's share: 12% seen on
+        # 2 cores under load; LOADED_RATE allows 25%)
+        assert run["decode_tok_s"] / run["decode_tok_s_chunk_aware"] == pytest.approx((OUTPUT - 1) / (OUTPUT - CHUNK),
+                                                                                     rel=1e-9), run
         tpot_ms = statistics.median(request.interval_ms / (OUTPUT - 1) for request in requests)
         per_token_ms = statistics.median(request.interval_ms / (OUTPUT - CHUNK) for request in requests)
-        assert run["decode_tok_s"] == pytest.approx(1000.0 / tpot_ms, rel=0.01)
-        assert run["decode_tok_s_chunk_aware"] == pytest.approx(1000.0 / per_token_ms, rel=0.01)
+        assert run["decode_tok_s"] == pytest.approx(1000.0 / tpot_ms, rel=LOADED_RATE), (run["decode_tok_s"], tpot_ms)
+        assert run["decode_tok_s_chunk_aware"] == pytest.approx(1000.0 / per_token_ms, rel=LOADED_RATE)
         assert run["tokens_per_chunk"] == CHUNK
     assert result["metrics"]["decode_tok_s_chunk_aware"]["n"] == REPEATS
     assert result["warmup"].get("server") is None

@@ -159,27 +159,40 @@ def test_replay_on_the_trace_schedule_with_shared_prefixes(servers: Servers) -> 
     expected_cached = [0, 64, 32, 0, 80, 0]
     speedup = 2.0
     schedule = [(row["timestamp"] - trace[0]["timestamp"]) / 1000.0 / speedup for row in trace]
+    gap_ms = min(later - earlier for earlier, later in zip(schedule, schedule[1:]) if later > earlier) * 1000.0  # 100
+    delivery_ms = 120.0
     path = write_jsonl(servers.tmp / "trace.jsonl", trace)
     first_id = server.last_id()
     result = bench(servers, "replay", url=server.url, warmup_requests=1, repeats=2, timeout=60,
                    workload={"kind": "replay", "file": path, "speedup": speedup, "block_size": 32})
     assert not result.get("failed"), result.get("msg")
-    _warmup, *repeats = _phases(server.sent(after=first_id), 1, len(trace), len(trace))
-    for number, records in enumerate(repeats):
-        records = by_arrival(records)
+    phases = _phases(server.sent(after=first_id), 1, len(trace), len(trace))
+    for number, (before, records, run) in enumerate(zip(phases, phases[1:], result["runs"])):
+        records = _as_scheduled(records, trace, schedule)
         assert [record["prompt_tokens"] for record in records] == [row["input_length"] for row in trace]
         assert [record["output_tokens"] for record in records] == [row["output_length"] for row in trace]
         # each repeat draws blocks of its own: nothing is found from the warm-up or the repeat before
         assert [record["cached_tokens"] for record in records] == expected_cached, (number, records)
-        # the server saw them arrive on the trace's schedule, counted from the first one's arrival (itself a little
-        # later after its due time than the others: the client's first connection): late by little, early by less
-        arrived = [record["arrived_s"] - records[0]["arrived_s"] for record in records]
-        lateness_ms = [(when - due) * 1000.0 for when, due in zip(arrived, schedule)]
-        # (50 ms: half the trace's shortest gap, room for a loaded 2-core machine)
-        assert all(-3.0 <= late <= 50.0 for late in lateness_ms), lateness_ms
-    for run in result["runs"]:
+        # the trace's schedule, judged against the client's own due times, not against the first arrival (which a
+        # busy machine may delay as much as any other). The repeat starts once the phase before it has ended, so no
+        # request may reach the server before its offset from that end: a client that sent ahead of the schedule fails
+        # here, however late the repeat began
+        ended = max(record["arrived_s"] + record["finished_ms"] / 1000.0 for record in before)
+        early_ms = [(ended + due - record["arrived_s"]) * 1000.0 for record, due in zip(records, schedule)]
+        assert all(early <= 0.002 for early in early_ms), (number, early_ms)  # arrived_s, finished_ms: rounded to 1 us
+        # and the server saw the schedule's shape: each request arrived `due` after a start of its own, most of these
+        # starts (the median) no further from the earliest than what the client says it slipped (each send's lateness
+        # after its due time) and the time the server took to read a request (`delivery_ms`). The median, not the
+        # latest: a busy machine kept one request 307 ms from the server's reading while the client had sent it 9 ms
+        # late. A client that sent the trace at once, or at half its pace, fails here (a median of 475 or 175 ms,
+        # above 120 ms and the few ms it slips); one that sent it all at its end fails on its median slip (half the trace)
         slip = run["schedule_slip_ms"]
-        assert set(slip) == {"mean", "p50", "p90", "p99", "max"} and 0.0 <= slip["p50"] <= slip["max"] < 50.0, slip
+        assert set(slip) == {"mean", "p50", "p90", "p99", "max"} and 0.0 <= slip["p50"] <= slip["max"], slip
+        assert slip["p50"] < gap_ms, (slip, gap_ms)
+        starts_ms = [(record["arrived_s"] - due) * 1000.0 for record, due in zip(records, schedule)]
+        spread_ms = statistics.median(start - min(starts_ms) for start in starts_ms)
+        assert spread_ms <= slip["max"] + delivery_ms, (number, starts_ms, slip)
+    for run in result["runs"]:
         assert run["completed"] == len(trace) and run["total_input_tokens"] == sum(row["input_length"] for row in trace)
         # the server's prefix-cache counters, read from its /metrics around the repeat
         assert run["prefix_cache"] == {"queries": sum(row["input_length"] for row in trace), "hits": sum(expected_cached),
@@ -225,12 +238,17 @@ def test_sessions_find_their_earlier_turns_cached(servers: Servers, endpoint: st
     assert [(entry["turn"], entry["requests"]) for entry in per_turn] == [(turn, sessions) for turn in prompt]
     # the module's per-turn cached tokens are the server's; 0 for turn 1, which the server reports by leaving it out
     assert [entry["cached_tokens"] for entry in per_turn] == [sum(r["cached_tokens"] for r in by_turn[turn]) for turn in prompt]
-    # TTFT per turn against the server's first chunk (its prefill skips the cached tokens): a few ms of HTTP on top
+    # TTFT per turn against the server's first chunk (its prefill skips the cached tokens): never before it. How much
+    # later is the HTTP and scheduling on top, which a busy machine stretches without bound (+184 ms seen for a
+    # median on 2 cores under load), so it is not judged here; what the cache saves is judged by the server's own
+    # times, below
     for entry in per_turn:
         sent_ms = statistics.median(record["chunks"][0][0] for record in by_turn[entry["turn"]])
-        assert sent_ms - 0.5 <= entry["ttft_ms"]["p50"] <= sent_ms + 15.0, (entry, sent_ms)
-    # what the cache buys: turn 3 prefills its 16 new words, not its 112 (61 ms uncached, 13 ms as it is)
-    assert per_turn[2]["ttft_ms"]["p50"] < TTFT_MS + prompt[3] * PREFILL_MS_PER_TOKEN - 20.0, per_turn
+        assert entry["ttft_ms"]["p50"] >= sent_ms - 0.5, (entry, sent_ms)
+    # what the cache buys, as the server sent it: turn 3 prefills its 16 new words, not its 112 (61 ms uncached,
+    # 13 ms as it is), so its first chunk leaves long before an uncached prefill could have ended
+    turn3_ms = statistics.median(record["chunks"][0][0] for record in by_turn[3])
+    assert turn3_ms < TTFT_MS + prompt[3] * PREFILL_MS_PER_TOKEN - 20.0, (turn3_ms, by_turn[3])
     run = result["runs"][0]
     assert run["prefix_cache"]["queries"] == sum(record["prompt_tokens"] for record in records)
     assert run["prefix_cache"]["hits"] == sum(record["cached_tokens"] for record in records)
@@ -266,6 +284,25 @@ def test_check_mode_reads_the_file_and_sends_nothing(servers: Servers) -> None:
     assert result["workload"]["sha256"] == hashlib.sha256(Path(path).read_bytes()).hexdigest()
     assert result["workload"]["prompt_len"]["min"] == 5 and result["workload"]["prompt_len"]["max"] == 9
     assert (server.last_id(), server.received()) == before
+
+
+def _as_scheduled(records: t.Sequence[t.Dict[str, t.Any]], trace: t.Sequence[t.Dict[str, t.Any]],
+                  schedule: t.Sequence[float]) -> t.List[t.Dict[str, t.Any]]:
+    """A repeat's records in the trace's order: by arrival, except that requests due at the same moment (sent one after
+    the other, on connections of their own) may reach the server in either order, so those are put in the trace's
+    order by their prompt and output tokens (a record that matches none of them last, for the assertion to show)."""
+    ordered = by_arrival(records)
+    result: t.List[t.Dict[str, t.Any]] = []
+    while len(result) < len(ordered):
+        first = len(result)
+        end = first + schedule[first:].count(schedule[first]) if first < len(schedule) else len(ordered)
+        lines = [(row["input_length"], row["output_length"]) for row in trace[first:end]]
+
+        def place(record: t.Dict[str, t.Any], lines: t.List[t.Tuple[int, int]] = lines) -> int:
+            tokens = (record["prompt_tokens"], record["output_tokens"])
+            return lines.index(tokens) if tokens in lines else len(lines)
+        result.extend(sorted(ordered[first:end], key=place))
+    return result
 
 
 def _phases(records: t.Sequence[t.Dict[str, t.Any]], *sizes: int) -> t.List[t.List[t.Dict[str, t.Any]]]:

@@ -1,11 +1,17 @@
 # Copyright (c) 2026, gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Loopback helpers for unit tests of the code that reads a server: a free port (free_port), and an HTTP server whose
-each GET or POST is answered by ``answer(handler, body) -> (status, body bytes)`` and kept in ``seen`` as
-(method, path, headers, body)."""
+"""Loopback helpers for unit tests of the code that reads a server: a port that refuses connections (refused_port), and
+an HTTP server whose each GET or POST is answered by ``answer(handler, body) -> (status, body bytes)`` and kept in
+``seen`` as (method, path, headers, body).
+
+Neither asks for a free port and binds it later (the gap in which another test may take it): each binds port 0 and
+reads the port the kernel gave, held for as long as the test uses it. The tests that start a fake server or host of
+their own (tests/integration, tests/simulator, bench/) take their ports from gpusim.api.free_port instead, which
+ansible-test's staged copy of the unit tests cannot import."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import typing as t
@@ -14,11 +20,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 Answer = t.Callable[[BaseHTTPRequestHandler, bytes], t.Tuple[int, bytes]]
 
 
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now (bound, then released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+@contextlib.contextmanager
+def refused_port() -> t.Iterator[int]:
+    """A TCP port on loopback that nothing listens on while the block runs: bound by this socket, which never listens, so
+    a connection to it is refused and no other test can listen on it until the block ends."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield int(held.getsockname()[1])
 
 
 class LoopbackServer:

@@ -13,12 +13,13 @@ import time
 import pytest
 
 from ansible_collections.gpuops.fleet.plugins.modules import vllm_process
-from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import LoopbackServer, free_port
+from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import LoopbackServer
 from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import call_main, capture
 
 MODELS_BODY = json.dumps({"object": "list", "data": [{"id": "m"}]}).encode()
 
-# `vllm serve` in its title (the script's name), with a child that inherits the socket, as vLLM's engine core does
+# `vllm serve` in its title (the script's name), with a child that inherits the socket, as vLLM's engine core does;
+# `serve 0`: on the port the kernel gives, which the fixture reads from the server's socket
 HAND_STARTED_SERVER = """
 import os, socket, sys, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[2]))); s.listen()
@@ -71,19 +72,19 @@ def recorded_server(tmp_path, captured):  # pylint: disable=unused-argument,rede
 
 @pytest.fixture
 def hand_started(tmp_path):
-    """bash -> `python .../vllm serve PORT` (-> its child); yields (bash, server PID, port); ends what is left."""
+    """bash -> `python .../vllm serve 0` (-> its child); yields (bash, server PID, the port it listens on); ends what is
+    left."""
     psutil = pytest.importorskip("psutil")
     script = tmp_path / "vllm"
     script.write_text(HAND_STARTED_SERVER)
-    port = free_port()
-    shell = subprocess.Popen(["bash", "-c", "%s %s serve %d --api-key sk-unit-secret; sleep 120" % (sys.executable, script, port)],
+    shell = subprocess.Popen(["bash", "-c", "%s %s serve 0 --api-key sk-unit-secret; sleep 120" % (sys.executable, script)],
                              start_new_session=True)
     deadline = time.monotonic() + 20
-    server = None
+    server = port = None
     while time.monotonic() < deadline and server is None:
-        children = psutil.Process(shell.pid).children()
-        listening = children and any(c.status == "LISTEN" and c.laddr.port == port for c in psutil.net_connections("tcp"))
-        server = children[0].pid if listening else None
+        for child in psutil.Process(shell.pid).children():
+            ports = [c.laddr.port for c in child.net_connections("tcp") if c.status == psutil.CONN_LISTEN]
+            server, port = (child.pid, ports[0]) if ports else (None, None)
         time.sleep(0.05)
     assert server is not None, "the server never listened"
     yield shell, server, port

@@ -14,7 +14,7 @@ from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness 
     assert_documented_as_specified, documented_options, run_module as harness_run,
 )
 from ansible_collections.gpuops.fleet.tests.unit.plugins.bench_sse_server import ScriptedServer
-from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import free_port
+from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import refused_port
 
 
 def run_module(args, monkeypatch):
@@ -82,8 +82,9 @@ def test_unknown_model(server, monkeypatch):
 
 
 def test_unreachable_url(monkeypatch):
-    url = "http://127.0.0.1:%d" % free_port()
-    result = run_module(dict(SMALL, url=url), monkeypatch)
+    with refused_port() as port:
+        url = "http://127.0.0.1:%d" % port
+        result = run_module(dict(SMALL, url=url), monkeypatch)
     assert result["failed"] and result["msg"].startswith("url=%r: cannot reach %s/v1/models" % (url, url))
 
 

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from ansible_collections.gpuops.fleet.plugins.modules import vllm_listener
-from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import free_port
+from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import refused_port
 from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import call_main
 
 psutil = pytest.importorskip("psutil")
@@ -30,7 +30,8 @@ def test_bad_input_names_the_option(args, needle):
 
 
 def test_nothing_listens():
-    result = call_main(vllm_listener, {"port": free_port()})
+    with refused_port() as port:
+        result = call_main(vllm_listener, {"port": port})
     assert not result.get("failed") and result["listener"] is None and "nothing listens" in result["msg"]
 
 

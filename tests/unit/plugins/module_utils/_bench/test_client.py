@@ -19,7 +19,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._bench.server import 
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.spec import build_spec
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.stats import mean
 from ansible_collections.gpuops.fleet.tests.unit.plugins.bench_sse_server import ScriptedServer
-from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import free_port
+from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import refused_port
 
 
 def approx(value):
@@ -100,8 +100,9 @@ def test_close_delimited_stream_needs_done_marker():
 
 
 def test_unreachable_port_is_a_connect_error():
-    target = Target("http", "127.0.0.1", free_port(), "/v1/completions")
-    outcomes, _duration = Client(target, "completions", 5.0).run([b"{}"], 1, [0.0])
+    with refused_port() as port:
+        target = Target("http", "127.0.0.1", port, "/v1/completions")
+        outcomes, _duration = Client(target, "completions", 5.0).run([b"{}"], 1, [0.0])
     assert outcomes[0].reason == "connect_error" and "cannot connect" in outcomes[0].error
 
 

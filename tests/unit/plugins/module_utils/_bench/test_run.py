@@ -16,7 +16,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._bench.run import _Op
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.server import ServerError
 from ansible_collections.gpuops.fleet.plugins.module_utils._bench.spec import build_spec
 from ansible_collections.gpuops.fleet.tests.unit.plugins.bench_sse_server import ScriptedServer
-from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import free_port
+from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import refused_port
 
 
 def test_knee():
@@ -121,9 +121,10 @@ def test_unknown_model_and_unreachable_server():
     with ScriptedServer(models=["a", "b"]) as server:
         with pytest.raises(ServerError, match=r"model='zzz' is not served at url='http://127.0.0.1:\d+'; the server lists: a, b"):
             Benchmark(spec(server.url, model="zzz")).run()
-    url = "http://127.0.0.1:%d" % free_port()
-    with pytest.raises(ServerError, match="url='%s': cannot reach" % url):
-        Benchmark(spec(url)).run()
+    with refused_port() as port:
+        url = "http://127.0.0.1:%d" % port
+        with pytest.raises(ServerError, match="url='%s': cannot reach" % url):
+            Benchmark(spec(url)).run()
 
 
 def test_save_result_file(tmp_path):

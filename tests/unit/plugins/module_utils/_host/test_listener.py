@@ -16,7 +16,7 @@ import pytest
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import listener as L
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import ListenerError, listening_pid, read_cgroup, read_environ
-from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import free_port
+from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import refused_port
 
 psutil = pytest.importorskip("psutil")
 
@@ -56,7 +56,8 @@ def test_the_listener_is_the_top_of_the_processes_holding_the_socket(started):
 
 
 def test_nothing_listening_is_none():
-    assert listening_pid(psutil, free_port()) is None
+    with refused_port() as port:
+        assert listening_pid(psutil, port) is None
 
 
 def test_two_unrelated_listeners_are_an_error(started):

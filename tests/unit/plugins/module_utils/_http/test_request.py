@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._http.request import http_get, http_post_json
-from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import LoopbackServer, free_port
+from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import LoopbackServer, refused_port
 
 
 def _serve(answer):
@@ -34,7 +34,8 @@ def test_http_get_returns_statuses(server):
 
 
 def test_http_get_refused_is_a_reply_without_status():
-    reply = http_get("http://127.0.0.1:%d/health" % free_port(), 2)
+    with refused_port() as port:
+        reply = http_get("http://127.0.0.1:%d/health" % port, 2)
     assert reply.status is None and reply.describe() == "connection refused"
 
 
