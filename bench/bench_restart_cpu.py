@@ -89,19 +89,19 @@ def measure(root: Path, runs: int) -> Dict[str, Any]:
 
 
 def report(result: Dict[str, Any], commit: str) -> List[str]:
+    head = (result["tensor_parallel"], len(result["runs"]), commit) + tuple(result["load"]) + (time.strftime("%Y-%m-%d %H:%M"),)
     out = ["forced restart_vllm.yml of 1 simulated host (TP=%d) against ansible -m ping, %d runs, commit %s, "
-           "load %.2f %.2f %.2f at the end, %s" % ((result["tensor_parallel"], len(result["runs"]), commit)
-                                                 + tuple(result["load"]) + (time.strftime("%Y-%m-%d %H:%M"),))]
+           "load %.2f %.2f %.2f at the end, %s" % head]
     rows = [[run["run"], "%.2f" % run["ping"]["cpu_s"], "%.2f" % run["ping"]["wall_s"], "%.2f" % run["restart"]["cpu_s"],
              "%.2f" % run["restart"]["user_s"], "%.2f" % run["restart"]["sys_s"], "%.1f" % run["restart"]["wall_s"],
              "%.1f" % run["ratio"]] for run in result["runs"]]
     out.append(table(["run", "ping CPU s", "ping wall s", "restart CPU s", "user s", "sys s", "restart wall s",
                       "restart / ping CPU"], rows))
     ratio = result["ratio"]
+    verdict = ("PASS" if ratio <= MAX_RATIO else "FAIL", ratio, len(result["runs"]), result["restart_cpu_s"], result["ping_cpu_s"],
+               MAX_RATIO)
     out.append("%s CPU of a forced restart of 1 host / CPU of ansible -m ping: %.1fx median of %d runs "
-               "(medians %.2f s / %.2f s; target <= %.0fx)" % ("PASS" if ratio <= MAX_RATIO else "FAIL", ratio,
-                                                             len(result["runs"]), result["restart_cpu_s"],
-                                                             result["ping_cpu_s"], MAX_RATIO))
+               "(medians %.2f s / %.2f s; target <= %.0fx)" % verdict)
     return out
 
 
