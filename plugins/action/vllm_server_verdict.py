@@ -68,20 +68,23 @@ class ActionModule(ActionBase):
             self._task.check_mode = was
 
     def _preflight(self, plan, status, task_vars):
-        args = preflight.reclaim_args(plan, status)
+        settings = preflight.reclaim_args(plan, status)
+        args = dict(settings)
         args["managed_containers"] = preflight.own_containers(status)
         secured = preflight.secured_args(plan, status)
         if secured is not None:
             args["secured"] = secured
         reading = self._module("gpuops.fleet.gpu_reclaim", args, task_vars, check_mode=True)
         reading.pop("changed", None)
-        refusal = preflight.refusal(plan, self._variables(task_vars), reading)
+        refusal = preflight.refusal(plan, reading)
         if refusal:
             # what blocks, in words: the reading's lists would name the server's own workers too
             return {"failed": True, "msg": refusal, "would_fail": reading.get("would_fail") or [],
                     "containers_refused": reading.get("containers_refused") or []}
         reading.update(failed=False, msg=reading.get("msg") or "the stop would free the server's GPUs",
-                       reclaim_args=preflight.reclaim_args(plan, status), takeover_stop=preflight.takeover_stop(status))
+                       reclaim_args=settings, takeover_stop=preflight.takeover_stop(status),
+                       # the launch mode as the run's first reading resolved it, for every later step
+                       mode=status.get("mode") or plan["mode"])
         return reading
 
     def _verify(self, host, plan, steps, task_vars):
@@ -97,8 +100,3 @@ class ActionModule(ActionBase):
         if judged["failed"]:
             return {"failed": True, "msg": judged["msg"], "busy_gpus": [gpu.get("index") for gpu in judged["busy"]]}
         return dict(judged, fresh=fresh)
-
-    def _variables(self, task_vars):
-        names = ("vllm_server_gpus", "vllm_server_tensor_parallel_size", "vllm_server_reclaim_match", "vllm_server_reclaim_grace",
-                 "vllm_server_reclaim_timeout", "vllm_server_memory_threshold_mib")
-        return {name: self._templar.template(task_vars[name]) for name in names if name in (task_vars or {})}

@@ -44,7 +44,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import MASK, secret_env_names
+from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_env as masked
 
 
 def masked_env(env, extra=None):
@@ -52,8 +52,7 @@ def masked_env(env, extra=None):
         raise AnsibleFilterError("masked_env: expected a mapping of names to values, got %s" % type(env).__name__)
     if extra is not None and not isinstance(extra, (list, tuple)):
         raise AnsibleFilterError("masked_env: extra must be a list of names, got %s" % type(extra).__name__)
-    secret = set(secret_env_names(env, [str(name) for name in extra or []]))
-    return {name: (MASK if name in secret and value is not None else value) for name, value in env.items()}
+    return masked(env, [str(name) for name in extra or []])
 
 
 class FilterModule:

@@ -185,6 +185,10 @@ memory_threshold_mib:
   description: The most MiB a free GPU may have in use.
   returned: success
   type: int
+given:
+  description: The variables a preflight refusal may name (the GPUs, the size, the reclaim's settings), as given.
+  returned: success
+  type: dict
 drain:
   description: Whether the server is drained before its stop.
   returned: success

@@ -49,8 +49,8 @@ options:
     description:
       - The steps' registered results, by name - C(status) (the reading acted on), C(preflight), C(stopped), C(reclaim),
         C(verify), C(launched), C(ready). A step that did not run is absent, empty or skipped.
+      - Without it, the results the role registers are read (the reading acted on is the lock's, else the one before it).
     type: dict
-    default: {}
   failed_task:
     description: With O(step=failure), the name of the task that failed.
     type: str
@@ -72,6 +72,10 @@ RETURN = r"""
 msg:
   description: With O(step=preflight) or O(step=verify), the verdict in words.
   returned: with O(step=preflight) or O(step=verify)
+  type: str
+mode:
+  description: With O(step=preflight), the launch mode the run's reading resolved (V(process), V(systemd) or V(container)), which the later steps are given.
+  returned: with O(step=preflight)
   type: str
 reclaim_args:
   description: With O(step=preflight), the options of the reclaim after the stop.

@@ -19,7 +19,7 @@ import hashlib
 import json
 import typing as t
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import MASK, secret_env_names
+from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_env
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.rules import broken
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.values import mapping, text, to_bool, to_float, to_int, words
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._secret_argv import argv_with_secrets
@@ -46,6 +46,11 @@ VARIABLES = (
     "vllm_server_container_restart", "vllm_server_secret_env", "vllm_server_api_key", "vllm_server_allow_open",
     "vllm_server_mark_good",
 )
+
+
+# what the preflight's refusal may name (the gpu_reclaim option behind each, preflight.py)
+GIVEN = ("vllm_server_gpus", "vllm_server_tensor_parallel_size", "vllm_server_reclaim_match", "vllm_server_reclaim_grace",
+         "vllm_server_reclaim_timeout", "vllm_server_memory_threshold_mib")
 
 
 class PlanError(ValueError):
@@ -83,8 +88,7 @@ def server_env(variables: t.Mapping[str, t.Any], visible: str) -> t.Dict[str, t.
 
 def env_shown(env: t.Mapping[str, t.Any], secret_env: t.Iterable[str]) -> t.List[str]:
     """NAME=value of each variable, secrets masked, sorted by name without case (as the dictsort filter)."""
-    secret = set(secret_env_names(env, [str(name) for name in secret_env]))
-    shown = {name: (MASK if name in secret and value is not None else value) for name, value in env.items()}
+    shown = masked_env(env, [str(name) for name in secret_env])
     return ["%s=%s" % (name, value) for name, value in sorted(shown.items(), key=lambda item: str(item[0]).lower())]
 
 
@@ -228,6 +232,8 @@ def build(variables: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.An
         "status": status_args(variables, where, digest, url, container, generate),
         "reclaim": reclaim_args(variables),
         "memory_threshold_mib": to_int(variables.get("vllm_server_memory_threshold_mib")),
+        # the variables a refusal names, as the operator wrote them
+        "given": {name: variables.get(name) for name in GIVEN},
         "drain": to_bool(variables.get("vllm_server_drain")),
         "keep_failed": to_bool(variables.get("vllm_server_keep_failed_server")),
         "allow_open": to_bool(variables.get("vllm_server_allow_open")),

@@ -24,7 +24,8 @@ VARIABLES = {"match": "vllm_server_reclaim_match", "grace": "vllm_server_reclaim
              "memory_threshold_mib": "vllm_server_memory_threshold_mib"}
 
 
-def _variable(option: str, plan: t.Mapping[str, t.Any], variables: t.Mapping[str, t.Any]) -> str:
+def _variable(option: str, plan: t.Mapping[str, t.Any]) -> str:
+    variables = plan.get("given") or {}
     if option == "gpus":
         listed = variables.get("vllm_server_gpus")
         origin = "" if listed else " (from vllm_server_tensor_parallel_size=%s)" % variables.get("vllm_server_tensor_parallel_size")
@@ -42,12 +43,12 @@ def _containers(boxes: t.Sequence[t.Mapping[str, t.Any]]) -> str:
     return "; ".join(named)
 
 
-def _unreadable(plan: t.Mapping[str, t.Any], variables: t.Mapping[str, t.Any], reading: t.Mapping[str, t.Any]) -> str:
+def _unreadable(plan: t.Mapping[str, t.Any], reading: t.Mapping[str, t.Any]) -> str:
     msg = str(reading.get("msg") or "no message")
     found = OPTION.match(msg)
     named = ""
     if found and (found.group(1) == "gpus" or found.group(1) in VARIABLES):
-        named = _variable(found.group(1), plan, variables) + ": "
+        named = _variable(found.group(1), plan) + ": "
     return "vllm_server: nothing was stopped: the preflight could not check the server's GPUs: %s%s" % (named, msg)
 
 
@@ -73,10 +74,11 @@ def _opens(plan: t.Mapping[str, t.Any], secured: t.Mapping[str, t.Any]) -> str:
             " the server." % (plan["port"], (secured.get("listener") or {}).get("pid"), key, where))
 
 
-def refusal(plan: t.Mapping[str, t.Any], variables: t.Mapping[str, t.Any], reading: t.Mapping[str, t.Any]) -> str:
-    """Why nothing may be stopped, '' when the run may go on (``reading``: gpu_reclaim's check-mode result)."""
+def refusal(plan: t.Mapping[str, t.Any], reading: t.Mapping[str, t.Any]) -> str:
+    """Why nothing may be stopped, '' when the run may go on (``reading``: gpu_reclaim's check-mode result; the plan's
+    ``given`` holds the variables a refusal names)."""
     if "would_fail" not in reading:
-        return _unreadable(plan, variables, reading)
+        return _unreadable(plan, reading)
     stopping = plan["state"] == "stopped"
     if reading["would_fail"] and not stopping:
         return _holders(reading)

@@ -50,6 +50,8 @@ def test_files_url_and_the_reading_s_options(variables):
     assert plan["files"] == {"state": "/srv/s/vllm-8123.json", "lock": "/srv/s/vllm-8123.lock", "log": "/var/log/v/vllm-8123.log",
                              "env": "/srv/s/vllm-8123.env", "unit": "gpuops-vllm-8123.service"}
     assert plan["url"] == "http://10.0.0.5:8123" and plan["status"]["health_url"] == "http://10.0.0.5:8123/health"
+    # what a preflight refusal names, as the operator wrote it
+    assert plan["given"]["vllm_server_gpus"] == [] and plan["given"]["vllm_server_memory_threshold_mib"] == 1024
     assert plan["status"]["listener"]["port"] == 8123 and plan["status"]["decide"] == {"state": "started", "force": False}
 
 

@@ -11,8 +11,8 @@ from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.preflight impor
 
 PLAN = {"state": "started", "port": 8000, "gpus": [0, 1], "gpu_words": ["0", "1"], "allow_open": False, "api_key_arg": False,
         "env_names": ["NCCL_PROTO"], "secret_env": [],
+        "given": {"vllm_server_gpus": [], "vllm_server_tensor_parallel_size": 2, "vllm_server_reclaim_grace": "ten"},
         "reclaim": {"match": ["^VLLM::"], "orphans_only": True, "grace": 10.0, "timeout": 60.0, "memory_threshold_mib": 1024}}
-VARIABLES = {"vllm_server_gpus": [], "vllm_server_tensor_parallel_size": 2, "vllm_server_reclaim_grace": "ten"}
 OPEN = {"opens": True, "running_key": "VLLM_API_KEY", "listener": {"pid": 77}}
 
 
@@ -36,7 +36,7 @@ OPEN = {"opens": True, "running_key": "VLLM_API_KEY", "listener": {"pid": 77}}
      "cannot tell which server listens on port 8000, so whether it requires an API key: cannot read PID 9."),
 ])
 def test_refusals(plan, reading, words):
-    said = refusal(plan, VARIABLES, reading)
+    said = refusal(plan, reading)
     assert (words in said and said.startswith("vllm_server: nothing was stopped: ")) if words else said == ""
 
 
