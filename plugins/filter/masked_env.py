@@ -44,7 +44,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_env as masked
+from ansible_collections.gpuops.fleet.plugins.plugin_utils._masked_env import masked_env as masked
 
 
 def masked_env(env, extra=None):

@@ -120,12 +120,6 @@ def _masked_field(key: str, item: t.Any) -> t.Any:
     return mask_cmdlines(item)
 
 
-def masked_env(env: t.Mapping[str, t.Any], extra: t.Iterable[str] = ()) -> t.Dict[str, t.Any]:
-    """The environment with each secret value (one that is set) replaced by MASK, other values as they are."""
-    secret = set(secret_env_names(env, extra))
-    return {name: (MASK if name in secret and value is not None else value) for name, value in env.items()}
-
-
 def env_summary(env: t.Mapping[str, t.Any], extra: t.Iterable[str] = ()) -> t.Dict[str, str]:
     """The environment as it may be shown: secret values replaced by MASK."""
     secret = set(secret_env_names(env, extra))

@@ -19,7 +19,7 @@ import hashlib
 import json
 import typing as t
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_env
+from ansible_collections.gpuops.fleet.plugins.plugin_utils._masked_env import masked_env
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.rules import broken
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.values import mapping, text, to_bool, to_float, to_int, words
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._secret_argv import argv_with_secrets
