@@ -80,7 +80,7 @@ class Fleet:
         """Every host (of `limit`) runs the baseline configuration (NCCL_PROTO unset), kept as its last good one (a host
         that already does is left as it is); their servers."""
         extra = ["--limit", ",".join(limit)] if limit else []
-        proc = run_playbook(RESTART, self.inventory(run, **inv), "-e", "vllm_restart_force=false", *extra, timeout=600)
+        proc = run_playbook(RESTART, self.inventory(run, **inv), "-e", "vllm_server_state=started", *extra, timeout=600)
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
         return self.servers(*limit)
 

@@ -38,9 +38,18 @@ def role_host_vars(host: "SimHost", port: int, **extra: t.Any) -> t.Dict[str, t.
     return sim_host_vars(host.state, port, **extra)
 
 
+# restart_vllm.yml's rolling settings as the suites were written for them: every host in one batch, never halted (the
+# playbook's defaults are now one host first, then at most 25 %, halting at the first failed batch); a test's own group
+# variables win, and a test of the defaults passes None for both (removed from the inventory)
+ROLLING_AS_WRITTEN = {"vllm_restart_serial": "100%", "vllm_restart_max_fail_percentage": 100}
+
+
 def write_role_inventory(path: Path, hosts: t.Mapping[str, t.Dict[str, t.Any]], **group_vars: t.Any) -> Path:
-    """An inventory whose group vllm_servers holds the given hosts (name -> host vars), driving the fake vLLM."""
-    path.write_text(json.dumps(role_inventory(hosts, python=str(BIN / "python3"), **group_vars), indent=2))
+    """An inventory whose group vllm_servers holds the given hosts (name -> host vars), driving the fake vLLM; the group
+    variables are ROLLING_AS_WRITTEN under ``group_vars`` (a None value leaves the variable out)."""
+    merged = dict(ROLLING_AS_WRITTEN, **group_vars)
+    merged = {name: value for name, value in merged.items() if value is not None}
+    path.write_text(json.dumps(role_inventory(hosts, python=str(BIN / "python3"), **merged), indent=2))
     return path
 
 

@@ -9,7 +9,7 @@ import pytest
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.plan import PlanError, build, rollback_refusal, settled
 
 # Hashes that the role's Jinja gave these configurations before the plan moved into Python: a server launched then keeps
-# its hash, so a rerun with vllm_restart_force=false leaves it alone.
+# its hash, so a rerun that converges (vllm_server_state=started) leaves it alone.
 SECRET_ENV = {"NCCL_PROTO": "LL", "HF_TOKEN": "s3cret", "B": 1, "a": "x"}
 EARLIER_HASH = "f21bc2f3467d97ea4b44dcf11f8a24a6f8b27aa881d68308c27506b48c889945"
 EARLIER_CONTAINER_HASH = "b4ab2de035e7eb4c8aa35291dfaabf82df6231b46c6e427e3f50f3230f0d2a24"
