@@ -24,7 +24,7 @@ import typing as t
 # gpu_reclaim names its option first in a message ("gpus: ..."): the role names its variable instead
 OPTION = re.compile(r"^([a-z_]+)(?=: )")
 VARIABLES = {"match": "vllm_server_reclaim_match", "grace": "vllm_server_reclaim_grace", "timeout": "vllm_server_reclaim_timeout",
-             "memory_threshold_mib": "gpuops_fleet_idle_threshold_mib"}
+             "idle_threshold_mib": "gpuops_fleet_idle_threshold_mib"}
 
 
 def _variable(option: str, plan: t.Mapping[str, t.Any]) -> str:
@@ -155,7 +155,7 @@ def reclaim_args(plan: t.Mapping[str, t.Any], status: t.Mapping[str, t.Any]) -> 
     signalled nor stopped."""
     settings = plan["reclaim"]
     args = {"gpus": plan["gpu_words"], "orphans_only": settings["orphans_only"], "grace": settings["grace"],
-            "timeout": settings["timeout"], "memory_threshold_mib": settings["memory_threshold_mib"], "containers": "refuse"}
+            "timeout": settings["timeout"], "idle_threshold_mib": settings["memory_threshold_mib"], "containers": "refuse"}
     if settings["match"] is not None:
         args["match"] = settings["match"]
     owner = reclaim_owner(status)
