@@ -48,8 +48,9 @@ OLD: t.Dict[str, Old] = {
     "vllm_server_verify_launch": Old("check", CHECK),
 }
 
-# the old names the role itself reads (the playbooks name theirs to gpuops.fleet.fleet_names)
-ROLE_OLD = ("vllm_server_memory_threshold_mib", "vllm_server_force_restart", "vllm_server_verify_launch")
+# the old names the role itself reads (the playbooks name theirs to the lookup gpuops.fleet.fleet_names); restart_vllm.yml
+# passes vllm_server_state through to the role, which reads its deprecated vllm_restart_force as well
+ROLE_OLD = ("vllm_server_memory_threshold_mib", "vllm_server_force_restart", "vllm_restart_force", "vllm_server_verify_launch")
 
 
 def _defined(variables: t.Mapping[str, t.Any], name: str) -> bool:

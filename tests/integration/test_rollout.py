@@ -72,7 +72,8 @@ class Fleet:
             if jitter is not None:
                 entry["vllm_server_host_env"] = dict(entry["vllm_server_host_env"], GPUOPS_SIM_JITTER=jitter)
             entries[host.name] = entry
-        merged = dict(LOAD, vllm_server_tensor_parallel_size=TP, vllm_rollout_results_dir=str(run / "results"))
+        # the rollout's own runs converge (its rollback checks a server that already runs the good configuration again)
+        merged = dict(LOAD, vllm_server_tensor_parallel_size=TP, vllm_rollout_results_dir=str(run / "results"), vllm_server_state=None)
         merged.update(group_vars)
         return write_role_inventory(run / "inventory.json", entries, **merged)
 

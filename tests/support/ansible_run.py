@@ -24,7 +24,7 @@ PLAYBOOKS = REPO / "playbooks"
 RESTART = PLAYBOOKS / "restart_vllm.yml"
 PROBES = REPO / "tests" / "integration" / "playbooks"  # probe_<module>.yml: one module run, its result in a file
 
-__all__ = ["REPO", "BIN", "PLAYBOOKS", "RESTART", "PROBES", "FORCED", "ansible_env", "playbook_argv", "run_playbook", "start_playbook", "run_module", "flat", "recap"]
+__all__ = ["REPO", "BIN", "PLAYBOOKS", "RESTART", "PROBES", "ansible_env", "playbook_argv", "run_playbook", "start_playbook", "run_module", "flat", "recap"]
 
 
 def ansible_env(**extra: str) -> t.Dict[str, str]:
@@ -47,33 +47,19 @@ def playbook_argv(playbook: t.Union[str, Path], inventory: Path, *extra: str) ->
     return [str(BIN / "ansible-playbook"), "-i", str(inventory), str(path), *extra]
 
 
-# restart_vllm.yml as the suites were written for it: every server restarted (forced). Its default converges now
-# (vllm_server_state=started: only a server that drifted or is not healthy is restarted); a test that wants that passes
-# -e vllm_server_state=started (or any vllm_server_state), and a test of the playbook's own defaults runs playbook_argv.
-FORCED = ("-e", "vllm_server_state=restarted")
-
-
-def suite_extra(playbook: t.Union[str, Path], extra: t.Sequence[str]) -> t.Tuple[str, ...]:
-    """``extra``, with FORCED first for restart_vllm.yml unless ``extra`` sets vllm_server_state itself."""
-    path = Path(playbook) if os.path.isabs(playbook) else PLAYBOOKS / playbook
-    if path.resolve() == RESTART.resolve() and not any("vllm_server_state" in word for word in extra):
-        return FORCED + tuple(extra)
-    return tuple(extra)
-
-
 def run_playbook(playbook: t.Union[str, Path], inventory: Path, *extra: str, timeout: int = 300,
                  env: t.Optional[t.Dict[str, str]] = None) -> "subprocess.CompletedProcess[str]":
     """Run the real ansible-playbook to its end; returns the completed process, stdout and stderr as text, whatever
-    its exit status. restart_vllm.yml runs forced unless ``extra`` sets vllm_server_state (FORCED)."""
-    return subprocess.run(playbook_argv(playbook, inventory, *suite_extra(playbook, extra)), env=env or ansible_env(),
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    its exit status."""
+    return subprocess.run(playbook_argv(playbook, inventory, *extra), env=env or ansible_env(), capture_output=True,
+                          text=True, timeout=timeout, check=False)
 
 
 def start_playbook(playbook: t.Union[str, Path], inventory: Path, *extra: str, env: t.Optional[t.Dict[str, str]] = None,
                    **popen: t.Any) -> "subprocess.Popen":
     """Start the real ansible-playbook in the background (the caller waits for it or ends it by its PID); `popen`
     are subprocess.Popen's other arguments (stdout, stderr, text, start_new_session, ...)."""
-    return subprocess.Popen(playbook_argv(playbook, inventory, *suite_extra(playbook, extra)), env=env or ansible_env(), **popen)  # pylint: disable=consider-using-with
+    return subprocess.Popen(playbook_argv(playbook, inventory, *extra), env=env or ansible_env(), **popen)  # pylint: disable=consider-using-with
 
 
 def run_module(module: str, inventory: Path, result_dir: Path, args: t.Optional[t.Dict[str, t.Any]] = None,

@@ -25,6 +25,7 @@ import pytest
 
 from ansible_run import ansible_env, BIN, flat, recap, run_playbook
 from gpusim.api import FAKE_VLLM, role_host_vars, role_inventory
+from inventories import ROLLING_AS_WRITTEN
 from nspawn import CACHE, INSIDE_PYTHON, REPO, Container
 
 RESTART = REPO / "playbooks" / "restart_vllm.yml"
@@ -98,7 +99,7 @@ def server_fixture(container: Container, tmp_path_factory: pytest.TempPathFactor
                             ansible_python_interpreter=INSIDE_PYTHON, vllm_server_command=fake_vllm,
                             vllm_server_launch_mode="systemd", vllm_server_gpus=GPUS, vllm_server_tensor_parallel_size=len(GPUS))
     inventory = tmp_path_factory.mktemp("systemd") / "inventory.json"
-    inventory.write_text(json.dumps(role_inventory({HOST: inside}, python=str(BIN / "python3")), indent=2))
+    inventory.write_text(json.dumps(role_inventory({HOST: inside}, python=str(BIN / "python3"), **ROLLING_AS_WRITTEN), indent=2))
     return Server(container, inventory)
 
 

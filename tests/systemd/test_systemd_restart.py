@@ -24,6 +24,7 @@ import pytest
 
 from ansible_run import ansible_env, BIN, flat, recap, run_playbook
 from gpusim.api import FAKE_VLLM, role_host_vars, role_inventory
+from inventories import ROLLING_AS_WRITTEN
 from nspawn import INSIDE_PYTHON, REPO, Container
 
 RESTART = REPO / "playbooks" / "restart_vllm.yml"
@@ -107,7 +108,7 @@ def box_fixture(container: Container, tmp_path_factory: pytest.TempPathFactory) 
                             vllm_server_systemd_restart_sec=RESTART_SEC, vllm_server_systemd_start_limit_burst=3,
                             vllm_server_systemd_start_limit_interval_sec=60, vllm_server_ready_timeout=120)
     inventory = tmp_path_factory.mktemp("systemd-restart") / "inventory.json"
-    inventory.write_text(json.dumps(role_inventory({HOST: inside}, python=str(BIN / "python3")), indent=2))
+    inventory.write_text(json.dumps(role_inventory({HOST: inside}, python=str(BIN / "python3"), **ROLLING_AS_WRITTEN), indent=2))
     return Box(container, inventory)
 
 

@@ -174,6 +174,8 @@ def test_the_model_is_required_and_named(variables):
     ({}, "started", False),
     ({"vllm_server_state": "restarted"}, "restarted", True),
     ({"vllm_server_force_restart": True}, "restarted", True),
+    # restart_vllm.yml's deprecated force variable, which the role reads as the playbook passes vllm_server_state through
+    ({"vllm_restart_force": "true"}, "restarted", True),
     ({"vllm_server_force_restart": "false"}, "started", False),
     ({"vllm_server_force_restart": True, "vllm_server_state": "stopped"}, "stopped", False),
 ])
