@@ -31,9 +31,8 @@ from ansible_run import ansible_env, flat, playbook_argv, RESTART
 from gpusim.api import pid_alive, starttime
 from inventories import role_host_vars, write_role_inventory
 from readings import assert_server_owns_gpus, health, holders, listening_pid
-from simhost import hosts_with_ports
 
-AS_SHIPPED = {"vllm_restart_serial": None, "vllm_restart_max_fail_percentage": None}
+AS_SHIPPED = {"vllm_restart_serial": None, "vllm_restart_max_fail_percentage": None, "vllm_server_state": None}
 KEY = "sk-unseen-789"
 
 
@@ -135,7 +134,7 @@ def test_the_size_is_the_number_of_gpus_and_neither_is_refused(fleet, tmp_path):
     run = shipped(RESTART, inventory)
     assert run.returncode == 0, run.stdout[-4000:]
     server, _workers = assert_server_owns_gpus(node, [2, 3], 2)
-    argv = Path("/proc/%d/cmdline" % server).read_bytes().decode().split("\0")
+    argv = Path("/proc/%d/cmdline" % int(server)).read_bytes().decode().split("\0")
     assert argv[argv.index("--tensor-parallel-size") + 1] == "2", argv
     before, gpus = starttime(server), holders(node)
 
@@ -161,7 +160,7 @@ def test_an_unreadable_environment_fails_closed(fleet, tmp_path):
     inventory = write_role_inventory(tmp_path / "inventory.json", {node.name: entry}, **AS_SHIPPED)
     run = shipped(RESTART, inventory)
     assert run.returncode == 0, run.stdout[-4000:]
-    server, _workers = assert_server_owns_gpus(node, [0], 1)
+    server = int(assert_server_owns_gpus(node, [0], 1)[0])
     before, gpus = starttime(server), holders(node)
 
     # the new configuration drops the key; the running server's key is in its environment, which cannot be read
@@ -169,7 +168,7 @@ def test_an_unreadable_environment_fails_closed(fleet, tmp_path):
     refused = shipped(RESTART, inventory, "-e", dropped, wrap=masked_environ(server))
     text = flat(refused.stdout)
     assert refused.returncode != 0, refused.stdout[-4000:]
-    assert ("the environment of the server that listens on port %d (PID %d) cannot be read" % (node.port, server)) in text, text[-4000:]
+    assert ("the environment of the server that listens on port %d (PID %d) cannot be read" % (int(node.port), server)) in text, text[-4000:]
     assert "Run with become (-b, or ansible_become=true in the inventory)" in text and "vllm_server_allow_open=true" in text
     assert KEY not in refused.stdout + refused.stderr
     assert pid_alive(server, before) and listening_pid(node.port) == server and holders(node) == gpus

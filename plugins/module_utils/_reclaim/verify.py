@@ -204,7 +204,7 @@ def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tupl
         if memory_held(rest, threshold_mib):
             problems.append(Problem(reading.index, "GPU %d: %d MiB used, %d MiB of it beyond what the holders left alone hold (%s), above "
                                     "idle_threshold_mib %d: %s" % (reading.index, used, rest, ", ".join(live), threshold_mib,
-                                                                     _beyond(kept)), settling))
+                                                                   _beyond(kept)), settling))
         return problems
     rest = used if counted_holders == 0 else (None if counted_mib is None else used - counted_mib)
     if kept and not live and memory_held(rest, threshold_mib):
