@@ -71,7 +71,10 @@ def main() -> int:
     folder = Path(tempfile.mkdtemp(prefix="gpuops-benchfleet-"))
     rec = lifecycle.up(folder / "fleet", max(sizes), gpus=2)
     names = [node.name for node in rec.nodes]
-    fleet_vars = {"vllm_server_tensor_parallel_size": 1, "vllm_server_gpus": [0], "vllm_server_drain": False}
+    # every node in one batch, never halted, each restart forced (restart_vllm.yml's defaults roll one host first, then
+    # 25 %, and converge)
+    fleet_vars = {"vllm_server_tensor_parallel_size": 1, "vllm_server_gpus": [0], "vllm_server_drain": False,
+                  "vllm_restart_serial": "100%", "vllm_restart_max_fail_percentage": 100, "vllm_server_state": "restarted"}
     runs: t.List[t.Dict[str, t.Any]] = []
     try:
         inventories = {n: inventory.write(rec, folder / ("inv-%d.yml" % n), nodes=names[:n], group_vars=fleet_vars)

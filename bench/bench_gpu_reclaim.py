@@ -75,7 +75,7 @@ fi
 held && { echo "GPUs still held" >&2; exit 1; }
 exit 0
 """
-THRESHOLD_MIB = 1024  # gpu_reclaim's default memory_threshold_mib; v1 memory.used counts the 512 MiB reservation
+THRESHOLD_MIB = 1024  # gpu_reclaim's default idle_threshold_mib; v1 memory.used counts the 512 MiB reservation
 
 
 def prepare(host: SimHost, scenario: str) -> List[int]:

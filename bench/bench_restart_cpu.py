@@ -4,7 +4,7 @@
 
 One simulated host (tensor parallel 2) first gets a managed server (a restart_vllm.yml run, not counted). Then, --runs
 times, in this order: `ansible -m ansible.builtin.ping` to the host, and a forced restart
-(`-e vllm_restart_force=true`). Each command's CPU is user + sys of the command and every process it waited for, from
+(`-e vllm_server_state=restarted`). Each command's CPU is user + sys of the command and every process it waited for, from
 os.wait4() on it: the controller (ansible-playbook or ansible, its forks) and the simulated host's side (the modules,
 which run as the controller's children on a local connection) together; the fake vLLM server the role starts is not
 its child and is not counted. Each run's ratio is the restart's CPU over the ping's of the same run (measured side by
@@ -71,7 +71,7 @@ def measure(root: Path, runs: int) -> Dict[str, Any]:
         inventory = root / "inventory.json"
         inventory.write_text(json.dumps(sim_inventory.role_inventory({state.name: host}, python=str(BIN / "python3"))))
         restart = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / "restart_vllm.yml"),
-                   "-e", "vllm_restart_force=true"]
+                   "-e", "vllm_server_state=restarted"]
         ping = [str(BIN / "ansible"), "-i", str(inventory), state.name, "-m", "ansible.builtin.ping"]
         cpu_of(restart, root / "first-restart.txt")  # the host's first server: each counted restart replaces one
         measured = []

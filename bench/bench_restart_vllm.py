@@ -6,7 +6,8 @@ For each fleet size N (forks = N), every host first runs a managed server (a fir
 runs, in this order, on the same inventory: `ansible -m ping`, `ansible -m ansible.builtin.command -a true`, a playbook
 of 6 ansible.builtin.ping tasks (Ansible's own floor for as many module runs as a forced restart makes; each of these
 three --repeats times, the median run by CPU counted), a forced restart (--repeats times at 1 host, the median
-run counted; once on larger fleets), and a rerun with vllm_restart_force=false where nothing
+run counted; once on larger fleets; -e vllm_server_state=restarted, every host in one batch), and a rerun with
+vllm_server_state=started (restart_vllm.yml's default) where nothing
 changes. Per run it reports, per host:
   - module executions on the host, counted independently of the role: the inventory's ansible_python_interpreter is a
     small wrapper (_host_python.py) that runs the real interpreter as a child and logs each run's module name and the
@@ -175,13 +176,16 @@ def measure(size: int, root: Path, output: "Path | None" = None, repeats: int = 
         hosts[state.name]["vllm_server_host_env"]["GPUOPS_SIM_STARTUP_DELAY_S"] = str(STARTUP_DELAY_S)
     inventory = root / "inventory.json"
     # the fake server runs on the real interpreter; Ansible's modules go through the counting wrapper
+    # every host in one batch, never halted (restart_vllm.yml's defaults roll one host first, then 25 %)
     inventory.write_text(json.dumps(sim_inventory.role_inventory(hosts, python=str(BIN / "python3"),
-                                                                 ansible_python_interpreter=str(_wrapper(root)))))
+                                                                 ansible_python_interpreter=str(_wrapper(root)),
+                                                                 vllm_restart_serial="100%", vllm_restart_max_fail_percentage=100)))
     log = root / "modules.jsonl"
     playbook = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / "restart_vllm.yml")]
+    forced = playbook + ["-e", "vllm_server_state=restarted"]
     adhoc = [str(BIN / "ansible"), "-i", str(inventory), "vllm_servers"]
     try:
-        Counted(playbook, size, log)
+        Counted(forced, size, log)
         floor_cmd = [playbook[0], "-i", str(inventory), str(_floor_playbook(root, MAX_MODULES_FORCED))]
         ping = _median_run([Counted(adhoc + ["-m", "ansible.builtin.ping"], size, log) for repeat in range(repeats)])
         true = _median_run([Counted(adhoc + ["-m", "ansible.builtin.command", "-a", "true"], size, log) for repeat in range(repeats)])
@@ -191,14 +195,14 @@ def measure(size: int, root: Path, output: "Path | None" = None, repeats: int = 
         for repeat in range(repeats if size == 1 else 1):  # a forced restart of 16 hosts takes minutes: once
             sampler = HealthSampler(ports)
             sampler.start()
-            counted = Counted(playbook, size, log)
+            counted = Counted(forced, size, log)
             sampler.stop.set()
             sampler.join()
             restarts.append(counted)
             latencies_of[id(counted)] = _notice_latencies(root, hosts, ports, sampler, counted)
         run = _median_run(restarts)
         latencies = latencies_of[id(run)]
-        noop = Counted(playbook + ["-e", "vllm_restart_force=false"], size, log)
+        noop = Counted(playbook + ["-e", "vllm_server_state=started"], size, log)
         if output is not None:
             # what each run printed, task by task: which tasks ran, which were skipped
             output.mkdir(parents=True, exist_ok=True)

@@ -129,8 +129,8 @@ ansible-playbook -i "$demo/inventory.json" playbooks/restart_vllm.yml
 banner "5. gpu_facts again: the NEW servers' own workers hold the GPUs"
 ansible-playbook -i "$demo/inventory.json" playbooks/gpu_facts.yml
 
-banner "6. The same command without force: the servers match the inventory, nothing changes"
-ansible-playbook -i "$demo/inventory.json" playbooks/restart_vllm.yml -e vllm_restart_force=false
+banner "6. The same command again: the servers match the inventory, nothing changes (restart_vllm.yml converges)"
+ansible-playbook -i "$demo/inventory.json" playbooks/restart_vllm.yml
 
 # the measurements run on gpu-node-01 and gpu-node-02 only, to keep the demo short
 measured=(--limit "gpu-node-01,gpu-node-02")
@@ -149,7 +149,7 @@ echo "report: $matrix/ (results.csv, report.json, raw/, chart.png); the servers 
 
 banner "8. rollout_vllm.yml: a benchmark-gated rollout - LL128 halts at the canary, LL passes"
 # the fleet back on NCCL_PROTO unset first, so each rollout starts from the same place
-ansible-playbook -i "$demo/inventory.json" playbooks/restart_vllm.yml "${measured[@]}" -e vllm_restart_force=false \
+ansible-playbook -i "$demo/inventory.json" playbooks/restart_vllm.yml "${measured[@]}" \
   -e '{"vllm_server_env": {}}' >"$demo/rollout-reset.log" 2>&1 || { tail -40 "$demo/rollout-reset.log"; exit 1; }
 rollout_load=(-e vllm_server_benchmark_output_len=32 -e vllm_server_benchmark_num_requests=4 -e vllm_server_benchmark_concurrency=2
               -e vllm_server_benchmark_warmup_requests=1 -e vllm_server_benchmark_input_len=16 -e vllm_server_benchmark_repeats=3)

@@ -8,8 +8,12 @@ controller (nothing runs on the host)."""
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 
-from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.plan import VARIABLES, PlanError, build, rollback_refusal
+from ansible_collections.gpuops.fleet.plugins.plugin_utils._names import COLLECTION, REMOVED_IN
+from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.plan import VARIABLES, PlanError, build, rollback_refusal, settled
+
+display = Display()
 
 
 class ActionModule(ActionBase):
@@ -23,6 +27,10 @@ class ActionModule(ActionBase):
         del tmp
         task_vars = task_vars or {}
         variables = {name: self._templar.template(task_vars[name]) for name in VARIABLES if name in task_vars}
+        # an old name still works, with a warning that names the new one (one release)
+        variables, deprecations = settled(variables)
+        for message in deprecations:
+            display.deprecated(message, version=REMOVED_IN, collection_name=COLLECTION)
         good = self._task.args.get("good")
         if good is not None and not isinstance(good, dict):
             return dict(result, failed=True, msg="good: expected vllm_last_good's result (a dict), got %s" % type(good).__name__)

@@ -37,7 +37,7 @@ description:
     target whose exit came nearest its start (most likely its forker). One still running that holds nothing after the
     window only adds a warning. A new process of another cgroup (a service that PID 1 starts meanwhile) is not watched."
   - Signals along O(signals), waiting up to O(grace) seconds per step for each process to exit, then verifies with fresh NVML
-    readings (a method independent of the kill) until every selected GPU has no holder and at most O(memory_threshold_mib) in use
+    readings (a method independent of the kill) until every selected GPU has no holder and at most O(idle_threshold_mib) in use
     for the settle window (see O(settle)), or O(timeout) runs out.
   - "How O(grace) and O(timeout) combine: O(timeout) bounds the whole task. Each step of the ladder waits at most O(grace), and at
     most its share of the time left (time left divided by the steps left), so a process that ignores the first signal still gets
@@ -80,7 +80,7 @@ options:
   exclude:
     description:
       - Regular expressions (searched) on a process's name and command line; a matching process is never signalled, neither as a
-        holder nor inside a launcher's tree. Its GPU still counts as free only if it uses at most O(memory_threshold_mib);
+        holder nor inside a launcher's tree. Its GPU still counts as free only if it uses at most O(idle_threshold_mib);
         above it the task fails naming the excluded holder.
       - "The driver's helpers are always excluded, in addition to these, by program only (the process name or the base name of
         its first command-line word, never its arguments): C(nvidia-persistenced), C(nv-hostengine), C(nvidia-smi),
@@ -165,12 +165,17 @@ options:
       - Anything else (a negative number, more than 60, a word other than V(auto)) fails before anything is read or signalled.
     type: raw
     default: auto
-  memory_threshold_mib:
+  idle_threshold_mib:
     description:
       - A GPU counts as free when no holder is left and it uses at most this many MiB (an idle GPU does not read zero).
       - From 0 to 1048576.
+      - The collection's one name for the idle threshold (the playbooks' C(gpuops_fleet_idle_threshold_mib)). The alias
+        O(idle_threshold_mib) is deprecated and will be removed in 0.4.0.
+    aliases:
+      - memory_threshold_mib
     type: int
     default: 1024
+    version_added: 0.3.0
   ignore_foreign:
     description:
       - Do not fail for PIDs that NVML lists but this PID namespace cannot see (processes of a container, when this task does not
@@ -236,10 +241,10 @@ options:
         not take or O(exclude) takes (a driver helper included), a protected process (PID 1, this module, its ancestors), one
         that also holds a GPU outside O(gpus). Each is listed in RV(left_alone) with the rule and why, and in
         RV(gpus[].left_alone) of each GPU it keeps busy, whatever this option says."
-      - V(fail) (the default) fails the task naming each of them (excluded holders only above O(memory_threshold_mib)).
+      - V(fail) (the default) fails the task naming each of them (excluded holders only above O(idle_threshold_mib)).
       - "V(keep) accepts them: such a GPU does not fail the task, and check mode does not count them in RV(would_fail). What
         they hold is theirs; the GPU still fails when its memory beyond theirs (held by no process, or by an excluded
-        process that came during the run) is above O(memory_threshold_mib). Anything else still fails the task as with
+        process that came during the run) is above O(idle_threshold_mib). Anything else still fails the task as with
         V(fail): a survivor, a zombie (left alone or not), memory held by no process, a respawn or a process the ended tree
         left, a PID of another PID namespace or one that cannot be verified (see the notes), a holder whose owner cannot be
         told, a holder that appeared during the run, a lost GPU, a target that did not free its GPU. A holder is accepted
@@ -933,7 +938,8 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "grace": {"type": "float", "default": DEFAULTS["grace"]},
     "timeout": {"type": "float", "default": DEFAULTS["timeout"]},
     "settle": {"type": "raw", "default": DEFAULTS["settle"]},
-    "memory_threshold_mib": {"type": "int", "default": DEFAULTS["memory_threshold_mib"]},
+    "idle_threshold_mib": {"type": "int", "default": DEFAULTS["idle_threshold_mib"], "aliases": ["memory_threshold_mib"],
+                           "deprecated_aliases": [{"name": "memory_threshold_mib", "version": "0.4.0", "collection_name": "gpuops.fleet"}]},
     "ignore_foreign": {"type": "bool", "default": DEFAULTS["ignore_foreign"]},
     "owner": {"type": "dict", "options": {"pid": {"type": "int", "required": True}, "create_time": {"type": "float"}}},
     "orphans_only": {"type": "bool", "default": DEFAULTS["orphans_only"]},

@@ -48,10 +48,16 @@ options:
     type: list
     elements: raw
     required: true
-  threshold_mib:
-    description: A GPU with no holder is free when it uses at most this many MiB; above it, its memory counts as held by no process.
+  idle_threshold_mib:
+    description:
+      - A GPU with no holder is free when it uses at most this many MiB; above it, its memory counts as held by no process.
+      - The collection's one name for the idle threshold (the playbooks' C(gpuops_fleet_idle_threshold_mib)). The alias
+        O(threshold_mib) is deprecated and will be removed in 0.4.0.
+    aliases:
+      - threshold_mib
     type: raw
     default: 1024
+    version_added: 0.3.0
   title:
     description: The page's title.
     type: str
@@ -148,7 +154,8 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "dest": {"type": "path", "required": True},
     "hosts": {"type": "list", "elements": "str", "required": True},
     "results": {"type": "list", "elements": "raw", "required": True},
-    "threshold_mib": {"type": "raw", "default": DEFAULTS["threshold_mib"]},
+    "idle_threshold_mib": {"type": "raw", "default": DEFAULTS["idle_threshold_mib"], "aliases": ["threshold_mib"],
+                           "deprecated_aliases": [{"name": "threshold_mib", "version": "0.4.0", "collection_name": "gpuops.fleet"}]},
     "title": {"type": "str", "default": DEFAULTS["title"]},
 }
 

@@ -15,6 +15,8 @@ description:
     environment and configuration hash, its files, its URL, and what each step's module is given.
   - Every check of the variables that needs no host is made here, before anything is touched; a failure names each
     variable that breaks a rule and its value, all of them at once.
+  - An old variable name (C(vllm_server_force_restart), C(vllm_server_verify_launch), C(vllm_server_memory_threshold_mib))
+    is still read, with a deprecation warning naming its successor; they are removed in 0.4.0.
   - The role registers the result as C(vllm_server_plan) (its C(plan) entry point); playbooks read the plan from there,
     never from the role's internal names.
   - Runs on the controller only; nothing is sent to the host. The result holds the server's environment and API key, so
@@ -59,11 +61,12 @@ name:
   returned: success
   type: str
 state:
-  description: C(vllm_server_state).
+  description:
+    - C(vllm_server_state); the deprecated C(vllm_server_force_restart=true) turns V(started) into V(restarted).
   returned: success
   type: str
 force:
-  description: C(vllm_server_force_restart), as a boolean.
+  description: Whether the restart is forced (O(gpuops.fleet.vllm_server#role:main:vllm_server_state=restarted)).
   returned: success
   type: bool
 mode:
@@ -89,7 +92,7 @@ gpu_words:
   type: list
   elements: str
 tensor_parallel_size:
-  description: C(vllm_server_tensor_parallel_size).
+  description: C(vllm_server_tensor_parallel_size), else (unset) the number of GPUs in C(vllm_server_gpus).
   returned: success
   type: int
 model:
@@ -182,7 +185,7 @@ reclaim:
   returned: success
   type: dict
 memory_threshold_mib:
-  description: The most MiB a free GPU may have in use.
+  description: The most MiB a free GPU may have in use (C(gpuops_fleet_idle_threshold_mib), default 1024).
   returned: success
   type: int
 given:
@@ -202,7 +205,7 @@ allow_open:
   returned: success
   type: bool
 check:
-  description: Whether the launch is checked (C(vllm_server_verify_launch), never in check mode).
+  description: Whether the launch is checked (C(vllm_server_check), never in check mode).
   returned: success
   type: bool
 mark_good:

@@ -45,6 +45,9 @@ def common_vars(python: Optional[str] = None) -> Dict[str, Any]:
         "ansible_python_interpreter": interpreter,
         "vllm_server_command": [interpreter, str(FAKEVLLM_DIR / "bin" / "vllm"), "serve"],
         "vllm_server_model": "zai-org/GLM-5-GGUF",
+        # the role has no default size: one GPU unless a host says otherwise (its own size, or its vllm_server_gpus
+        # with the size set to null)
+        "vllm_server_tensor_parallel_size": 1,
         "vllm_server_launch_mode": "process",
         "vllm_server_ready_timeout": 60,
         "vllm_server_reclaim_grace": 2,

@@ -21,6 +21,7 @@ import ansible_run
 from ansible_run import BIN, PLAYBOOKS, REPO, ansible_env, flat, recap  # noqa: F401  # pylint: disable=unused-import  # re-exported
 from gpusim.api import SIM_BIN_DIR as SIM_BIN  # noqa: F401  # pylint: disable=unused-import  # re-exported
 from gpusim.fleet import inventory, lifecycle
+from inventories import ROLLING_AS_WRITTEN
 from gpusim.fleet.record import FleetRecord, NodeRecord
 
 
@@ -116,6 +117,9 @@ class Fleet:
         return inventory.node_vars(self.rec, node)["vllm_server_host_env" if host else "gpuops_fleet_environment"]
 
     def inventory(self, path: Path, **kwargs: t.Any) -> Path:
+        """The fleet's inventory; its group variables are ROLLING_AS_WRITTEN (every node in one batch, never halted, as
+        these tests were written) under the test's own ``group_vars``."""
+        kwargs["group_vars"] = dict(ROLLING_AS_WRITTEN, **(kwargs.get("group_vars") or {}))
         return inventory.write(self.rec, path, **kwargs)
 
 

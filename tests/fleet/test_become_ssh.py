@@ -107,7 +107,8 @@ def test_unprivileged_login_with_become_cleans_up_and_restarts(make_fleet, tmp_p
     assert starttimes(fleet, "gpu-node-01", workers) == before  # the same processes, all alive
     assert fleet.used("gpu-node-01") == [0, MIB, MIB, MIB]
 
-    cleanup = run_playbook("gpu_cleanup.yml", inventory, "-e", "gpu_cleanup_become=true", "--limit", "gpu-node-01")
+    # Ansible's own become (-b): the playbook sets none of its own, so it takes effect
+    cleanup = run_playbook("gpu_cleanup.yml", inventory, "-b", "--limit", "gpu-node-01")
     assert cleanup.returncode == 0, cleanup.stdout[-3000:]
     assert "gpu-node-01: OK: %d MiB freed, 3 process(es) ended" % (3 * MIB) in flat(cleanup.stdout)
     assert fleet.used("gpu-node-01") == [0, 0, 0, 0]
@@ -115,7 +116,7 @@ def test_unprivileged_login_with_become_cleans_up_and_restarts(make_fleet, tmp_p
     after = starttimes(fleet, "gpu-node-01", workers)
     assert not [pid for pid in workers if after.get(pid) == before[pid]], after  # each one ended
 
-    restart = run_playbook("restart_vllm.yml", inventory, "-e", "vllm_restart_become=true")
+    restart = run_playbook("restart_vllm.yml", inventory, "-b")
     assert restart.returncode == 0, restart.stdout[-3000:]
     for name in fleet.names:
         assert "STARTED" in summary_lines(restart.stdout, name)

@@ -57,7 +57,7 @@ def test_each_fault_gets_its_own_outcome(make_fleet, tmp_path):
     })
     lifecycle.stop_sshd(fleet.rec, n[2])
 
-    facts = run_playbook("gpu_facts.yml", inventory, "-e", "gpu_facts_idle_mib=100000")
+    facts = run_playbook("gpu_facts.yml", inventory, "-e", "gpuops_fleet_idle_threshold_mib=100000")
     counters = recap(facts.stdout)
     assert facts.returncode != 0
     assert counters[n[2]]["unreachable"] == 1 and counters[n[7]]["failed"] == 1, facts.stdout[-3000:]

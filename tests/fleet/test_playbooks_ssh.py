@@ -63,7 +63,7 @@ def test_restart_vllm_over_ssh_from_the_incident_starts_verified_servers(make_fl
     environ = fleet.gpusim("gpu-node-02", "status").stdout  # the simulator's reading names the holders
     assert "VLLM::Worker_TP3" in environ
 
-    again = run_playbook("restart_vllm.yml", inventory, "-e", "vllm_restart_force=false")
+    again = run_playbook("restart_vllm.yml", inventory, "-e", "vllm_server_state=started")
     assert again.returncode == 0, again.stdout[-3000:]
     assert all(counters["changed"] == 0 for counters in recap(again.stdout).values()), again.stdout[-3000:]
     assert flat(again.stdout).count("UNCHANGED") == NODES

@@ -300,7 +300,7 @@ def test_restart_with_benchmark_prints_its_figures_and_they_are_the_servers(flee
     # ones, 24 tokens each
     assert generation_tokens(node.port) == READY_TOKENS + (1 + 2 * 4) * 24
 
-    again = run_playbook(RESTART, inv, "-e", "vllm_restart_force=false")  # benchmark off by default
+    again = run_playbook(RESTART, inv, "-e", "vllm_server_state=started")  # benchmark off by default
     assert again.returncode == 0, again.stdout[-4000:]
     assert "UNCHANGED" in again.stdout and "benchmark:" not in again.stdout
     # no benchmark: the only request is the rerun's own generation check (a server left alone must generate)

@@ -76,7 +76,7 @@ def test_forced_restart_and_rerun_module_executions(fleet, tmp_path):
 
     started = {pid: starttime(pid) for pid in [server, *workers]}
     log.write_text("")
-    rerun = run_playbook(RESTART, inventory, "-e", "vllm_restart_force=false", env=env)
+    rerun = run_playbook(RESTART, inventory, "-e", "vllm_server_state=started", env=env)
     assert rerun.returncode == 0, rerun.stdout[-4000:]
     assert recap(rerun.stdout)["gpu-node-01"]["changed"] == 0
     assert all(pid_alive(pid, start) for pid, start in started.items())

@@ -151,7 +151,7 @@ def test_container_launch_idempotent_drift_and_stop(cdi_spec, empty_image, tmp_p
         assert held[2] and held[5] and not any(held[i] for i in (0, 1, 3, 4, 6, 7)), held
         assert set(held[2] + held[5]) <= set(_tree(main_pid)), held
 
-        again = run_playbook(RESTART, inventory, "-e", "vllm_restart_force=false")
+        again = run_playbook(RESTART, inventory, "-e", "vllm_server_state=started")
         assert again.returncode == 0, again.stdout[-4000:]
         assert recap(again.stdout)[host.name]["changed"] == 0, again.stdout[-3000:]
 
@@ -167,7 +167,7 @@ def test_container_launch_idempotent_drift_and_stop(cdi_spec, empty_image, tmp_p
         assert same is not None and same["Id"] == first["Id"] and same["State"]["Pid"] == main_pid
 
         # check mode previews the drift and touches nothing
-        preview = run_playbook(RESTART, inventory, "--check", "-e", "vllm_restart_force=false",
+        preview = run_playbook(RESTART, inventory, "--check", "-e", "vllm_server_state=started",
                                "-e", json.dumps({"vllm_server_env_overrides": {"NCCL_PROTO": "LL128"}}))
         assert preview.returncode == 0, preview.stdout[-4000:]
         said = flat(preview.stdout)
@@ -176,7 +176,7 @@ def test_container_launch_idempotent_drift_and_stop(cdi_spec, empty_image, tmp_p
         same = inspect(name)
         assert same is not None and same["Id"] == first["Id"] and same["State"]["Pid"] == main_pid and pid_alive(main_pid)
 
-        drift = run_playbook(RESTART, inventory, "-e", "vllm_restart_force=false", "-e", json.dumps({"vllm_server_env_overrides": {"NCCL_PROTO": "LL128"}}))
+        drift = run_playbook(RESTART, inventory, "-e", "vllm_server_state=started", "-e", json.dumps({"vllm_server_env_overrides": {"NCCL_PROTO": "LL128"}}))
         assert drift.returncode == 0, drift.stdout[-4000:]
         replaced = inspect(name)
         assert replaced is not None and replaced["Id"] != first["Id"] and replaced["State"]["Running"]
@@ -294,7 +294,7 @@ def test_a_container_started_by_hand_on_the_port_is_taken_over_through_podman(cd
         assert not wait_for(lambda: (inspect(hand) or {}).get("State", {}).get("Running"), 3, 0.5)
         assert (inspect(hand) or {}).get("RestartCount", 0) == first.get("RestartCount", 0)
 
-        again = run_playbook(RESTART, inventory, "-e", "vllm_restart_force=false")
+        again = run_playbook(RESTART, inventory, "-e", "vllm_server_state=started")
         assert again.returncode == 0 and recap(again.stdout)[host.name]["changed"] == 0, again.stdout[-3000:]
         assert pid_alive(server) and health(host.port) == 200
     finally:

@@ -40,7 +40,7 @@ BAD_BEFORE_THE_HOST = [
     ({"vllm_server_state": "running"}, "vllm_server_state"),
     ({"vllm_server_model": ""}, "vllm_server_model"),
     ({"vllm_server_command": []}, "vllm_server_command"),
-    ({"vllm_server_memory_threshold_mib": -1}, "vllm_server_memory_threshold_mib"),
+    ({"gpuops_fleet_idle_threshold_mib": -1}, "gpuops_fleet_idle_threshold_mib"),
     ({"vllm_server_reclaim_grace": -1}, "vllm_server_reclaim_grace"),
     ({"vllm_server_reclaim_timeout": 0}, "vllm_server_reclaim_timeout"),
     ({"vllm_server_reclaim_match": [""]}, "vllm_server_reclaim_match"),
@@ -161,7 +161,7 @@ def test_check_mode_previews_a_drift_and_changes_nothing(fleet, tmp_path):
     before, base = healthy_server(node, tmp_path)
     inventory = write_role_inventory(tmp_path / "good.json", {node.name: base})
     state_before = node.status()
-    run = run_playbook(RESTART, inventory, "--check", "--diff", "-e", "vllm_restart_force=false",
+    run = run_playbook(RESTART, inventory, "--check", "--diff", "-e", "vllm_server_state=started",
                        "-e", json.dumps({"vllm_server_env": {"NCCL_PROTO": "LL128"}}))
     assert run.returncode == 0, run.stdout[-4000:]
     text = flat(run.stdout)
@@ -234,7 +234,7 @@ def complete(port: int, model: str) -> t.Tuple[int, t.Any]:
 
 def test_a_rerun_replaces_a_server_whose_engine_died_behind_a_live_health(fleet, tmp_path):
     """The fake's engine core dies after 3 completions (GPUOPS_SIM_ENGINE_DEAD_AFTER_REQUESTS=3, the same in every run:
-    it is part of the configuration). A rerun with vllm_restart_force=false must not take a server that answers /health
+    it is part of the configuration). A rerun with vllm_server_state=started must not take a server that answers /health
     but no completion for unchanged: --check says it would restart it and why, and touches nothing (same listener, PID
     and start time); the real rerun replaces it with a server that generates, naming EngineDeadError. A rerun on that
     working server leaves it alone (changed=0, same PID) after one completion of its own: the fake's counter shows it; with
@@ -256,7 +256,7 @@ def test_a_rerun_replaces_a_server_whose_engine_died_behind_a_live_health(fleet,
     assert health(node.port) == 200
     held = holders(node)
 
-    check = run_playbook(RESTART, inventory, "--check", "-e", "vllm_restart_force=false")
+    check = run_playbook(RESTART, inventory, "--check", "-e", "vllm_server_state=started")
     assert check.returncode == 0, check.stdout[-4000:]
     text = flat(check.stdout)
     assert re.search(r"CHECK MODE: would be restarted \(the running server does not generate: HTTP 500.{0,800}?EngineDeadError", text), \
@@ -264,7 +264,7 @@ def test_a_rerun_replaces_a_server_whose_engine_died_behind_a_live_health(fleet,
     assert server_pid(node) == old and pid_alive(old, old_start) and all(pid_alive(w) for w in old_workers)
     assert holders(node) == held
 
-    rerun = run_playbook(RESTART, inventory, "-e", "vllm_restart_force=false")
+    rerun = run_playbook(RESTART, inventory, "-e", "vllm_server_state=started")
     assert rerun.returncode == 0, rerun.stdout[-4000:]
     text = flat(rerun.stdout)
     assert re.search(r"RESTARTED \(the running server does not generate: HTTP 500.{0,800}?EngineDeadError", text), text[-4000:]
@@ -277,7 +277,7 @@ def test_a_rerun_replaces_a_server_whose_engine_died_behind_a_live_health(fleet,
     assert status == 200 and body["usage"]["completion_tokens"] >= 1 and body["choices"][0]["text"], body
 
     # a server that generates is left alone: the rerun's reading takes the 3rd completion, so the 4th meets a dead engine
-    again = run_playbook(RESTART, inventory, "-e", "vllm_restart_force=false")
+    again = run_playbook(RESTART, inventory, "-e", "vllm_server_state=started")
     assert again.returncode == 0, again.stdout[-4000:]
     assert recap(again.stdout)[node.name]["changed"] == 0
     assert "UNCHANGED" in flat(again.stdout)
@@ -286,7 +286,7 @@ def test_a_rerun_replaces_a_server_whose_engine_died_behind_a_live_health(fleet,
     assert status == 500 and "EngineDeadError" in body, (status, body)
 
     # vllm_server_ready_generate_timeout=0 skips the check (a server that cannot generate): /health alone decides again
-    skipped = run_playbook(RESTART, inventory, "-e", "vllm_restart_force=false", "-e", "vllm_server_ready_generate_timeout=0")
+    skipped = run_playbook(RESTART, inventory, "-e", "vllm_server_state=started", "-e", "vllm_server_ready_generate_timeout=0")
     assert skipped.returncode == 0, skipped.stdout[-4000:]
     assert recap(skipped.stdout)[node.name]["changed"] == 0 and "UNCHANGED" in flat(skipped.stdout)
     assert server_pid(node) == new and pid_alive(new, new_start)

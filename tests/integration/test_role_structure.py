@@ -127,3 +127,44 @@ def test_the_private_name_check_catches_a_playbook_reaching_in(tmp_path):
     bad.write_text("- ansible.builtin.include_role:\n    name: gpuops.fleet.vllm_server\n    tasks_from: _variables.yml\n"
                    "- ansible.builtin.debug:\n    msg: '{{ __vllm_server_config_hash }}'\n")
     assert len(_uses_of_private_names(bad)) == 2
+
+
+def _descriptions(node: t.Any) -> t.Iterator[str]:
+    """Every description of the argument spec, one sentence list item at a time."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("description", "short_description"):
+                yield from ([value] if isinstance(value, str) else [str(item) for item in value])
+            else:
+                yield from _descriptions(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _descriptions(item)
+
+
+def test_the_argument_spec_says_what_the_code_does_with_a_server_in_a_container():
+    """The code takes a vLLM server in a docker or podman container on the port over (only a Kubernetes pod's, or one whose
+    runtime cannot be asked, is refused): the argument spec must say taken over, never that such a server is always
+    refused (issue 34)."""
+    from ansible_collections.gpuops.fleet.plugins.module_utils._host import listener
+    from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import refusal
+
+    by_hand = {"pid": 4242, "command": "vllm serve m", "started": "in a container", "vllm": True, "how": listener.CONTAINER,
+               "unit": None, "container": {"runtime": "podman", "id": "a" * 64, "name": "by-hand"}}
+    assert refusal(by_hand, 8000) is None, "the code no longer takes a container's server over: change the argument spec too"
+    specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    texts = [" ".join(text.split()) for text in _descriptions(specs)]
+    about = [text for text in texts if "container" in text and ("taken over" in text or "refused" in text)]
+    assert any("in a container" in text and "taken over" in text for text in about), about
+    assert not [text for text in about if "always refused" in text], about
+    takeover = " ".join(_descriptions(specs["main"]["options"]["vllm_server_takeover_units"]))
+    assert "container" in takeover and "taken over" in " ".join(takeover.split()), takeover
+
+
+def test_the_launch_and_ready_entry_points_name_the_container_mode_and_the_generation_check():
+    specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    for entry in ("launch", "ready"):
+        text = " ".join(" ".join(specs[entry]["description"]).split())
+        assert "container" in text and "generation check" in text, (entry, text)
+    main = " ".join(" ".join(specs["main"]["description"]).split())
+    assert "judges the reclaim's own last reading" in main, main

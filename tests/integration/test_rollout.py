@@ -72,7 +72,8 @@ class Fleet:
             if jitter is not None:
                 entry["vllm_server_host_env"] = dict(entry["vllm_server_host_env"], GPUOPS_SIM_JITTER=jitter)
             entries[host.name] = entry
-        merged = dict(LOAD, vllm_server_tensor_parallel_size=TP, vllm_rollout_results_dir=str(run / "results"))
+        # the rollout's own runs converge (its rollback checks a server that already runs the good configuration again)
+        merged = dict(LOAD, vllm_server_tensor_parallel_size=TP, vllm_rollout_results_dir=str(run / "results"), vllm_server_state=None)
         merged.update(group_vars)
         return write_role_inventory(run / "inventory.json", entries, **merged)
 
@@ -80,7 +81,7 @@ class Fleet:
         """Every host (of `limit`) runs the baseline configuration (NCCL_PROTO unset), kept as its last good one (a host
         that already does is left as it is); their servers."""
         extra = ["--limit", ",".join(limit)] if limit else []
-        proc = run_playbook(RESTART, self.inventory(run, **inv), "-e", "vllm_restart_force=false", *extra, timeout=600)
+        proc = run_playbook(RESTART, self.inventory(run, **inv), "-e", "vllm_server_state=started", *extra, timeout=600)
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
         return self.servers(*limit)
 

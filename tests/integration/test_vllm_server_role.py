@@ -56,7 +56,7 @@ def test_incident_to_verified_servers_then_idempotent_then_new_env(fleet, tmp_pa
         assert holders(node2)[0] == [bystander.pid] and bystander.poll() is None
         assert "651203 MiB freed" in flat(run.stdout)  # 7 workers x 93,029 MiB, as the simulator held them
 
-        again = run_playbook(RESTART, inventory, "-e", "vllm_restart_force=false")
+        again = run_playbook(RESTART, inventory, "-e", "vllm_server_state=started")
         assert again.returncode == 0, again.stdout[-4000:]
         counters = recap(again.stdout)
         assert counters["gpu-node-01"]["changed"] == 0 and counters["gpu-node-02"]["changed"] == 0, again.stdout[-3000:]
@@ -66,7 +66,7 @@ def test_incident_to_verified_servers_then_idempotent_then_new_env(fleet, tmp_pa
         assert assert_server_owns_gpus(node2, [4, 5, 6, 7], 4) == (server2, workers2)
         assert all(pid_alive(pid, start) for pid, start in started.items())
 
-        changed = run_playbook(RESTART, inventory, "-e", "vllm_restart_force=false", "--limit", "gpu-node-01",
+        changed = run_playbook(RESTART, inventory, "-e", "vllm_server_state=started", "--limit", "gpu-node-01",
                                "-e", json.dumps({"vllm_server_env": {"NCCL_PROTO": "LL128"}}))
         assert changed.returncode == 0, changed.stdout[-4000:]
         new1 = assert_server_owns_gpus(node1, range(8), 8)[0]

@@ -24,7 +24,7 @@ PLAYBOOKS = REPO / "playbooks"
 RESTART = PLAYBOOKS / "restart_vllm.yml"
 PROBES = REPO / "tests" / "integration" / "playbooks"  # probe_<module>.yml: one module run, its result in a file
 
-__all__ = ["REPO", "BIN", "PLAYBOOKS", "RESTART", "PROBES", "ansible_env", "run_playbook", "start_playbook", "run_module", "flat", "recap"]
+__all__ = ["REPO", "BIN", "PLAYBOOKS", "RESTART", "PROBES", "ansible_env", "playbook_argv", "run_playbook", "start_playbook", "run_module", "flat", "recap"]
 
 
 def ansible_env(**extra: str) -> t.Dict[str, str]:

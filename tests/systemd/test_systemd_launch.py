@@ -25,6 +25,7 @@ import pytest
 
 from ansible_run import ansible_env, BIN, flat, recap, run_playbook
 from gpusim.api import FAKE_VLLM, role_host_vars, role_inventory
+from inventories import ROLLING_AS_WRITTEN
 from nspawn import CACHE, INSIDE_PYTHON, REPO, Container
 
 RESTART = REPO / "playbooks" / "restart_vllm.yml"
@@ -98,7 +99,7 @@ def server_fixture(container: Container, tmp_path_factory: pytest.TempPathFactor
                             ansible_python_interpreter=INSIDE_PYTHON, vllm_server_command=fake_vllm,
                             vllm_server_launch_mode="systemd", vllm_server_gpus=GPUS, vllm_server_tensor_parallel_size=len(GPUS))
     inventory = tmp_path_factory.mktemp("systemd") / "inventory.json"
-    inventory.write_text(json.dumps(role_inventory({HOST: inside}, python=str(BIN / "python3")), indent=2))
+    inventory.write_text(json.dumps(role_inventory({HOST: inside}, python=str(BIN / "python3"), **ROLLING_AS_WRITTEN), indent=2))
     return Server(container, inventory)
 
 
@@ -122,7 +123,7 @@ def test_launch_writes_and_starts_the_unit(server: Server) -> None:
 
 def test_rerun_with_nothing_to_change_changes_nothing(server: Server) -> None:
     main = server.need()
-    run = server.playbook("idempotent rerun", "-e", "vllm_restart_force=false")
+    run = server.playbook("idempotent rerun", "-e", "vllm_server_state=started")
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
     assert recap(run.stdout)[HOST]["changed"] == 0, flat(run.stdout)[-3000:]
     snap = server.snapshot()
@@ -134,7 +135,7 @@ def test_rerun_with_nothing_to_change_changes_nothing(server: Server) -> None:
 def test_changed_environment_restarts_the_unit(server: Server) -> None:
     old_pid, old_start = server.need()
     old = [int(pid) for pid in server.members]
-    run = server.playbook("drift", "-e", "vllm_restart_force=false", "-e", json.dumps({"vllm_server_env": {"NCCL_PROTO": "LL"}}))
+    run = server.playbook("drift", "-e", "vllm_server_state=started", "-e", json.dumps({"vllm_server_env": {"NCCL_PROTO": "LL"}}))
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
     assert recap(run.stdout)[HOST]["changed"] > 0
     snap = server.snapshot(old)
@@ -145,7 +146,7 @@ def test_changed_environment_restarts_the_unit(server: Server) -> None:
     assert not survivors, "processes of the old server still run: %s" % {pid: server.members[pid] for pid in survivors}
     server.main = (snap["main_pid"], snap["main_start"])
     server.members = snap["members"]
-    again = server.playbook("idempotent rerun after the drift", "-e", "vllm_restart_force=false", "-e",
+    again = server.playbook("idempotent rerun after the drift", "-e", "vllm_server_state=started", "-e",
                             json.dumps({"vllm_server_env": {"NCCL_PROTO": "LL"}}))
     assert again.returncode == 0 and recap(again.stdout)[HOST]["changed"] == 0, flat(again.stdout)[-3000:]
     assert (server.snapshot()["main_pid"]) == server.main[0]
@@ -177,7 +178,7 @@ def test_rollback_relaunches_the_last_good_configuration(server: Server) -> None
     assert kept["mode"] == "0600", kept
 
     new_vars = dict(UNMARKED, vllm_server_mark_good=False)
-    run = server.playbook("launch not marked good", "-e", "vllm_restart_force=false", "-e", json.dumps(new_vars))
+    run = server.playbook("launch not marked good", "-e", "vllm_server_state=started", "-e", json.dumps(new_vars))
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
     bad = server.snapshot()
     assert_runs_in_unit(bad, run.stdout)

@@ -24,6 +24,7 @@ import pytest
 
 from ansible_run import ansible_env, BIN, flat, recap, run_playbook
 from gpusim.api import FAKE_VLLM, role_host_vars, role_inventory
+from inventories import ROLLING_AS_WRITTEN
 from nspawn import INSIDE_PYTHON, REPO, Container
 
 RESTART = REPO / "playbooks" / "restart_vllm.yml"
@@ -107,7 +108,7 @@ def box_fixture(container: Container, tmp_path_factory: pytest.TempPathFactory) 
                             vllm_server_systemd_restart_sec=RESTART_SEC, vllm_server_systemd_start_limit_burst=3,
                             vllm_server_systemd_start_limit_interval_sec=60, vllm_server_ready_timeout=120)
     inventory = tmp_path_factory.mktemp("systemd-restart") / "inventory.json"
-    inventory.write_text(json.dumps(role_inventory({HOST: inside}, python=str(BIN / "python3")), indent=2))
+    inventory.write_text(json.dumps(role_inventory({HOST: inside}, python=str(BIN / "python3"), **ROLLING_AS_WRITTEN), indent=2))
     return Box(container, inventory)
 
 
@@ -143,7 +144,7 @@ def test_a_rerun_enables_the_unit_without_restarting_it(box: Box) -> None:
     systemd restarted once and that answers is no crash loop."""
     if box.main is None:
         pytest.fail("no server ran after the earlier steps")
-    run = box.playbook("-e", "vllm_restart_force=false")
+    run = box.playbook("-e", "vllm_server_state=started")
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
     assert recap(run.stdout)[HOST]["changed"] == 1, flat(run.stdout)[-3000:]
     assert "crash loop" not in run.stdout and "%s: UNCHANGED:" % HOST in flat(run.stdout), flat(run.stdout)[-3000:]
@@ -174,7 +175,7 @@ def complete(box: Box) -> t.Tuple[int, str]:
 
 def test_a_rerun_replaces_a_unit_whose_engine_died(box: Box) -> None:
     """The rule of process mode (tests/integration/test_role_faults.py) with a unit: the fake's engine core dies after 2
-    completions (the ready step's, then the test's own); a rerun with vllm_restart_force=false finds /health answering
+    completions (the ready step's, then the test's own); a rerun with vllm_server_state=started finds /health answering
     but the completion refused (EngineDeadError) and restarts the unit, and the new main process generates."""
     dying = json.dumps({"vllm_server_env": {"GPUOPS_SIM_ENGINE_DEAD_AFTER_REQUESTS": "2"}})
     run = box.playbook("-e", dying)
@@ -183,7 +184,7 @@ def test_a_rerun_replaces_a_unit_whose_engine_died(box: Box) -> None:
     assert serving(before), before
     status, body = complete(box)
     assert status == 200 and json.loads(body)["usage"]["completion_tokens"] >= 1, body
-    rerun = box.playbook("-e", "vllm_restart_force=false", "-e", dying)
+    rerun = box.playbook("-e", "vllm_server_state=started", "-e", dying)
     assert rerun.returncode == 0, rerun.stdout[-6000:] + rerun.stderr[-3000:]
     said = flat(rerun.stdout)
     assert re.search(r"%s: RESTARTED \(the running server does not generate: HTTP 500.{0,800}?EngineDeadError" % HOST, said), said[-4000:]
@@ -223,7 +224,7 @@ def test_a_server_that_dies_at_start_is_a_crash_loop(box: Box) -> None:
     assert restarts >= 2, failed["systemd"]
     assert failed["is_enabled"] == "enabled", failed["is_enabled"]
 
-    check = box.playbook("--check", "-e", "vllm_restart_force=false", "-e", json.dumps(CRASH_AT_START))
+    check = box.playbook("--check", "-e", "vllm_server_state=started", "-e", json.dumps(CRASH_AT_START))
     assert check.returncode == 0, check.stdout[-6000:] + check.stderr[-3000:]
     shown = flat(check.stdout)
     expected = "crash loop: %d restarts, last exit status 1 (Result=%s); systemd gave up" % (restarts, result)

@@ -26,6 +26,7 @@ import psutil
 from ansible_run import ansible_env, BIN, flat, run_playbook
 from gpusim.api import FAKE_VLLM, SIM_LIB_DIR, role_host_vars, role_inventory, wait_for
 from gpusim.devices import DEVICE_DIR_ENV
+from inventories import ROLLING_AS_WRITTEN
 from nspawn import INSIDE_PYTHON, REPO, Container
 
 RESTART = REPO / "playbooks" / "restart_vllm.yml"
@@ -79,7 +80,8 @@ def test_servers_started_by_hand_and_by_another_unit_are_taken_over_by_the_unit(
                             vllm_server_launch_mode="systemd", vllm_server_gpus=GPUS, vllm_server_tensor_parallel_size=len(GPUS),
                             vllm_server_ready_timeout=120)
     inventory = tmp_path / "inventory.json"
-    inventory.write_text(json.dumps(role_inventory({HOST: inside}, python=str(BIN / "python3"), vllm_server_model=MODEL), indent=2))
+    inventory.write_text(json.dumps(role_inventory({HOST: inside}, python=str(BIN / "python3"), vllm_server_model=MODEL,
+                                                   **ROLLING_AS_WRITTEN), indent=2))
 
     def snapshot(unit: str = UNIT, pids: t.Iterable[str] = (), facts: t.Sequence[int] = ()) -> t.Dict[str, t.Any]:
         return container.snapshot(unit, PORT, STATE, [int(pid) for pid in pids], facts=facts)

@@ -104,7 +104,7 @@ DEFAULTS: t.Dict[str, t.Any] = {
     "grace": 10.0,
     "timeout": 60.0,
     "settle": AUTO,
-    "memory_threshold_mib": 1024,
+    "idle_threshold_mib": 1024,
     "ignore_foreign": False,
     "owner": None,
     "orphans_only": False,
@@ -271,9 +271,11 @@ def build_spec(params: t.Mapping[str, t.Any]) -> ReclaimSpec:
     bad = [value for value in managed if not MANAGED_ID.match(value)]
     if bad:
         raise SpecError("managed_containers: %r are not container ids (12 to 64 lowercase hex digits)" % (bad,))
-    threshold = get("memory_threshold_mib")
+    # idle_threshold_mib, the collection's one name for it; memory_threshold_mib is its deprecated alias (the module's
+    # argument spec warns about it and copies its value to the new name; a caller that gives only the old name gets it)
+    threshold = params["memory_threshold_mib"] if "memory_threshold_mib" in params else get("idle_threshold_mib")
     if not isinstance(threshold, int) or isinstance(threshold, bool) or not 0 <= threshold <= MAX_THRESHOLD_MIB:
-        raise SpecError("memory_threshold_mib: %r must be a whole number of MiB from 0 to %d" % (threshold, MAX_THRESHOLD_MIB))
+        raise SpecError("idle_threshold_mib: %r must be a whole number of MiB from 0 to %d" % (threshold, MAX_THRESHOLD_MIB))
     return ReclaimSpec(
         gpus=gpus,
         match=regexes("match", get("match")),

@@ -95,7 +95,7 @@ EXCLUDED = "excluded"  # matches exclude (or is always excluded, spec.py): never
 PROTECTED = "protected"  # left alone, but by no rule of this run (a respawn or a detached process it watched, ...)
 KEPT = "kept"  # left alone on purpose by a rule of this run (plan.py's on_purpose); live_jobs: keep accepts it on its GPU
 UNACCOUNTED = "unaccounted"  # neither this run's nor left alone: appeared during the run, or no rule ends it
-NO_PROCESS = "memory without a process"  # the GPU's memory above memory_threshold_mib with no holder to blame
+NO_PROCESS = "memory without a process"  # the GPU's memory above idle_threshold_mib with no holder to blame
 HOLDER_CLASSES = (ENDED, STUCK, FOREIGN, FOREIGN_IGNORED, UNVERIFIABLE_HOLDER, EXCLUDED, KEPT, PROTECTED, UNACCOUNTED)
 
 # pid -> start time (psutil's create_time) of each holder the plan left alone on purpose
@@ -203,15 +203,15 @@ def judge(reading: Reading, threshold_mib: int, signalled: t.Mapping[int, t.Tupl
         rest = None if live_mib is None else used - live_mib
         if memory_held(rest, threshold_mib):
             problems.append(Problem(reading.index, "GPU %d: %d MiB used, %d MiB of it beyond what the holders left alone hold (%s), above "
-                                    "memory_threshold_mib %d: %s" % (reading.index, used, rest, ", ".join(live), threshold_mib,
-                                                                     _beyond(kept)), settling))
+                                    "idle_threshold_mib %d: %s" % (reading.index, used, rest, ", ".join(live), threshold_mib,
+                                                                   _beyond(kept)), settling))
         return problems
     rest = used if counted_holders == 0 else (None if counted_mib is None else used - counted_mib)
     if kept and not live and memory_held(rest, threshold_mib):
-        problems.append(Problem(reading.index, "GPU %d: %d MiB used (above memory_threshold_mib %d) while excluded holders keep it: %s" % (
+        problems.append(Problem(reading.index, "GPU %d: %d MiB used (above idle_threshold_mib %d) while excluded holders keep it: %s" % (
             reading.index, used, threshold_mib, ", ".join(kept)), counted_holders > 0))
     elif counted_holders == 0 and memory_held(used, threshold_mib):
-        problems.append(Problem(reading.index, "GPU %d: %d MiB used with no process holding it (above memory_threshold_mib %d): "
+        problems.append(Problem(reading.index, "GPU %d: %d MiB used with no process holding it (above idle_threshold_mib %d): "
                                 "memory held by no process, e.g. a driver teardown that did not finish" % (reading.index, used, threshold_mib),
                                 settling))
     return problems
@@ -299,13 +299,13 @@ def predict(reading: Reading, threshold_mib: int, going: t.Mapping[int, t.Option
         rest = None if used is None or live_mib is None else used - live_mib
         if memory_held(rest, threshold_mib):
             failures.append("GPU %d: %d MiB would stay used, %d MiB of it beyond what the holders left alone hold (%s), above "
-                            "memory_threshold_mib %d: %s" % (reading.index, used, rest, ", ".join(live), threshold_mib, _beyond(kept)))
+                            "idle_threshold_mib %d: %s" % (reading.index, used, rest, ", ".join(live), threshold_mib, _beyond(kept)))
     elif memory_held(used, threshold_mib):
         if kept and not live:
-            failures.append("GPU %d: %d MiB would stay used (above memory_threshold_mib %d) while excluded holders keep it: %s" % (
+            failures.append("GPU %d: %d MiB would stay used (above idle_threshold_mib %d) while excluded holders keep it: %s" % (
                 reading.index, used, threshold_mib, ", ".join(kept)))
         elif not remaining:
-            failures.append("GPU %d: %d MiB would stay used with no process holding it (above memory_threshold_mib %d): "
+            failures.append("GPU %d: %d MiB would stay used with no process holding it (above idle_threshold_mib %d): "
                             "memory held by no process" % (reading.index, used, threshold_mib))
     return Prediction(used, remaining, failures)
 

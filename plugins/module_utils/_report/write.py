@@ -23,7 +23,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._report import render
 from ansible_collections.gpuops.fleet.plugins.module_utils._io import write_if_changed
 
 # gpu_report's defaults, for a parameter that is missing (the module's ARGUMENT_SPEC names them from here)
-DEFAULTS: t.Dict[str, t.Any] = {"threshold_mib": gpu_state.DEFAULT_THRESHOLD_MIB, "title": "GPU fleet report"}
+DEFAULTS: t.Dict[str, t.Any] = {"idle_threshold_mib": gpu_state.DEFAULT_THRESHOLD_MIB, "title": "GPU fleet report"}
 
 
 class ReportError(ValueError):
@@ -33,7 +33,10 @@ class ReportError(ValueError):
 def run_report(params: t.Mapping[str, t.Any], check_mode: bool, now: t.Optional[float] = None) -> t.Dict[str, t.Any]:
     """The module's result. Raises ReportError for bad options (before anything is written)."""
     try:
-        threshold = gpu_state.check_threshold(params.get("threshold_mib", DEFAULTS["threshold_mib"]))
+        # idle_threshold_mib, the collection's one name for it; threshold_mib is its deprecated alias (the module's argument
+        # spec warns about it and copies its value to the new name; a caller that gives only the old name gets it)
+        given = params["threshold_mib"] if "threshold_mib" in params else params.get("idle_threshold_mib", DEFAULTS["idle_threshold_mib"])
+        threshold = gpu_state.check_threshold(given, "idle_threshold_mib")
     except ValueError as exc:
         raise ReportError(str(exc)) from None
     hosts, results = list(params["hosts"]), list(params["results"])

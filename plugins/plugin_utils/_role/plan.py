@@ -20,6 +20,7 @@ import json
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._masked_env import masked_env
+from ansible_collections.gpuops.fleet.plugins.plugin_utils._names import CHECK, IDLE_THRESHOLD, ROLE_OLD, STATE, settle
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.rules import broken
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.values import mapping, text, to_bool, to_float, to_int, words
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._secret_argv import argv_with_secrets
@@ -34,23 +35,23 @@ VARIABLES = (
     "vllm_server_state", "vllm_server_model", "vllm_server_served_model_name", "vllm_server_tensor_parallel_size",
     "vllm_server_port", "vllm_server_gpus", "vllm_server_env", "vllm_server_host_env", "vllm_server_env_overrides",
     "vllm_server_args", "vllm_server_command", "vllm_server_launch_mode", "vllm_server_ready_timeout",
-    "vllm_server_ready_generate_timeout", "vllm_server_force_restart", "vllm_server_name", "vllm_server_state_dir",
+    "vllm_server_ready_generate_timeout", "vllm_server_name", "vllm_server_state_dir",
     "vllm_server_log_dir", "vllm_server_health_host", "vllm_server_drain", "vllm_server_drain_timeout",
     "vllm_server_stop_timeout", "vllm_server_reclaim_all_holders", "vllm_server_reclaim_match", "vllm_server_reclaim_grace",
-    "vllm_server_reclaim_timeout", "vllm_server_memory_threshold_mib", "vllm_server_takeover_units",
-    "vllm_server_verify_launch", "vllm_server_keep_failed_server", "vllm_server_lock_stale_after", "vllm_server_systemd_unit",
+    "vllm_server_reclaim_timeout", "gpuops_fleet_idle_threshold_mib", "vllm_server_takeover_units",
+    "vllm_server_check", "vllm_server_keep_failed_server", "vllm_server_lock_stale_after", "vllm_server_systemd_unit",
     "vllm_server_systemd_user", "vllm_server_systemd_enabled", "vllm_server_systemd_restart_sec",
     "vllm_server_systemd_start_limit_interval_sec", "vllm_server_systemd_start_limit_burst", "vllm_server_container_image",
     "vllm_server_container_runtime", "vllm_server_container_name", "vllm_server_container_cdi_kind",
     "vllm_server_container_network", "vllm_server_container_volumes", "vllm_server_container_run_options",
     "vllm_server_container_restart", "vllm_server_secret_env", "vllm_server_api_key", "vllm_server_allow_open",
     "vllm_server_mark_good",
-)
+) + ROLE_OLD
 
 
 # what the preflight's refusal may name (the gpu_reclaim option behind each, preflight.py)
 GIVEN = ("vllm_server_gpus", "vllm_server_tensor_parallel_size", "vllm_server_reclaim_match", "vllm_server_reclaim_grace",
-         "vllm_server_reclaim_timeout", "vllm_server_memory_threshold_mib")
+         "vllm_server_reclaim_timeout", "gpuops_fleet_idle_threshold_mib")
 
 
 class PlanError(ValueError):
@@ -61,12 +62,32 @@ class PlanError(ValueError):
         self.problems = problems
 
 
+def _unset(value: t.Any) -> bool:
+    return value is None or (isinstance(value, str) and value.strip() == "")
+
+
+def settled(variables: t.Mapping[str, t.Any]) -> t.Tuple[t.Dict[str, t.Any], t.List[str]]:
+    """The variables under their current names, and a deprecation warning for each old name that is set
+    (_names.ROLE_OLD): vllm_server_state with vllm_server_force_restart, vllm_server_check with vllm_server_verify_launch,
+    gpuops_fleet_idle_threshold_mib with vllm_server_memory_threshold_mib. An unset vllm_server_tensor_parallel_size is
+    the length of a non-empty vllm_server_gpus (no silent 1: with neither, the rules refuse)."""
+    values, warnings = settle(variables, ROLE_OLD)
+    out = {name: value for name, value in variables.items() if name not in ROLE_OLD}
+    out.update({STATE: values["state"], CHECK: values["check"], IDLE_THRESHOLD: values["idle_threshold_mib"]})
+    listed = out.get("vllm_server_gpus")
+    if _unset(out.get("vllm_server_tensor_parallel_size")) and isinstance(listed, (list, tuple)) and listed:
+        out["vllm_server_tensor_parallel_size"] = len(listed)
+    return out, warnings
+
+
 def server_gpus(variables: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.Any]]) -> t.List[int]:
     if good:
         return [to_int(gpu) for gpu in good.get("gpus") or []]
     listed = variables.get("vllm_server_gpus")
     if isinstance(listed, (list, tuple)) and listed:
         return [to_int(gpu) for gpu in listed]
+    if _unset(variables.get("vllm_server_tensor_parallel_size")):
+        return []
     return list(range(max(to_int(variables.get("vllm_server_tensor_parallel_size")), 0)))
 
 
@@ -140,7 +161,7 @@ def api_key(variables: t.Mapping[str, t.Any], argv_key: str, env: t.Mapping[str,
 def generate_args(variables: t.Mapping[str, t.Any], url: str, served: str, key: str) -> t.Optional[t.Dict[str, t.Any]]:
     """One short completion for a server that may be left alone (/health alone keeps one whose engine core died)."""
     timeout = to_float(variables.get("vllm_server_ready_generate_timeout"))
-    if variables.get("vllm_server_state") != "started" or to_bool(variables.get("vllm_server_force_restart")) or timeout <= 0:
+    if variables.get("vllm_server_state") != "started" or timeout <= 0:
         return None
     return {"url": url, "model": served, "timeout": timeout, "api_key": key or None}
 
@@ -150,7 +171,11 @@ def reclaim_args(variables: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
     every = to_bool(variables.get("vllm_server_reclaim_all_holders"))
     return {"match": None if every else words(variables.get("vllm_server_reclaim_match")), "orphans_only": not every,
             "grace": to_float(variables.get("vllm_server_reclaim_grace")), "timeout": to_float(variables.get("vllm_server_reclaim_timeout")),
-            "memory_threshold_mib": to_int(variables.get("vllm_server_memory_threshold_mib"))}
+            "memory_threshold_mib": to_int(variables.get(IDLE_THRESHOLD))}
+
+
+def _decided_state(variables: t.Mapping[str, t.Any]) -> str:
+    return text(variables.get("vllm_server_state")) or "started"
 
 
 def status_args(variables: t.Mapping[str, t.Any], where: t.Mapping[str, str], digest: str, url: str,
@@ -166,7 +191,7 @@ def status_args(variables: t.Mapping[str, t.Any], where: t.Mapping[str, str], di
         "container": {"name": container["name"], "runtime": container["runtime"]} if container else None,
         "listener": {"port": to_int(variables.get("vllm_server_port")), "match": words(variables.get("vllm_server_reclaim_match")),
                      "stop_units": to_bool(variables.get("vllm_server_takeover_units"))},
-        "decide": {"state": text(variables.get("vllm_server_state")) or "started", "force": to_bool(variables.get("vllm_server_force_restart"))},
+        "decide": {"state": _decided_state(variables), "force": _decided_state(variables) == "restarted"},
         "generate": generate,
     }
 
@@ -175,6 +200,7 @@ def build(variables: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.An
           check_mode: bool = False) -> t.Dict[str, t.Any]:
     """The plan (see the role's argument spec, entry point ``plan``). Raises PlanError naming every broken rule."""
     good = dict(good) if good else None
+    variables, _warnings = settled(variables)
     gpus = server_gpus(variables, good)
     problems = broken(variables, gpus)
     if problems:
@@ -199,11 +225,11 @@ def build(variables: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.An
     digest = config_hash(argv, env, gpus, container)
     state = text(variables.get("vllm_server_state")) or "started"
     generate = generate_args(variables, url, served, key)
-    checked = to_bool(variables.get("vllm_server_verify_launch")) and not check_mode
+    checked = to_bool(variables.get(CHECK)) and not check_mode
     return {
         "name": text(variables.get("vllm_server_name")),
         "state": state,
-        "force": to_bool(variables.get("vllm_server_force_restart")),
+        "force": state == "restarted",
         "mode": mode,
         "port": port,
         "url": url,
@@ -231,7 +257,7 @@ def build(variables: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.An
         "generate": generate,
         "status": status_args(variables, where, digest, url, container, generate),
         "reclaim": reclaim_args(variables),
-        "memory_threshold_mib": to_int(variables.get("vllm_server_memory_threshold_mib")),
+        "memory_threshold_mib": to_int(variables.get(IDLE_THRESHOLD)),
         # the variables a refusal names, as the operator wrote them
         "given": {name: variables.get(name) for name in GIVEN},
         "drain": to_bool(variables.get("vllm_server_drain")),
@@ -252,6 +278,7 @@ def rollback_refusal(variables: t.Mapping[str, t.Any], summary: t.Optional[t.Map
     """Why a rollback cannot launch the last known-good configuration (``summary``: vllm_last_good's, None when none is
     kept; ``mode_now``: the launch mode this run resolves to), '' when it can: a rollback replaces a configuration, it does
     not move a server."""
+    variables, _warnings = settled(variables)
     name, size, port = variables.get("vllm_server_name"), to_int(variables.get("vllm_server_tensor_parallel_size")), variables.get("vllm_server_port")
     if not summary:
         state_dir = text(variables.get("vllm_server_state_dir"))

@@ -7,7 +7,10 @@
 It refuses (and nothing is stopped) when the host cannot run this configuration (a GPU it lacks, a setting gpu_reclaim
 refuses, no driver), when the stop would not free the server's GPUs (a holder it would leave; with state stopped
 those are left alone and named instead), or when the server on the port requires an API key that the new
-configuration drops (unless vllm_server_allow_open), or when which server listens cannot be told.
+configuration drops (unless vllm_server_allow_open), or when which server listens cannot be told. It fails closed
+when the environment of the server on the port cannot be read (another user's process, no become): with no --api-key on
+its command line and no key in the new configuration, whether it requires one is unknown, so it is refused unless
+vllm_server_allow_open.
 
 Private to this collection: the API may change without notice.
 """
@@ -21,7 +24,7 @@ import typing as t
 # gpu_reclaim names its option first in a message ("gpus: ..."): the role names its variable instead
 OPTION = re.compile(r"^([a-z_]+)(?=: )")
 VARIABLES = {"match": "vllm_server_reclaim_match", "grace": "vllm_server_reclaim_grace", "timeout": "vllm_server_reclaim_timeout",
-             "memory_threshold_mib": "vllm_server_memory_threshold_mib"}
+             "idle_threshold_mib": "gpuops_fleet_idle_threshold_mib"}
 
 
 def _variable(option: str, plan: t.Mapping[str, t.Any]) -> str:
@@ -74,6 +77,21 @@ def _opens(plan: t.Mapping[str, t.Any], secured: t.Mapping[str, t.Any]) -> str:
             " the server." % (plan["port"], (secured.get("listener") or {}).get("pid"), key, where))
 
 
+def _unknown_key(plan: t.Mapping[str, t.Any], secured: t.Mapping[str, t.Any]) -> str:
+    """Fail closed: the running server's environment could not be read, its command line has no --api-key and the new
+    configuration has no key, so the run cannot tell whether it would open a server that requires one."""
+    listener = secured.get("listener") or {}
+    if not listener or listener.get("env_read") is not False or plan.get("allow_open"):
+        return ""
+    if secured.get("running_key") or secured.get("new_key"):
+        return ""
+    return ("vllm_server: nothing was stopped: the environment of the server that listens on port %s (PID %s) cannot be read"
+            " by this user (another user's process), and neither its command line (no --api-key) nor the new configuration has an"
+            " API key: whether it requires one (VLLM_API_KEY) is not known, and the new server would answer /v1/* to anyone. Run"
+            " with become (-b, or ansible_become=true in the inventory) so that its environment can be read, or set"
+            " vllm_server_allow_open=true to replace it with a server that requires no key." % (plan["port"], listener.get("pid")))
+
+
 def refusal(plan: t.Mapping[str, t.Any], reading: t.Mapping[str, t.Any]) -> str:
     """Why nothing may be stopped, '' when the run may go on (``reading``: gpu_reclaim's check-mode result; the plan's
     ``given`` holds the variables a refusal names)."""
@@ -85,7 +103,7 @@ def refusal(plan: t.Mapping[str, t.Any], reading: t.Mapping[str, t.Any]) -> str:
     secured = {} if stopping else (reading.get("secured") or {})
     if secured.get("error") or (secured.get("opens") and not plan.get("allow_open")):
         return _opens(plan, secured)
-    return ""
+    return _unknown_key(plan, secured)
 
 
 def secured_args(plan: t.Mapping[str, t.Any], status: t.Mapping[str, t.Any]) -> t.Optional[t.Dict[str, t.Any]]:
@@ -137,7 +155,7 @@ def reclaim_args(plan: t.Mapping[str, t.Any], status: t.Mapping[str, t.Any]) -> 
     signalled nor stopped."""
     settings = plan["reclaim"]
     args = {"gpus": plan["gpu_words"], "orphans_only": settings["orphans_only"], "grace": settings["grace"],
-            "timeout": settings["timeout"], "memory_threshold_mib": settings["memory_threshold_mib"], "containers": "refuse"}
+            "timeout": settings["timeout"], "idle_threshold_mib": settings["memory_threshold_mib"], "containers": "refuse"}
     if settings["match"] is not None:
         args["match"] = settings["match"]
     owner = reclaim_owner(status)

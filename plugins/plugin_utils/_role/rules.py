@@ -60,6 +60,27 @@ def _matches(name: str, pattern: t.Pattern[str], what: str, empty_ok: bool = Fal
     return rule
 
 
+def _size_unset(variables: t.Mapping[str, t.Any]) -> bool:
+    value = variables.get("vllm_server_tensor_parallel_size")
+    return value is None or (isinstance(value, str) and value.strip() == "")
+
+
+def _size_known(variables: t.Mapping[str, t.Any], _gpus: t.List[int]) -> t.Optional[str]:
+    """No silent size: an unset size is the length of vllm_server_gpus (the plan derives it), and with neither set the run
+    is refused."""
+    if not _size_unset(variables):
+        return None
+    return ("vllm_server_tensor_parallel_size and vllm_server_gpus are both unset: set vllm_server_gpus to the server's GPUs"
+            " (the tensor-parallel size is then their number) or vllm_server_tensor_parallel_size (the server then uses GPUs 0"
+            " to size-1)")
+
+
+def _size_at_least_one(variables: t.Mapping[str, t.Any], gpus: t.List[int]) -> t.Optional[str]:
+    if _size_unset(variables):
+        return None
+    return _between("vllm_server_tensor_parallel_size", 1, float("inf"), "must be at least 1", whole=True)(variables, gpus)
+
+
 def _gpus_unique(variables: t.Mapping[str, t.Any], gpus: t.List[int]) -> t.Optional[str]:
     return None if len(set(gpus)) == len(gpus) else "%s names a GPU twice" % _shown(variables, "vllm_server_gpus")
 
@@ -85,7 +106,8 @@ def _command(variables: t.Mapping[str, t.Any], _gpus: t.List[int]) -> t.Optional
 def _model(variables: t.Mapping[str, t.Any], _gpus: t.List[int]) -> t.Optional[str]:
     if variables.get("vllm_server_state") == "stopped" or str(variables.get("vllm_server_model") or ""):
         return None
-    return "%s must be set to start a server" % _shown(variables, "vllm_server_model")
+    return ("vllm_server_model is required to start a server (got %s): set it to the model to serve, or"
+            " vllm_server_state=stopped" % to_json(variables.get("vllm_server_model")))
 
 
 def _no_nul_words(variables: t.Mapping[str, t.Any], _gpus: t.List[int]) -> t.Optional[str]:
@@ -168,7 +190,8 @@ def _absolute(name: str, what: str, empty_ok: bool = False) -> Rule:
 RULES: t.Tuple[Rule, ...] = (
     _matches("vllm_server_name", NAME, "must be letters, digits, '_', '.', '@' or '-' (it names files)"),
     _between("vllm_server_port", 1, 65535, "must be 1-65535", whole=True),
-    _between("vllm_server_tensor_parallel_size", 1, float("inf"), "must be at least 1", whole=True),
+    _size_known,
+    _size_at_least_one,
     _gpus_unique,
     _gpus_positive,
     _gpus_match_size,
@@ -183,7 +206,7 @@ RULES: t.Tuple[Rule, ...] = (
     _between("vllm_server_stop_timeout", 0, 3600, "must be 0 to 3600 seconds"),
     _above("vllm_server_reclaim_grace", 0, 600, "must be more than 0 and at most 600 seconds"),
     _above("vllm_server_reclaim_timeout", 0, 3600, "must be more than 0 and at most 3600 seconds"),
-    _between("vllm_server_memory_threshold_mib", 0, 1048576, "must be 0 to 1048576 MiB", whole=True),
+    _between("gpuops_fleet_idle_threshold_mib", 0, 1048576, "must be 0 to 1048576 MiB", whole=True),
     _reclaim_match,
     _above("vllm_server_lock_stale_after", 0, None, "must be positive"),
     _matches("vllm_server_health_host", HOST, "must be a host name or an address"),

@@ -7,6 +7,8 @@ respawns what was ended, and no wait when nothing can)."""
 
 from __future__ import annotations
 
+import json
+
 import threading
 import time
 import types
@@ -14,6 +16,7 @@ import types
 import pytest
 import yaml
 from ansible.module_utils import basic
+from ansible.module_utils.common.warnings import get_deprecation_messages
 
 from ansible_collections.gpuops.fleet.plugins.doc_fragments import nvml as nvml_fragment
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
@@ -265,7 +268,7 @@ def test_memory_held_by_no_process_fails_after_waiting_for_it(monkeypatch):
     host = Host(rows, held, gpus=1, memory_comes_back=False)
     result = run_module(monkeypatch, host, FAST)
     assert result["failed"] is True and result["changed"] is True
-    assert result["msg"] == ("GPUs not freed (ended 4 process(es)): GPU 0: %d MiB used with no process holding it (above memory_threshold_mib 1024): "
+    assert result["msg"] == ("GPUs not freed (ended 4 process(es)): GPU 0: %d MiB used with no process holding it (above idle_threshold_mib 1024): "
                              "memory held by no process, e.g. a driver teardown that did not finish" % INCIDENT_MIB)
     assert result["elapsed_s"] >= FAST["timeout"]
 
@@ -383,7 +386,7 @@ class Untouchable:
     ({"timeout": -5}, "timeout"),
     ({"match": ["VLLM::(Worker"]}, "match"),
     ({"exclude": ["[x"]}, "exclude"),
-    ({"memory_threshold_mib": -1}, "memory_threshold_mib"),
+    ({"idle_threshold_mib": -1}, "idle_threshold_mib"),
     ({"gpus": ["0", "GPU-nope"]}, "gpus"),
     ({"gpus": []}, "gpus"),
     ({"launcher_patterns": []}, "launcher_patterns"),
@@ -412,7 +415,7 @@ class Untouchable:
     ({"timeout": float("inf")}, "timeout"),
     ({"settle": -0.1}, "settle"),
     ({"settle": 61}, "settle"),
-    ({"memory_threshold_mib": 2 ** 21}, "memory_threshold_mib"),
+    ({"idle_threshold_mib": 2 ** 21}, "idle_threshold_mib"),
     # patterns that would match every process
     ({"match": [""]}, "match"),
     ({"exclude": ["  "]}, "exclude"),
@@ -427,6 +430,17 @@ def test_bad_input_fails_before_anything_is_read(monkeypatch, args, option):
     assert "changed" not in result or result["changed"] is False
     values = args[option] if isinstance(args[option], list) else [args[option]]
     assert any(repr(value)[:40] in result["msg"] for value in values) or "empty" in result["msg"], result["msg"]
+
+
+def test_the_old_threshold_name_is_a_deprecated_alias(monkeypatch):
+    """memory_threshold_mib still works until 0.4.0: judged as idle_threshold_mib, with a deprecation naming it."""
+    monkeypatch.setattr(_deps.PYNVML, "module", Untouchable())
+    monkeypatch.setattr(_deps.PSUTIL, "module", Untouchable())
+    result = run_module(monkeypatch, None, {"memory_threshold_mib": -7})
+    assert result["failed"] is True and result["msg"].startswith("idle_threshold_mib: -7 must be"), result["msg"]
+    # what AnsibleModule returns as the result's deprecations (the harness ends the run before it adds them)
+    said = json.dumps(get_deprecation_messages())
+    assert "memory_threshold_mib" in said and "0.4.0" in said and "gpuops.fleet" in said, said
 
 
 def test_every_list_of_processes_documents_a_process_alike():
@@ -448,7 +462,7 @@ def test_documented_options_are_the_argument_spec_and_build_spec_defaults():
     assert [p.pattern for p in built.cluster_daemons] == doc["cluster_daemons"]["default"]
     assert [name[3:] for name, _number in built.signals] == doc["signals"]["default"]
     assert (built.grace, built.timeout, built.settle, built.memory_threshold_mib) == tuple(
-        doc[name]["default"] for name in ("grace", "timeout", "settle", "memory_threshold_mib"))
+        doc[name]["default"] for name in ("grace", "timeout", "settle", "idle_threshold_mib"))
     assert (built.kill_tree, built.ignore_foreign, built.gpus, built.match) == (True, False, None, [])
 
 
@@ -769,7 +783,7 @@ def foreign_pid(host):
     (survivor, "GPU 3: pid 1013 (VLLM::Worker_TP3, state sleeping) holds %d MiB: still there after every signal" % INCIDENT_MIB),
     (zombie_left_alone, "GPU 0: pid 4000 (python3) holds 4096 MiB but is a zombie"),
     (memory_of_no_process, "GPU 3: 16096 MiB used, 4096 MiB of it beyond what the holders left alone hold (pid 3001 (VLLM::Worker_TP0, "
-                           "12000 MiB)), above memory_threshold_mib 1024: memory held by no process"),
+                           "12000 MiB)), above idle_threshold_mib 1024: memory held by no process"),
     (lost_gpu, "GPU 5: GPU is lost"),
     (foreign_pid, "GPU 0: pid %d holds 20000 MiB but is not visible in this PID namespace" % MISSING_PID),
 ], ids=["survivor", "zombie", "memory-of-no-process", "lost-gpu", "foreign-pid"])

@@ -15,7 +15,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import 
 
 # what AnsibleModule hands build_spec when the task sets nothing
 DEFAULTS = {"gpus": None, "match": None, "exclude": [], "kill_tree": True, "launcher_patterns": DEFAULT_LAUNCHER_PATTERNS,
-            "signals": ["TERM", "KILL"], "grace": 10.0, "timeout": 60.0, "memory_threshold_mib": 1024, "ignore_foreign": False}
+            "signals": ["TERM", "KILL"], "grace": 10.0, "timeout": 60.0, "idle_threshold_mib": 1024, "ignore_foreign": False}
 
 
 def spec(**options):
@@ -56,10 +56,12 @@ def test_gpus_indices_and_uuids_kept_in_order():
     ({"exclude": ["[unclosed"]}, ["exclude", "'[unclosed'"]),
     ({"launcher_patterns": ["vllm", "*ray"]}, ["launcher_patterns", "'*ray'"]),
     ({"launcher_patterns": []}, ["launcher_patterns", "kill_tree"]),
-    ({"memory_threshold_mib": -1}, ["memory_threshold_mib", "-1"]),
-    ({"memory_threshold_mib": 1.5}, ["memory_threshold_mib", "1.5"]),
-    ({"memory_threshold_mib": "1024"}, ["memory_threshold_mib", "'1024'"]),
-    ({"memory_threshold_mib": True}, ["memory_threshold_mib", "True"]),
+    ({"idle_threshold_mib": -1}, ["idle_threshold_mib", "-1"]),
+    ({"idle_threshold_mib": 1.5}, ["idle_threshold_mib", "1.5"]),
+    ({"idle_threshold_mib": "1024"}, ["idle_threshold_mib", "'1024'"]),
+    ({"idle_threshold_mib": True}, ["idle_threshold_mib", "True"]),
+    # the deprecated name, as a caller without the module's alias handling passes it
+    ({"memory_threshold_mib": -1}, ["idle_threshold_mib", "-1"]),
     ({"gpus": ["0", "eight"]}, ["gpus", "'eight'"]),
     ({"gpus": ["-1"]}, ["gpus", "'-1'"]),
     ({"gpus": ["GPU-123"]}, ["gpus", "'GPU-123'"]),
@@ -80,6 +82,7 @@ def test_empty_launcher_patterns_are_fine_without_kill_tree():
 
 
 def test_zero_threshold_is_allowed():
+    assert spec(idle_threshold_mib=0).memory_threshold_mib == 0
     assert spec(memory_threshold_mib=0).memory_threshold_mib == 0
 
 

@@ -89,13 +89,13 @@ def test_ignored_foreign_pid_is_not_counted():
     assert problems(reading(20500, (777777, 20000)), ignore_foreign=True) == []
     # its memory is discounted, the rest still judged
     got = problems(reading(22000, (777777, 20000)), ignore_foreign=True)
-    assert [p.text for p in got] == ["GPU 2: 2000 MiB used with no process holding it (above memory_threshold_mib 1024): "
+    assert [p.text for p in got] == ["GPU 2: 2000 MiB used with no process holding it (above idle_threshold_mib 1024): "
                                      "memory held by no process, e.g. a driver teardown that did not finish"]
 
 
 def test_memory_held_by_no_process_may_still_come_back():
     assert problems(reading(4096)) == [Problem(
-        2, "GPU 2: 4096 MiB used with no process holding it (above memory_threshold_mib 1024): "
+        2, "GPU 2: 4096 MiB used with no process holding it (above idle_threshold_mib 1024): "
            "memory held by no process, e.g. a driver teardown that did not finish", True)]
 
 
@@ -105,7 +105,7 @@ def test_excluded_holder_is_fine_below_the_threshold():
 
 def test_excluded_holder_above_the_threshold_is_named():
     assert problems(reading(3000, (902, 3000))) == [
-        Problem(2, "GPU 2: 3000 MiB used (above memory_threshold_mib 1024) while excluded holders keep it: "
+        Problem(2, "GPU 2: 3000 MiB used (above idle_threshold_mib 1024) while excluded holders keep it: "
                    "pid 902 (nvidia-persistenced, excluded, 3000 MiB)", False)]
 
 
@@ -154,10 +154,10 @@ def test_keep_accepts_a_gpu_busy_only_with_a_job_left_alone_on_purpose():
     # an excluded holder that came during the run was not left alone by the plan: above the threshold, as before
     late = kept(reading(15000, (5151, 12000), (902, 3000)), helper_seen=False)
     assert [p.text for p in late] == ["GPU 2: 15000 MiB used, 3000 MiB of it beyond what the holders left alone hold (pid 5151 "
-                                      "(VLLM::Worker_TP0, 12000 MiB)), above memory_threshold_mib 1024: excluded holders keep it "
+                                      "(VLLM::Worker_TP0, 12000 MiB)), above idle_threshold_mib 1024: excluded holders keep it "
                                       "(pid 902 (nvidia-persistenced, excluded, 3000 MiB)) or no process holds it"]
     assert [p.text for p in kept(reading(3000, (902, 3000)), helper_seen=False)] == [
-        "GPU 2: 3000 MiB used (above memory_threshold_mib 1024) while excluded holders keep it: pid 902 (nvidia-persistenced, excluded, 3000 MiB)"]
+        "GPU 2: 3000 MiB used (above idle_threshold_mib 1024) while excluded holders keep it: pid 902 (nvidia-persistenced, excluded, 3000 MiB)"]
     # the default names the same job as the reason the GPU is not free
     assert [p.text for p in kept(reading(12000, (5151, 12000)), keep=False)] == [
         "GPU 2: pid 5151 (VLLM::Worker_TP0, state sleeping) holds 12000 MiB: not signalled: " + LIVE_WHY[5151]]
@@ -166,7 +166,7 @@ def test_keep_accepts_a_gpu_busy_only_with_a_job_left_alone_on_purpose():
 def test_keep_still_fails_for_memory_held_by_no_process_beside_the_job():
     got = kept(reading(16096, (5151, 12000)))
     assert got == [Problem(2, "GPU 2: 16096 MiB used, 4096 MiB of it beyond what the holders left alone hold (pid 5151 (VLLM::Worker_TP0, "
-                              "12000 MiB)), above memory_threshold_mib 1024: memory held by no process, e.g. a driver teardown that "
+                              "12000 MiB)), above idle_threshold_mib 1024: memory held by no process, e.g. a driver teardown that "
                               "did not finish", True)]
     assert [p.waitable for p in kept(reading(16096, (5151, 12000)), settling=False)] == [False]
 

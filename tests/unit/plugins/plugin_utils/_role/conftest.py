@@ -15,15 +15,18 @@ DEFAULTS = os.path.normpath(os.path.join(HERE, "..", "..", "..", "..", "..", "ro
 
 
 def role_variables(**given: t.Any) -> t.Dict[str, t.Any]:
+    """The role's defaults under ``given``, on a host whose inventory sets the model and a one-GPU server (the role has no
+    default for either: a test that needs them unset passes None)."""
     with open(DEFAULTS, encoding="utf-8") as handle:
         variables = yaml.safe_load(handle)
+    # this inventory's size, unless the test gives GPUs (their number is the size) or a size
+    if "vllm_server_tensor_parallel_size" not in given and "vllm_server_gpus" not in given:
+        variables["vllm_server_tensor_parallel_size"] = 1
     variables.update(given)
     if "{{" in str(variables["vllm_server_name"]):
         variables["vllm_server_name"] = "vllm-%s" % variables["vllm_server_port"]
     variables.setdefault("vllm_server_model", "org/model")
-    if variables["vllm_server_model"] == "" and "vllm_server_model" not in given:
-        variables["vllm_server_model"] = "org/model"
-    return variables
+    return {name: value for name, value in variables.items() if value is not None}
 
 
 @pytest.fixture

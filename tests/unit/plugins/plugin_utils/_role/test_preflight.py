@@ -60,3 +60,35 @@ def test_a_detached_process_inherits_the_task_s_environment_a_unit_does_not():
     assert secured_args(PLAN, {"mode": "process"})["inherit_env"] is True
     assert secured_args(PLAN, {"mode": "systemd"})["inherit_env"] is False
     assert secured_args(dict(PLAN, state="stopped"), {}) is None
+
+
+# the server on the port is another user's process: its environment could not be read
+UNREAD = {"opens": False, "running_key": None, "new_key": None, "listener": {"pid": 4242, "env_read": False}}
+
+
+@pytest.mark.parametrize("plan, secured, refused", [
+    (PLAN, UNREAD, True),
+    # vllm_server_allow_open says a server without a key is fine
+    (dict(PLAN, allow_open=True), UNREAD, False),
+    # its command line says it requires a key and the new configuration has none: the open-server refusal names it
+    (PLAN, dict(UNREAD, running_key="--api-key", opens=True), True),
+    # the new configuration requires a key: nothing is opened whatever the old one had
+    (PLAN, dict(UNREAD, new_key="VLLM_API_KEY"), False),
+    # its environment was read, and it has no key
+    (PLAN, dict(UNREAD, listener={"pid": 4242, "env_read": True}), False),
+    # nothing listens
+    (PLAN, dict(UNREAD, listener=None), False),
+    # a stop opens nothing
+    (dict(PLAN, state="stopped"), UNREAD, False),
+])
+def test_an_unreadable_environment_fails_closed(plan, secured, refused):
+    said = refusal(plan, {"would_fail": [], "secured": secured})
+    assert bool(said) is refused, said
+
+
+def test_the_fail_closed_refusal_names_the_pid_the_port_and_the_way_out():
+    said = refusal(PLAN, {"would_fail": [], "secured": UNREAD})
+    assert said.startswith("vllm_server: nothing was stopped: the environment of the server that listens on port 8000 (PID 4242)"
+                           " cannot be read")
+    assert "Run with become (-b, or ansible_become=true in the inventory)" in said
+    assert "or set vllm_server_allow_open=true" in said

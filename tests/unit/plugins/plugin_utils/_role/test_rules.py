@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.plan import server_gpus
+from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.plan import server_gpus, settled
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.rules import broken
 
 
 def problems(variables, **given):
-    values = variables(**given)
+    """The rules as the plan judges them: on the variables under their current names, the size derived."""
+    values, _warnings = settled(variables(**given))
     return broken(values, server_gpus(values, None))
 
 
@@ -29,7 +30,10 @@ def test_the_defaults_with_a_model_pass(variables):
     ({"vllm_server_gpus": [0, 1, 2], "vllm_server_tensor_parallel_size": 2},
      "lists 3 GPU(s) but vllm_server_tensor_parallel_size=2: vLLM would use only the first 2"),
     ({"vllm_server_command": []}, "vllm_server_command=[] must not be empty"),
-    ({"vllm_server_model": ""}, 'vllm_server_model="" must be set to start a server'),
+    ({"vllm_server_model": ""}, 'vllm_server_model is required to start a server (got "")'),
+    ({"vllm_server_model": None}, "vllm_server_model is required to start a server (got null): set it to the model to serve"),
+    ({"vllm_server_tensor_parallel_size": None, "vllm_server_gpus": []},
+     "vllm_server_tensor_parallel_size and vllm_server_gpus are both unset: set vllm_server_gpus"),
     ({"vllm_server_args": ["a\x00b"]}, "holds a NUL byte, which no program can receive"),
     ({"vllm_server_env": {"A=B": "1"}}, 'the name(s) ["A=B"] cannot be environment variables'),
     ({"vllm_server_env_overrides": {"A": "x\x00"}}, 'the value of ["A"] holds a NUL byte'),
@@ -40,7 +44,9 @@ def test_the_defaults_with_a_model_pass(variables):
     ({"vllm_server_stop_timeout": 4000}, "vllm_server_stop_timeout=4000 must be 0 to 3600 seconds"),
     ({"vllm_server_reclaim_grace": 0}, "vllm_server_reclaim_grace=0 must be more than 0 and at most 600 seconds"),
     ({"vllm_server_reclaim_timeout": 4000}, "vllm_server_reclaim_timeout=4000 must be more than 0"),
-    ({"vllm_server_memory_threshold_mib": -5}, "vllm_server_memory_threshold_mib=-5 must be 0 to 1048576 MiB"),
+    ({"gpuops_fleet_idle_threshold_mib": -5}, "gpuops_fleet_idle_threshold_mib=-5 must be 0 to 1048576 MiB"),
+    # the deprecated name is judged as the new one
+    ({"vllm_server_memory_threshold_mib": -5}, "gpuops_fleet_idle_threshold_mib=-5 must be 0 to 1048576 MiB"),
     ({"vllm_server_reclaim_match": ["("]}, "vllm_server_reclaim_match"),
     ({"vllm_server_lock_stale_after": 0}, "vllm_server_lock_stale_after=0 must be positive"),
     ({"vllm_server_health_host": "a host"}, 'vllm_server_health_host="a host" must be a host name or an address'),
@@ -66,6 +72,9 @@ def test_each_rule_names_the_variable_and_its_value(variables, given, words):
     {"vllm_server_systemd_start_limit_interval_sec": 0},
     {"vllm_server_ready_generate_timeout": "30"},
     {"vllm_server_port": "8001", "vllm_server_tensor_parallel_size": "2"},
+    # no size: the list's length
+    {"vllm_server_gpus": [4, 5, 6, 7]},
+    {"vllm_server_gpus": [4, 5], "vllm_server_tensor_parallel_size": ""},
 ])
 def test_values_the_rules_let_pass(variables, given):
     assert problems(variables, **given) == []
