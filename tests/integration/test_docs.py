@@ -104,7 +104,7 @@ def test_every_yaml_block_parses() -> None:
         except yaml.YAMLError as error:
             problems.append("%s:%d: %s" % (rel(path), line, error))
     assert not problems, "\n".join(problems)
-    stale = [key for key in EXCEPTIONS if not any(rel(p) == key[0] and text.splitlines()[0] == key[1] for p, text, _ in found)]
+    stale = [key for key in EXCEPTIONS if not any(rel(p) == key[0] and text.splitlines()[0] == key[1] for p, text, _line in found)]
     assert not stale, "exceptions for blocks that no longer exist: %s" % stale
 
 
@@ -278,7 +278,7 @@ def test_deprecated_names_appear_only_as_deprecated() -> None:
 
 def test_ci_runs_the_test_command_the_readme_gives() -> None:
     readme = (REPO / "README.md").read_text()
-    given = [line.split("#")[0].strip() for lang, body, _ in blocks(REPO / "README.md") if lang in ("sh", "bash", "")
+    given = [line.split("#")[0].strip() for lang, body, _line in blocks(REPO / "README.md") if lang in ("sh", "bash", "")
              for line in body.splitlines() if line.strip().startswith("make test")]
     assert given == ["make test"], given
     assert "docs/contributing.md" in readme

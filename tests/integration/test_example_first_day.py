@@ -55,7 +55,7 @@ def quick_start() -> t.Tuple[t.Dict[str, str], t.List[t.List[str]]]:
             words = shlex.split(line, comments=True)
             if words[:1] == ["export"]:
                 for word in words[1:]:
-                    name, _, value = word.partition("=")
+                    name, value = word.split("=", 1)
                     exports[name] = value
             elif words[:1] == ["ansible-playbook"]:
                 commands.append(words)
