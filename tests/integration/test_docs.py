@@ -333,3 +333,52 @@ def test_every_relative_link_resolves() -> None:
                 if fragment not in headings:
                     problems.append("%s: no heading for #%s in %s" % (rel(path), fragment, rel(resolved)))
     assert not problems, "\n".join(problems)
+
+
+def gives_default(body: str, name: str, value: t.Any) -> bool:
+    """Whether ``body`` (a playbook) gives ``name`` the default ``value``: within a few lines after one of its mentions,
+    the word default, then every element of the value (its comment or its Jinja default)."""
+    words = [str(v) for v in value] if isinstance(value, list) else [str(value).lower() if isinstance(value, bool) else str(value)]
+    for found in re.finditer(r"\b%s\b" % name, body):
+        window = body[found.end():found.end() + 240]
+        if "default" in window:
+            after = window[window.index("default"):]
+            if all(re.search(r"(?<![\w.])%s(?![\w.])" % re.escape(word), after) for word in words):
+                return True
+    return False
+
+
+def test_the_readme_defaults_are_the_code_defaults() -> None:
+    """Each row of the README's "Defaults that matter": a literal default is the role's default (roles/vllm_server/
+    defaults/main.yml) or, for a playbook's variable, named with that value in the playbook; "required" is required by
+    the role's argument spec and has no default."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Defaults that matter", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"(?m)^\| `(\w+)` \| (.*?) \|", section)
+    assert len(rows) >= 10, rows
+    defaults = load_yaml((REPO / "roles" / "vllm_server" / "defaults" / "main.yml").read_text())
+    options = load_yaml(ARGUMENT_SPECS.read_text())["argument_specs"]["main"]["options"]
+    # where a variable that is not the role's gets its default: the playbooks, their task files, the role's tasks, the plugins
+    playbooks = {rel(path): path.read_text() for pattern in ("playbooks/**/*.yml", "roles/**/*.yml", "plugins/**/*.py")
+                 for path in REPO.glob(pattern)}
+    problems = []
+    for name, cell in rows:
+        literal = re.fullmatch(r"`([^`]*)`", cell.strip())
+        if "required" in cell:
+            # "none: required": the argument spec requires it; "... else required": derived, never a silent default
+            if cell.strip().endswith("none: required") and not (options.get(name) or {}).get("required"):
+                problems.append("%s: the README says required; the argument spec does not require it" % name)
+            if defaults.get(name) not in (None, "") or (options.get(name) or {}).get("default") not in (None, ""):
+                problems.append("%s: the README says it has no default; the role's is %r" % (name, defaults.get(name)))
+        elif literal:
+            value = load_yaml(literal.group(1))
+            if name in defaults:
+                if defaults[name] != value:
+                    problems.append("%s: the README says %r, the role's default is %r" % (name, value, defaults[name]))
+            else:
+                shown = [f for f, body in playbooks.items() if re.search(r"\b%s\b" % name, body)]
+                if not shown:
+                    problems.append("%s: neither a default of the role nor a variable of a playbook" % name)
+                elif not any(gives_default(playbooks[f], name, value) for f in shown):
+                    problems.append("%s: no playbook of %s gives it the default %r" % (name, shown, value))
+    assert not problems, "\n".join(problems)

@@ -206,3 +206,21 @@ def test_the_readme_quick_start_runs_the_example_as_shipped(fleet, tmp_path, tmu
         assert models_status(node.port, key) == 200
     counts = recap(restart.stdout)
     assert counts[node1.name]["failed"] == 0 and counts[node2.name]["failed"] == 0, counts
+    # the summary the README shows for this step: each of its lines begins as the run's own does
+    for shown in readme_summary():
+        assert shown in text, "the README shows %r; the run printed:\n%s" % (shown, text[-4000:])
+
+
+def readme_summary() -> t.List[str]:
+    """The start of each line of the README's sample summary of the restart (the first text block after the quick start
+    commands): the host, then the words before the first value or bracket."""
+    text = (REPO / "README.md").read_text()
+    after = text[text.index("ansible-playbook -i inventory.yml gpuops.fleet.restart_vllm\n"):]
+    block = re.search(r"^```text\n(.*?)^```$", after, re.S | re.M)
+    assert block, "no sample summary after the README's quick start"
+    starts = []
+    for line in block.group(1).splitlines():
+        host, _colon, rest = line.partition(": ")
+        starts.append("%s: %s" % (host, " ".join(re.split(r"[(\d]", rest, maxsplit=1)[0].split())))
+    assert len(starts) >= 3, starts
+    return starts
