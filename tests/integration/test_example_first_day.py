@@ -18,6 +18,7 @@ without the key.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -133,6 +134,9 @@ def test_the_readme_quick_start_runs_the_example_as_shipped(fleet, tmp_path, tmu
         ansible_connection="local", ansible_host="127.0.0.1",
         gpuops_fleet_venv=str(venv), ansible_python_interpreter=str(venv / "bin" / "python"))
         for node in (node1, node2)}}}
+    for entry in overlay["vllm_servers"]["hosts"].values():
+        # the package index the simulated hosts reach is this machine's: its pip settings, which become's sudo would drop
+        entry["gpuops_fleet_environment"].update({k: v for k, v in os.environ.items() if k.startswith("PIP_")})
     substituted = set(overlay["vllm_servers"]["hosts"][node1.name])
     assert substituted == {"gpuops_fleet_environment", "vllm_server_port", "vllm_server_state_dir", "vllm_server_host_env",
                            "vllm_server_command", "ansible_connection", "ansible_host", "gpuops_fleet_venv",
