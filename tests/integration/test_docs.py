@@ -69,7 +69,8 @@ class DocsLoader(yaml.SafeLoader):  # pylint: disable=too-many-ancestors
     """Safe YAML with Ansible's tags (!vault, !unsafe) as tagged values, refusing a key given twice."""
 
     def construct_mapping(self, node, deep=False):
-        keys = [self.construct_object(key, deep=True) for key, _value in node.value]
+        # the keys the mapping itself gives (a merge key, <<: *anchor, brings others that its own may override)
+        keys = [self.construct_object(key, deep=True) for key, _value in node.value if key.tag != "tag:yaml.org,2002:merge"]
         twice = sorted({str(key) for key in keys if keys.count(key) > 1})
         if twice:
             raise yaml.constructor.ConstructorError(None, None, "key(s) given twice: %s" % ", ".join(twice), node.start_mark)
@@ -260,7 +261,9 @@ def passages(text: str) -> t.List[str]:
     for paragraph in re.split(r"\n\s*\n", text):
         lines = paragraph.splitlines()
         if lines and all(line.lstrip().startswith("|") for line in lines):
-            found += [" ".join(line.split()) for line in lines]
+            # a table's rows; under a header that names a column "deprecated ...", each row says so
+            header = "deprecated" if "deprecated" in lines[0].lower() else ""
+            found += ["%s %s" % (" ".join(line.split()), header) for line in lines]
         else:
             found += sentences(paragraph)
     return found
