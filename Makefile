@@ -174,6 +174,8 @@ container-tools:
 integration: venv tools browser container-tools sim collection-path
 	@# test_role_takeover.py starts a vLLM server by hand in a real tmux pane
 	@$(call ensure_command,tmux,tmux)
+	@# test_example_first_day.py runs examples/ as shipped: its inventory becomes root with sudo (ansible_become)
+	@$(call ensure_command,sudo,sudo)
 	$(PYTEST) $(INTEGRATION_XDIST) --durations=20 tests/integration --junitxml=$(JUNIT)/integration.xml
 
 # the role's molecule scenario (extensions/molecule/default): one simulated host, converge, idempotence, verify
