@@ -199,6 +199,15 @@ options:
     description: Seconds the drain before the stop waits at most (see O(drain_url)); the requests still in flight then are cut.
     type: float
     default: 60
+  reclaim:
+    description:
+      - With O(state=stopped), once the stop succeeded, reclaim the server's GPUs in the same module run, as
+        M(gpuops.fleet.gpu_reclaim) does with these options (the same names, values and defaults; in check mode, what it
+        would do), and return its result as RV(reclaim). The stop and the reclaim that must follow it are one module
+        start-up on the host instead of two (the role's reclaim step then judges this result).
+      - A reclaim that fails (an option it refuses, a missing library, no driver, a GPU it cannot free) does not fail this
+        task; RV(reclaim.failed) says so.
+    type: dict
   takeover:
     description:
       - With O(state=stopped), first stop this server - one taken over, found listening on the server's port
@@ -513,6 +522,12 @@ drained:
       M(gpuops.fleet.vllm_drain) returns (C(answered), C(running_at_start), C(cut), C(drained), C(waited_s), C(msg)).
   returned: when drained
   type: dict
+reclaim:
+  description:
+    - With O(state=stopped) and O(reclaim), once the stop succeeded, M(gpuops.fleet.gpu_reclaim)'s result (its keys, as
+      that module returns them), with C(failed) and C(warnings) (a list of strings).
+  returned: when O(reclaim) is given, O(state=stopped) and the stop succeeded
+  type: dict
 takeover_stopped:
   description: With O(state=stopped) and O(takeover), the stop of the server taken over.
   returned: when O(takeover) is given and O(state=stopped)
@@ -564,6 +579,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, finish, http_url
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import is_full_id
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import ListenerError
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import reclaim_in_module
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import DEFAULT_MATCH, read_listener
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import (
     hide_only_secrets, masked_argv, secret_argv_values, secret_env_names,
@@ -601,6 +617,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "decide": {"type": "dict", "options": DECIDE_OPTIONS},
     "drain_url": {"type": "str"},
     "drain_timeout": {"type": "float", "default": 60},
+    "reclaim": {"type": "dict"},
     "takeover": {"type": "dict", "options": {
         "pid": {"type": "int", "required": True},
         "create_time": {"type": "float", "required": True},
@@ -721,6 +738,9 @@ def _stop(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[str
         result["stopped"] = taken["stopped"] + result["stopped"]
         result["changed"] = result["changed"] or taken["changed"]
         result["msg"] = "taken over: %s; %s" % (taken["msg"], result.get("msg") or "the managed server did not run")
+    if params["reclaim"] is not None:
+        reclaimed, warnings, failed = reclaim_in_module(module, params["reclaim"], module.check_mode, beside=True)
+        result["reclaim"] = dict(reclaimed, failed=failed, warnings=warnings)
     return result
 
 

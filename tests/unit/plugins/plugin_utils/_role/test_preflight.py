@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.preflight import (
-    own_containers, reclaim_args, reclaim_owner, refusal, secured_args, takeover_stop)
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.preflight import (
+    own_containers, reclaim_args, reclaim_owner, secured_args)
+from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.preflight import refusal, takeover_stop
 
 PLAN = {"state": "started", "port": 8000, "gpus": [0, 1], "gpu_words": ["0", "1"], "allow_open": False, "api_key_arg": False,
         "env_names": ["NCCL_PROTO"], "secret_env": [],
