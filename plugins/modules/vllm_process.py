@@ -578,9 +578,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, finish, http_url
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import is_full_id
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import ListenerError
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import reclaim_in_module
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import DEFAULT_MATCH, read_listener
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import DEFAULT_MATCH, ListenerError
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import (
     hide_only_secrets, masked_argv, secret_argv_values, secret_env_names,
 )
@@ -702,6 +700,9 @@ def _target(params: t.Mapping[str, t.Any]) -> Target:
 
 def _status(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
     """state=status: what runs, and with listener and decide, what listens on the port and what must change."""
+    # imported by the state that uses it: each module run compiles what it imports from source (no bytecode cache in
+    # the module's zip), and a launch or a stop never reads the listener
+    from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import read_listener  # pylint: disable=import-outside-toplevel
     options = {key: params[key] for key in ("state_file", "unit", "config_hash", "health_url", "generate", "listener", "decide", "container")}
     options["mode"] = mode
     result = dict(read_server(module, psutil, options, read_listener), changed=False)
@@ -739,6 +740,8 @@ def _stop(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[str
         result["changed"] = result["changed"] or taken["changed"]
         result["msg"] = "taken over: %s; %s" % (taken["msg"], result.get("msg") or "the managed server did not run")
     if params["reclaim"] is not None:
+        # only a stop that reclaims compiles the reclaim's code (see _status)
+        from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import reclaim_in_module  # pylint: disable=import-outside-toplevel
         reclaimed, warnings, failed = reclaim_in_module(module, params["reclaim"], module.check_mode, beside=True)
         result["reclaim"] = dict(reclaimed, failed=failed, warnings=warnings)
     return result
