@@ -224,7 +224,7 @@ options:
         C(gpu_words), C(reclaim), C(port), C(api_key_arg), C(env_names), C(secret_env)), so the plan's secrets never
         reach the host.
       - A reading that fails (a setting gpu_reclaim refuses, a missing library, no driver) does not fail this task;
-        RV(preflight.failed) says so.
+        C(failed) in RV(preflight) says so.
     type: dict
 requirements:
   - psutil on the managed host, with O(status).

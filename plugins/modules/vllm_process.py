@@ -206,7 +206,7 @@ options:
         would do), and return its result as RV(reclaim). The stop and the reclaim that must follow it are one module
         start-up on the host instead of two (the role's reclaim step then judges this result).
       - A reclaim that fails (an option it refuses, a missing library, no driver, a GPU it cannot free) does not fail this
-        task; RV(reclaim.failed) says so.
+        task; C(failed) in RV(reclaim) says so.
     type: dict
   takeover:
     description:

@@ -14,15 +14,15 @@ description:
     the results its steps registered. Every verdict the role reaches is made here, in Python, where a unit test can
     reach it.
   - O(step=preflight) judges M(gpuops.fleet.gpu_reclaim)'s check-mode reading with the settings of the reclaim that will
-    follow the stop - the one the lock's module run made (M(gpuops.fleet.vllm_lock)'s RV(gpuops.fleet.vllm_lock#module:preflight)),
-    else it runs that reading on the host - and fails - nothing is stopped - when the host cannot run the configuration (a GPU it lacks, a
+    follow the stop (the one the lock's module run made, RV(gpuops.fleet.vllm_lock#module:preflight); else it runs that
+    reading on the host), and fails - nothing is stopped - when the host cannot run the configuration (a GPU it lacks, a
     setting gpu_reclaim refuses, no driver), when the stop would leave a holder of the server's GPUs (a container the
     role does not manage among them), or when the server on the port requires an API key that the new configuration
     drops (unless C(vllm_server_allow_open)). It also returns what the stop and the reclaim are given (C(takeover_stop),
     C(reclaim_args)).
-  - O(step=reclaim) returns the reclaim after the stop, as M(gpuops.fleet.gpu_reclaim) returns it (its C(changed) too):
-    the one the stop's module run made (M(gpuops.fleet.vllm_process)'s RV(gpuops.fleet.vllm_process#module:reclaim)), else
-    it runs M(gpuops.fleet.gpu_reclaim) on the host with the preflight's C(reclaim_args).
+  - O(step=reclaim) returns the reclaim after the stop as M(gpuops.fleet.gpu_reclaim) returns it, its C(changed) too (the
+    one the stop's module run made, RV(gpuops.fleet.vllm_process#module:reclaim); else it runs M(gpuops.fleet.gpu_reclaim)
+    on the host with the preflight's C(reclaim_args)).
   - O(step=verify) judges the server's GPUs - each must have no holder and at most the threshold used - on the reclaim's
     last reading when it proved them free through a fresh NVML session, else on a fresh M(gpuops.fleet.gpu_facts)
     reading; it fails naming every busy GPU and holder (never in check mode, which stopped nothing).
