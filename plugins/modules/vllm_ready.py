@@ -472,7 +472,8 @@ def _container_server(module, params):
     if params["mode"] != "container":
         return None, None
     # the container backend, compiled only by a run in the container mode (a module run compiles its imports from source)
-    from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.container import logs_tail, main_process  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel
+    from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.container import logs_tail, main_process
     _deps.require(module, _deps.PSUTIL)
     try:
         pid, created, cli, name = main_process(module, _deps.PSUTIL.module, params["state_file"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import typing as t
 
+
 def secured_args(plan: t.Mapping[str, t.Any], status: t.Mapping[str, t.Any]) -> t.Optional[t.Dict[str, t.Any]]:
     """gpu_reclaim's ``secured``: the server on the port against the new configuration, by names only (whether its argv
     has --api-key, the names of its environment with a value, whether a detached process inherits the task's
