@@ -18,6 +18,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import who
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._lock_controller import controller_identity, holder_verdict, leftover_workers
+from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.preflight import plan_inputs
 
 display = Display()
 
@@ -53,6 +54,9 @@ class ActionModule(ActionBase):
                 return result
             result.update(self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars))
             return result
+        if isinstance(args.get("preflight"), dict):
+            # the role's plan: only what the preflight's reading uses goes to the host (never the plan's secrets)
+            args["preflight"] = plan_inputs(args["preflight"])
         # one token for this lock and every retry of it below, made here when the task gives none
         args.setdefault("token", None)
         args["token"] = args["token"] or secrets.token_hex(10)

@@ -2,17 +2,19 @@
 # Copyright (c) 2026, gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Action for gpuops.fleet.vllm_server_verdict: the vllm_server role's verdicts, on the controller. The preflight and
-the verify read the host through a module (gpu_reclaim in check mode, gpu_facts); the result and the failure only
-read the steps' registered results."""
+"""Action for gpuops.fleet.vllm_server_verdict: the vllm_server role's verdicts, on the controller. The preflight, the
+reclaim and the verify judge what the lock's, the stop's and the reclaim's module runs read on the host, and read the
+host themselves (gpu_reclaim, gpu_facts) only when those did not; the result and the failure only read the steps'
+registered results."""
 
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.preflight import reading_args, reclaim_args
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role import outcome, preflight, verify
 
-STEPS = ("preflight", "verify", "result", "failure", "rollback")
+STEPS = ("preflight", "reclaim", "verify", "result", "failure", "rollback")
 # the results the vllm_server role registers, read when the task gives no ``steps`` (the role's tasks and this action
 # are one collection's: these names are private to both)
 REGISTERED = {"lock": "__vllm_server_lock", "read": "__vllm_server_read", "preflight": "__vllm_server_preflight",
@@ -41,7 +43,10 @@ class ActionModule(ActionBase):
         steps.setdefault("status", outcome.status_of(steps.get("lock"), steps.get("read")))
         host = (task_vars or {}).get("inventory_hostname", "?")
         if step == "preflight":
-            result.update(self._preflight(plan, steps.get("status") or {}, task_vars))
+            result.update(self._preflight(plan, steps.get("status") or {}, steps.get("lock"), task_vars))
+        elif step == "reclaim":
+            # the reclaim's own result, changed included: the stop's module run reclaimed (vllm_process's reclaim)
+            return dict(result, **self._reclaim(steps, task_vars))
         elif step == "verify":
             result.update(self._verify(host, plan, steps, task_vars))
         elif step == "result":
@@ -67,14 +72,27 @@ class ActionModule(ActionBase):
         finally:
             self._task.check_mode = was
 
-    def _preflight(self, plan, status, task_vars):
-        settings = preflight.reclaim_args(plan, status)
-        args = dict(settings)
-        args["managed_containers"] = preflight.own_containers(status)
-        secured = preflight.secured_args(plan, status)
-        if secured is not None:
-            args["secured"] = secured
-        reading = self._module("gpuops.fleet.gpu_reclaim", args, task_vars, check_mode=True)
+    def _reclaim(self, steps, task_vars):
+        """The reclaim after the stop: the one the stop's module run made (vllm_process's ``reclaim``), else gpu_reclaim
+        with the preflight's settings."""
+        reading = (steps.get("stopped") or {}).get("reclaim")
+        if isinstance(reading, dict):
+            return dict(reading)
+        settings = (steps.get("preflight") or {}).get("reclaim_args")
+        if not isinstance(settings, dict):
+            return {"failed": True, "msg": "reclaim: no settings to reclaim with (the preflight's reclaim_args)"}
+        return self._module("gpuops.fleet.gpu_reclaim", settings, task_vars, check_mode=bool(self._task.check_mode))
+
+    def _preflight(self, plan, status, lock, task_vars):
+        settings = reclaim_args(plan, status)
+        # the lock's module run made the check-mode reading with the same options (vllm_lock's preflight)
+        reading = (lock or {}).get("preflight")
+        if isinstance(reading, dict):
+            reading = dict(reading)
+            warnings = reading.pop("warnings", None) or []
+        else:
+            reading = self._module("gpuops.fleet.gpu_reclaim", reading_args(plan, status), task_vars, check_mode=True)
+            warnings = []
         reading.pop("changed", None)
         refusal = preflight.refusal(plan, reading)
         if refusal:
@@ -85,6 +103,8 @@ class ActionModule(ActionBase):
                        reclaim_args=settings, takeover_stop=preflight.takeover_stop(status),
                        # the launch mode as the run's first reading resolved it, for every later step
                        mode=status.get("mode") or plan["mode"])
+        if warnings:
+            reading["warnings"] = list(reading.get("warnings") or []) + list(warnings)
         return reading
 
     def _verify(self, host, plan, steps, task_vars):

@@ -920,11 +920,9 @@ import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import finish
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.secured import OPTION_SPEC as SECURED_OPTION_SPEC, judge
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import served_behind
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import run_reclaim
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.secured import OPTION_SPEC as SECURED_OPTION_SPEC
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import reclaim_in_module
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import CONTAINER_RESTART, CONTAINERS, DEFAULTS, LIVE_JOBS
 
 ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
@@ -955,17 +953,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
 
 def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
     """The reclaim (its options checked first, in run_reclaim), then the reading of ``secured`` beside it."""
-    def libraries():
-        _deps.require(module, _deps.PYNVML, _deps.PSUTIL)
-        return _deps.PYNVML.module, _deps.PSUTIL.module
-
-    result, warnings, failed = run_reclaim(module.params, module.check_mode, module._diff, libraries, module.get_bin_path)
-    if module.params["secured"] is not None:
-        _deps.require(module, _deps.PSUTIL)
-        result["secured"], secured_warnings = judge(_deps.PSUTIL.module, module.params["secured"],
-                                                    behind=served_behind(_deps.PSUTIL.module))
-        warnings = list(warnings) + secured_warnings
-    return result, list(warnings), failed
+    return reclaim_in_module(module, module.params, module.check_mode)
 
 
 def main() -> None:

@@ -212,8 +212,23 @@ options:
             description: The runtime; by default the record's, else podman, else docker, whichever is installed.
             type: str
             choices: [podman, docker]
+  preflight:
+    description:
+      - With O(status), once the reading under the lock succeeded, also make the vllm_server role's preflight reading in the
+        same module run, M(gpuops.fleet.gpu_reclaim) in check mode with the options the role's reclaim is given (from this
+        plan and that reading - the server's GPUs and reclaim settings, the running server as the owner of its workers, the
+        stop's own containers, and O(gpuops.fleet.gpu_reclaim#module:secured) from the new configuration's names), and
+        return its result as RV(preflight). The lock, the reading and the preflight's reading are one module start-up on
+        the host instead of two; the role's preflight then judges this result on the controller.
+      - The role's plan (C(vllm_server_plan)); the action plugin keeps only the keys the reading uses (C(state),
+        C(gpu_words), C(reclaim), C(port), C(api_key_arg), C(env_names), C(secret_env)), so the plan's secrets never
+        reach the host.
+      - A reading that fails (a setting gpu_reclaim refuses, a missing library, no driver) does not fail this task;
+        C(failed) in RV(preflight) says so.
+    type: dict
 requirements:
   - psutil on the managed host, with O(status).
+  - nvidia-ml-py on the managed host, with O(preflight).
   - systemd (C(systemctl)), with O(status.mode=systemd).
   - podman or docker, with O(status.mode=container).
 """
@@ -262,6 +277,12 @@ status:
       returns it and C(takeover); with O(status.decide), C(reason).
   returned: when O(status) is given and the lock was taken
   type: dict
+preflight:
+  description:
+    - With O(preflight), M(gpuops.fleet.gpu_reclaim)'s check-mode result (its keys, as that module returns them, with
+      C(secured) when the plan's state is not V(stopped)), with C(failed) and C(warnings) (a list of strings).
+  returned: when O(preflight) and O(status) are given and the reading under the lock succeeded
+  type: dict
 """
 
 import secrets
@@ -272,6 +293,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, failure, finish
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import ListenerError
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.preflight import reading_args
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import reclaim_in_module
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import DEFAULT_MATCH, read_listener
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import ServerError
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import LockHeld, acquire, release, who
@@ -299,6 +322,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "takeover": {"type": "str", "no_log": False},
     "stale_after": {"type": "float", "default": 7200},
     "status": {"type": "dict", "options": status_options(DEFAULT_MATCH)},
+    "preflight": {"type": "dict"},
 }
 
 
@@ -361,6 +385,11 @@ def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]
             result.update(msg=str(exc), acquired=False,
                           released=release(params["path"], params["token"]).released if outcome.acquired else False)
             failed = True
+        if not failed and params["preflight"] is not None:
+            # the preflight's check-mode reclaim, whatever this task's mode: it changes nothing
+            reading, warnings, unreadable = reclaim_in_module(module, reading_args(params["preflight"], result["status"]), True,
+                                                              beside=True)
+            result["preflight"] = dict(reading, failed=unreadable, warnings=warnings)
     return result, [outcome.warning] if outcome.warning else [], failed
 
 

@@ -199,6 +199,15 @@ options:
     description: Seconds the drain before the stop waits at most (see O(drain_url)); the requests still in flight then are cut.
     type: float
     default: 60
+  reclaim:
+    description:
+      - With O(state=stopped), once the stop succeeded, reclaim the server's GPUs in the same module run, as
+        M(gpuops.fleet.gpu_reclaim) does with these options (the same names, values and defaults; in check mode, what it
+        would do), and return its result as RV(reclaim). The stop and the reclaim that must follow it are one module
+        start-up on the host instead of two (the role's reclaim step then judges this result).
+      - A reclaim that fails (an option it refuses, a missing library, no driver, a GPU it cannot free) does not fail this
+        task; C(failed) in RV(reclaim) says so.
+    type: dict
   takeover:
     description:
       - With O(state=stopped), first stop this server - one taken over, found listening on the server's port
@@ -513,6 +522,12 @@ drained:
       M(gpuops.fleet.vllm_drain) returns (C(answered), C(running_at_start), C(cut), C(drained), C(waited_s), C(msg)).
   returned: when drained
   type: dict
+reclaim:
+  description:
+    - With O(state=stopped) and O(reclaim), once the stop succeeded, M(gpuops.fleet.gpu_reclaim)'s result (its keys, as
+      that module returns them), with C(failed) and C(warnings) (a list of strings).
+  returned: when O(reclaim) is given, O(state=stopped) and the stop succeeded
+  type: dict
 takeover_stopped:
   description: With O(state=stopped) and O(takeover), the stop of the server taken over.
   returned: when O(takeover) is given and O(state=stopped)
@@ -563,8 +578,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, finish, http_url
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import is_full_id
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import ListenerError
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import DEFAULT_MATCH, read_listener
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import DEFAULT_MATCH, ListenerError
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import (
     hide_only_secrets, masked_argv, secret_argv_values, secret_env_names,
 )
@@ -601,6 +615,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "decide": {"type": "dict", "options": DECIDE_OPTIONS},
     "drain_url": {"type": "str"},
     "drain_timeout": {"type": "float", "default": 60},
+    "reclaim": {"type": "dict"},
     "takeover": {"type": "dict", "options": {
         "pid": {"type": "int", "required": True},
         "create_time": {"type": "float", "required": True},
@@ -685,6 +700,9 @@ def _target(params: t.Mapping[str, t.Any]) -> Target:
 
 def _status(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
     """state=status: what runs, and with listener and decide, what listens on the port and what must change."""
+    # imported by the state that uses it: each module run compiles what it imports from source (no bytecode cache in
+    # the module's zip), and a launch or a stop never reads the listener
+    from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import read_listener  # pylint: disable=import-outside-toplevel
     options = {key: params[key] for key in ("state_file", "unit", "config_hash", "health_url", "generate", "listener", "decide", "container")}
     options["mode"] = mode
     result = dict(read_server(module, psutil, options, read_listener), changed=False)
@@ -721,6 +739,11 @@ def _stop(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[str
         result["stopped"] = taken["stopped"] + result["stopped"]
         result["changed"] = result["changed"] or taken["changed"]
         result["msg"] = "taken over: %s; %s" % (taken["msg"], result.get("msg") or "the managed server did not run")
+    if params["reclaim"] is not None:
+        # only a stop that reclaims compiles the reclaim's code (see _status)
+        from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import reclaim_in_module  # pylint: disable=import-outside-toplevel
+        reclaimed, warnings, failed = reclaim_in_module(module, params["reclaim"], module.check_mode, beside=True)
+        result["reclaim"] = dict(reclaimed, failed=failed, warnings=warnings)
     return result
 
 

@@ -270,7 +270,6 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import hide_
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.check import run_launch_check
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import GENERATE_TIMEOUT_MAX_S, check_generation
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import release
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.container import logs_tail, main_process
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.mode import MODES, resolve_mode
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import ServerError
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError, good_config, mark_good, read_record, same_process
@@ -355,6 +354,7 @@ def _poll(module, params, url, since):
 
     def log_tail():
         if runtime_cli and container_name:
+            from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.container import logs_tail  # pylint: disable=import-outside-toplevel
             return logs_tail(module.run_command, runtime_cli, container_name, params["log_lines"])
         if params["unit"]:
             return journal_tail(module.run_command, params["unit"], params["log_lines"])
@@ -471,6 +471,9 @@ def _container_server(module, params):
     (None, None). Raises _Failed when the container does not run."""
     if params["mode"] != "container":
         return None, None
+    # the container backend, compiled only by a run in the container mode (a module run compiles its imports from source)
+    # pylint: disable-next=import-outside-toplevel
+    from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.container import logs_tail, main_process
     _deps.require(module, _deps.PSUTIL)
     try:
         pid, created, cli, name = main_process(module, _deps.PSUTIL.module, params["state_file"])

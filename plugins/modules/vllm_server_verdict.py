@@ -13,12 +13,16 @@ description:
   - Judges one step of a run of the role C(gpuops.fleet.vllm_server) from its plan (M(gpuops.fleet.vllm_server_plan)) and
     the results its steps registered. Every verdict the role reaches is made here, in Python, where a unit test can
     reach it.
-  - O(step=preflight) runs M(gpuops.fleet.gpu_reclaim) in check mode on the host with the settings of the reclaim that
-    will follow the stop, and fails - nothing is stopped - when the host cannot run the configuration (a GPU it lacks, a
+  - O(step=preflight) judges M(gpuops.fleet.gpu_reclaim)'s check-mode reading with the settings of the reclaim that will
+    follow the stop (the one the lock's module run made, RV(gpuops.fleet.vllm_lock#module:preflight); else it runs that
+    reading on the host), and fails - nothing is stopped - when the host cannot run the configuration (a GPU it lacks, a
     setting gpu_reclaim refuses, no driver), when the stop would leave a holder of the server's GPUs (a container the
     role does not manage among them), or when the server on the port requires an API key that the new configuration
     drops (unless C(vllm_server_allow_open)). It also returns what the stop and the reclaim are given (C(takeover_stop),
     C(reclaim_args)).
+  - O(step=reclaim) returns the reclaim after the stop as M(gpuops.fleet.gpu_reclaim) returns it, its C(changed) too (the
+    one the stop's module run made, RV(gpuops.fleet.vllm_process#module:reclaim); else it runs M(gpuops.fleet.gpu_reclaim)
+    on the host with the preflight's C(reclaim_args)).
   - O(step=verify) judges the server's GPUs - each must have no holder and at most the threshold used - on the reclaim's
     last reading when it proved them free through a fresh NVML session, else on a fresh M(gpuops.fleet.gpu_facts)
     reading; it fails naming every busy GPU and holder (never in check mode, which stopped nothing).
@@ -40,7 +44,7 @@ options:
     description: The step to judge.
     type: str
     required: true
-    choices: [preflight, verify, result, failure]
+    choices: [preflight, reclaim, verify, result, failure, rollback]
   plan:
     description: The run's plan, as M(gpuops.fleet.vllm_server_plan) returns it.
     type: dict

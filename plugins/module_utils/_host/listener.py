@@ -24,6 +24,9 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._host.container impor
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
 
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
+# the role's vllm_server_reclaim_match: what a vLLM server looks like (its API server, `vllm serve`, its workers); the
+# default of every listener reading (_reclaim/takeover.py), here so that a module's options need no more than this file
+DEFAULT_MATCH = ["^VLLM::", r"vllm\.entrypoints\.", r"(^|/)vllm\s+serve(\s|$)"]
 
 
 class ListenerError(Exception):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import typing as t
 
+from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import open_nvml
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.containers import Runtimes
@@ -22,6 +23,8 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.diff import 
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import SpecError, budget_warning, build_spec
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import mask_cmdlines
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.selection import SelectionError
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.secured import judge
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import served_behind
 
 # (pynvml, psutil), asked for once the parameters are valid (a module fails there, naming a missing package)
 Libraries = t.Callable[[], t.Tuple[t.Any, t.Any]]
@@ -53,3 +56,26 @@ def run_reclaim(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool, lib
         result["diff"] = reclaim_diff(result["gpus"], check_mode)
     # a process's secret arguments (--api-key K) never leave the host
     return mask_cmdlines(result), warnings, result.get("verified") is False
+
+
+def reclaim_in_module(module: t.Any, params: t.Mapping[str, t.Any], check_mode: bool,
+                      beside: bool = False) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+    """gpu_reclaim in a module run, ``params`` its options: run_reclaim with the host's libraries, then the reading of
+    ``secured`` beside it (when given). gpu_reclaim itself fails the module for a missing library; ``beside`` (the
+    reclaim run by another module after its own work, vllm_lock's preflight, vllm_process's stop) returns that failure as
+    the reclaim's result instead, so that the other module's own result is kept."""
+    def libraries() -> t.Tuple[t.Any, t.Any]:
+        _deps.require(module, _deps.PYNVML, _deps.PSUTIL)
+        return _deps.PYNVML.module, _deps.PSUTIL.module
+
+    if beside:
+        for dep in (_deps.PYNVML, _deps.PSUTIL):
+            if not dep.found:
+                return {"msg": dep.message(), "changed": False}, [], True
+    result, warnings, failed = run_reclaim(params, check_mode, bool(getattr(module, "_diff", False)), libraries,
+                                           module.get_bin_path)
+    if params.get("secured") is not None:
+        _deps.require(module, _deps.PSUTIL)
+        result["secured"], secured_warnings = judge(_deps.PSUTIL.module, params["secured"], behind=served_behind(_deps.PSUTIL.module))
+        warnings = list(warnings) + secured_warnings
+    return result, list(warnings), failed

@@ -29,8 +29,8 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._host.procfs import P
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.containers import Runtimes
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import DEFAULT_SUBREAPERS, matches_any, regexes
 
-# the role's vllm_server_reclaim_match: what a vLLM server looks like (its API server, `vllm serve`, its workers)
-DEFAULT_MATCH = ["^VLLM::", r"vllm\.entrypoints\.", r"(^|/)vllm\s+serve(\s|$)"]
+# the role's vllm_server_reclaim_match, what a vLLM server looks like: _host/listener.py's
+DEFAULT_MATCH = _listener.DEFAULT_MATCH
 
 Looks = t.Callable[[str, t.Sequence[str]], bool]
 

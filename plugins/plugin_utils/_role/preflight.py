@@ -12,6 +12,9 @@ when the environment of the server on the port cannot be read (another user's pr
 its command line and no key in the new configuration, whether it requires one is unknown, so it is refused unless
 vllm_server_allow_open.
 
+What gpu_reclaim is given (its options from the plan and the reading under the lock) is made in
+module_utils/_reclaim/preflight.py, on the host by vllm_lock and here by the verdict.
+
 Private to this collection: the API may change without notice.
 """
 
@@ -21,6 +24,9 @@ import json
 import re
 import typing as t
 
+# the plan's keys module_utils/_reclaim/preflight.py reads: all that vllm_lock's preflight option carries to the host
+# (the plan's secrets stay on the controller)
+PLAN_KEYS = ("state", "gpu_words", "reclaim", "port", "api_key_arg", "env_names", "secret_env")
 # gpu_reclaim names its option first in a message ("gpus: ..."): the role names its variable instead
 OPTION = re.compile(r"^([a-z_]+)(?=: )")
 VARIABLES = {"match": "vllm_server_reclaim_match", "grace": "vllm_server_reclaim_grace", "timeout": "vllm_server_reclaim_timeout",
@@ -106,34 +112,6 @@ def refusal(plan: t.Mapping[str, t.Any], reading: t.Mapping[str, t.Any]) -> str:
     return _unknown_key(plan, secured)
 
 
-def secured_args(plan: t.Mapping[str, t.Any], status: t.Mapping[str, t.Any]) -> t.Optional[t.Dict[str, t.Any]]:
-    """gpu_reclaim's ``secured``: the server on the port against the new configuration, by names only (whether its argv
-    has --api-key, the names of its environment with a value, whether a detached process inherits the task's
-    environment); none with state stopped."""
-    if plan["state"] == "stopped":
-        return None
-    return {"port": plan["port"], "api_key_arg": plan["api_key_arg"], "env_names": plan["env_names"],
-            "inherit_env": (status.get("mode") or "process") == "process", "secret_env": plan["secret_env"]}
-
-
-def own_containers(status: t.Mapping[str, t.Any]) -> t.List[str]:
-    """The stop's own containers: the role's (container mode) and one taken over on the port."""
-    found = [status["container_id"]] if status.get("container_id") else []
-    box = (status.get("takeover") or {}).get("container") or {}
-    return found + ([box["id"]] if box.get("id") else [])
-
-
-def reclaim_owner(status: t.Mapping[str, t.Any]) -> t.Optional[t.Dict[str, t.Any]]:
-    """gpu_reclaim's owner: the server taken over, else the running server (PID and start time), so that its workers are
-    this server's and a live job's vLLM is left alone and named."""
-    taken = status.get("takeover")
-    if taken:
-        return {"pid": int(taken["pid"]), "create_time": taken.get("create_time")}
-    if status.get("running") and status.get("pid") is not None:
-        return {"pid": int(status["pid"]), "create_time": status.get("create_time")}
-    return None
-
-
 TAKEOVER_KEYS = ("pid", "create_time", "unit", "how")
 
 
@@ -149,16 +127,6 @@ def takeover_stop(status: t.Mapping[str, t.Any]) -> t.Optional[t.Dict[str, t.Any
     return stop
 
 
-def reclaim_args(plan: t.Mapping[str, t.Any], status: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
-    """gpu_reclaim's options for the preflight and the reclaim after the stop: the same, so that a setting it would
-    refuse is refused before anything stops. A holder in a container the role does not manage is refused, never
-    signalled nor stopped."""
-    settings = plan["reclaim"]
-    args = {"gpus": plan["gpu_words"], "orphans_only": settings["orphans_only"], "grace": settings["grace"],
-            "timeout": settings["timeout"], "idle_threshold_mib": settings["memory_threshold_mib"], "containers": "refuse"}
-    if settings["match"] is not None:
-        args["match"] = settings["match"]
-    owner = reclaim_owner(status)
-    if owner is not None:
-        args["owner"] = owner
-    return args
+def plan_inputs(plan: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+    """vllm_lock's ``preflight``: the plan's keys the preflight's reading needs (PLAN_KEYS), and no other."""
+    return {key: plan[key] for key in PLAN_KEYS if key in plan}

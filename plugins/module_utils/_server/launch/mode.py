@@ -19,22 +19,30 @@ import os
 import types
 import typing as t
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch import container, process, systemd
-
 MODES = ("auto", "process", "systemd", "container")
 SYSTEMD_RUNS = "/run/systemd/system"
-_BACKENDS = {process.MODE: process, systemd.MODE: systemd, container.MODE: container}
 
 
 def resolve_mode(mode: t.Optional[str], systemd_dir: str = SYSTEMD_RUNS) -> str:
     """``mode`` itself, or for ``auto`` (and None): systemd when ``systemd_dir`` is a directory, else process."""
     if mode in (None, "auto"):
-        return systemd.MODE if os.path.isdir(systemd_dir) else process.MODE
-    if mode not in _BACKENDS:
+        return "systemd" if os.path.isdir(systemd_dir) else "process"
+    if mode not in MODES:
         raise ValueError("mode: expected one of %s, got %r" % (", ".join(MODES), mode))
     return str(mode)
 
 
 def backend(mode: str) -> types.ModuleType:
-    """The backend module of a resolved ``mode``: status(), stop() and launch() with the same arguments in each."""
-    return _BACKENDS[resolve_mode(mode)]
+    """The backend module of a resolved ``mode``: status(), stop() and launch() with the same arguments in each.
+
+    Imported here, for the mode asked: a module run compiles its imports from source (no bytecode cache in the module's
+    zip), and one that reads nothing else of a mode needs only the backend of its server's."""
+    # pylint: disable=import-outside-toplevel
+    resolved = resolve_mode(mode)
+    if resolved == "container":
+        from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch import container as found
+    elif resolved == "systemd":
+        from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch import systemd as found
+    else:
+        from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch import process as found
+    return found

@@ -111,3 +111,33 @@ def test_a_lock_released_by_another_task_of_the_run_is_not_released_twice(tmp_pa
     # another run's token released earlier says nothing of this one: released
     other = call_main(vllm_lock, {"path": str(lock), "token": "t1", "state": "unlocked", "released_token": "t0"})
     assert other["released"] is True and not lock.exists()
+
+
+def test_the_lock_makes_the_preflight_s_reading_from_the_plan_and_its_reading(tmp_path, monkeypatch):
+    """preflight: gpu_reclaim's code in check mode, in the lock's module run, with the options the role's reclaim gets
+    (from the plan's keys and the reading under the lock); a reading that cannot run leaves the lock taken."""
+    from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
+    from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import run as reclaim_run
+    asked = []
+
+    def run_reclaim(params, check_mode, diff, libraries, find_cli):
+        asked.append((dict(params), check_mode))
+        return {"msg": "would free", "changed": False, "would_fail": []}, [], False
+
+    monkeypatch.setattr(reclaim_run, "run_reclaim", run_reclaim)
+    monkeypatch.setattr(_deps.PYNVML, "module", object())
+    plan = {"state": "stopped", "gpu_words": ["0", "1"], "port": 8000, "api_key_arg": False, "env_names": [], "secret_env": [],
+            "reclaim": {"match": None, "orphans_only": True, "grace": 2, "timeout": 20, "memory_threshold_mib": 1024}}
+    lock = tmp_path / "l"
+    args = {"path": str(lock), "token": "t1", "status": {"state_file": str(tmp_path / "vllm-8000.json")}, "preflight": plan}
+    result = call_main(vllm_lock, args)
+    assert result["acquired"] and not result["failed"], result
+    assert result["preflight"] == {"msg": "would free", "changed": False, "would_fail": [], "failed": False, "warnings": []}
+    # nothing runs: no owner; the state stopped asks for no secured reading
+    assert asked == [({"gpus": ["0", "1"], "orphans_only": True, "grace": 2, "timeout": 20, "idle_threshold_mib": 1024,
+                       "containers": "refuse", "managed_containers": []}, True)]
+    lock.unlink()
+    monkeypatch.setattr(_deps.PYNVML, "module", None)
+    result = call_main(vllm_lock, args)
+    assert result["acquired"] and not result["failed"] and result["preflight"]["failed"], result
+    assert "nvidia-ml-py" in result["preflight"]["msg"] and lock.exists()

@@ -259,3 +259,33 @@ def test_a_server_under_a_live_shell_is_taken_over_and_its_tree_stopped_but_not_
     assert shell.poll() is None, "the shell that started the server was ended"
     assert call_main(vllm_listener, {"port": port})["listener"] is None
     assert record.read_text() == unit_record
+
+
+@pytest.mark.usefixtures("captured")
+def test_a_stop_reclaims_in_the_same_run_and_a_reclaim_that_fails_leaves_the_stop_s_result(tmp_path, monkeypatch):
+    """reclaim: gpu_reclaim's code after the stop, in this module run (the role's reclaim step judges it); a reclaim that
+    cannot run (a missing library) is said in the reclaim's result, never by failing the stop that happened."""
+    from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
+    from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim import run as reclaim_run
+    asked = []
+
+    def run_reclaim(params, check_mode, diff, libraries, find_cli):
+        asked.append((dict(params), check_mode))
+        return {"msg": "reclaimed", "changed": True, "verified": True, "gpus": []}, ["a warning"], False
+
+    monkeypatch.setattr(reclaim_run, "run_reclaim", run_reclaim)
+    monkeypatch.setattr(_deps.PYNVML, "module", object())
+    args = {"state": "stopped", "state_file": str(tmp_path / "vllm-8000.json"),
+            "reclaim": {"gpus": ["0", "1"], "grace": 2, "timeout": 20, "containers": "refuse"}}
+    result = call_main(vllm_process, args)
+    assert not result["failed"], result
+    assert result["reclaim"] == {"msg": "reclaimed", "changed": True, "verified": True, "gpus": [], "failed": False,
+                                 "warnings": ["a warning"]}
+    assert asked == [({"gpus": ["0", "1"], "grace": 2, "timeout": 20, "containers": "refuse"}, False)]
+
+    monkeypatch.setattr(_deps.PYNVML, "module", None)
+    result = call_main(vllm_process, args)
+    assert not result["failed"], result
+    assert result["reclaim"]["failed"] is True and "nvidia-ml-py" in result["reclaim"]["msg"] and len(asked) == 1
+    # without the option, a stop reclaims nothing
+    assert "reclaim" not in call_main(vllm_process, dict(args, reclaim=None))

@@ -1,13 +1,13 @@
 # Copyright (c) 2026, gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The preflight's verdict (nothing stops unless the run can go on), and what the stop and the reclaim are given."""
+"""The preflight's verdict (nothing stops unless the run can go on), what the stop is given, and what vllm_lock's
+preflight carries to the host."""
 
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.preflight import (
-    own_containers, reclaim_args, reclaim_owner, refusal, secured_args, takeover_stop)
+from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.preflight import plan_inputs, refusal, takeover_stop
 
 PLAN = {"state": "started", "port": 8000, "gpus": [0, 1], "gpu_words": ["0", "1"], "allow_open": False, "api_key_arg": False,
         "env_names": ["NCCL_PROTO"], "secret_env": [],
@@ -40,26 +40,17 @@ def test_refusals(plan, reading, words):
     assert (words in said and said.startswith("vllm_server: nothing was stopped: ")) if words else said == ""
 
 
-def test_what_the_stop_and_the_reclaim_are_given():
+def test_what_the_stop_is_given_and_what_the_lock_carries_to_the_host():
     box = {"runtime": "podman", "id": "a" * 64, "name": "old", "image": "x"}
     status = {"mode": "process", "container_id": "b" * 64, "running": True, "pid": 10, "create_time": 1.5,
               "takeover": {"pid": 20, "create_time": 2.5, "how": "container", "unit": None, "command": "vllm serve", "container": box}}
     assert takeover_stop(status) == {"pid": 20, "create_time": 2.5, "how": "container", "unit": None,
                                      "container": {"runtime": "podman", "id": "a" * 64, "name": "old"}}
-    assert own_containers(status) == ["b" * 64, "a" * 64]
-    assert reclaim_owner(status) == {"pid": 20, "create_time": 2.5}, "the server taken over owns the workers"
-    assert reclaim_owner({"running": True, "pid": 10, "create_time": 1.5}) == {"pid": 10, "create_time": 1.5}
-    assert reclaim_owner({"running": False, "pid": 10}) is None and takeover_stop({}) is None
-    args = reclaim_args(PLAN, {"running": True, "pid": 10, "create_time": 1.5})
-    assert args["owner"] == {"pid": 10, "create_time": 1.5} and args["match"] == ["^VLLM::"] and args["containers"] == "refuse"
-    every = reclaim_args(dict(PLAN, reclaim=dict(PLAN["reclaim"], match=None, orphans_only=False)), {})
-    assert "match" not in every and "owner" not in every and every["orphans_only"] is False
-
-
-def test_a_detached_process_inherits_the_task_s_environment_a_unit_does_not():
-    assert secured_args(PLAN, {"mode": "process"})["inherit_env"] is True
-    assert secured_args(PLAN, {"mode": "systemd"})["inherit_env"] is False
-    assert secured_args(dict(PLAN, state="stopped"), {}) is None
+    assert takeover_stop({}) is None
+    # vllm_lock's preflight: the keys the reading uses, never the plan's secrets (its API key, its environment's values)
+    carried = plan_inputs(dict(PLAN, api_key="sk-secret", env={"HF_TOKEN": "hf_secret"}))
+    assert set(carried) == {"state", "gpu_words", "reclaim", "port", "api_key_arg", "env_names", "secret_env"}
+    assert "sk-secret" not in repr(carried) and "hf_secret" not in repr(carried)
 
 
 # the server on the port is another user's process: its environment could not be read
