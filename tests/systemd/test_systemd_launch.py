@@ -201,7 +201,8 @@ def test_rollback_relaunches_the_last_good_configuration(server: Server) -> None
 
 def test_rollback_to_the_running_good_configuration_checks_it_only(server: Server) -> None:
     main = server.need()
-    run = server.playbook("rollback, good one running", "-e", json.dumps(UNMARKED), book=ROLLBACK)
+    # converge, as a rollout's rollback does (the inventory's rolling settings force a restart)
+    run = server.playbook("rollback, good one running", "-e", "vllm_server_state=started", "-e", json.dumps(UNMARKED), book=ROLLBACK)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
     snap = server.snapshot()
     assert (snap["main_pid"], snap["main_start"]) == main, "the rollback restarted a server that ran the last good configuration"
@@ -217,7 +218,7 @@ def test_rollback_without_a_last_good_file_fails_and_stops_nothing(server: Serve
     aside = LAST_GOOD + ".aside"
     server.box.run(["mv", LAST_GOOD, aside])
     try:
-        run = server.playbook("rollback, nothing kept", "-e", json.dumps(UNMARKED), book=ROLLBACK)
+        run = server.playbook("rollback, nothing kept", "-e", "vllm_server_state=started", "-e", json.dumps(UNMARKED), book=ROLLBACK)
         snap = server.snapshot()
     finally:
         server.box.run(["mv", aside, LAST_GOOD])
