@@ -240,7 +240,7 @@ def test_installed_prepare_hosts_reads_its_requirements(workdir: Path, installed
     pins = ' '.join(line.split('#')[0].strip() for line in (REPO / 'requirements' / 'managed-host.txt').read_text().splitlines()
                     if line.split('#')[0].strip())
     venv = tmp_path / 'venv'
-    output = run(['ansible-playbook', '-i', 'localhost,', '-c', 'local', '--check', 'gpuops.fleet.prepare_hosts',
+    output = run(['ansible-playbook', '-i', 'localhost,', '-c', 'local', '--check', 'gpuops.fleet.prepare_hosts', '-e', 'gpuops_fleet_prepare_hosts=localhost',
                   '-e', 'gpuops_fleet_venv=%s' % venv], installed_env, workdir).stdout
     assert 'localhost: CHECK MODE: would create %s with %s from the package index' % (venv, pins) in ' '.join(output.split())
     assert not venv.exists()

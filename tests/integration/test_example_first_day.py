@@ -163,8 +163,10 @@ def test_the_readme_quick_start_runs_the_example_as_shipped(fleet, tmp_path, tmu
                               text=True, timeout=20).stdout)
     keep = {pane: starttime(pane), psutil.Process(pane).ppid(): starttime(psutil.Process(pane).ppid())}  # the shell, tmux
     assert wait_for(lambda: health(node1.port) == 200, 60, 0.2), hand.log.read_text()[-2000:] if hand.log.exists() else ""
-    old = listening_pid(node1.port)
-    assert old is not None and psutil.Process(old).ppid() == pane
+    found = listening_pid(node1.port)
+    assert found is not None
+    old = int(found)
+    assert psutil.Process(old).ppid() == pane
     assert wait_for(lambda: all(len(holders(node1)[i]) == 1 for i in range(tp)), 60, 0.2), holders(node1)
     old_tree = tree(old)
     assert models_status(node1.port, None) == 401 and models_status(node1.port, key) == 200
