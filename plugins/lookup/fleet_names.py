@@ -11,7 +11,7 @@ version_added: 0.3.0
 description:
   - One name per idea. The collection's playbooks read their settings through it, naming the old variables they still
     read; for each one the host sets, it shows a deprecation warning that names the old variable, what replaces it, and
-    the version that removes it (0.4.0), and it returns the setting under its current name.
+    the version that removes it (0.3.0), and it returns the setting under its current name.
   - 'Become: Ansible''s own C(become) (C(-b), or C(ansible_become=true) in the inventory) replaces C(vllm_restart_become),
     C(gpu_cleanup_become), C(vllm_benchmark_become), C(vllm_rollout_become) and C(gpuops_fleet_prepare_become). RV(_raw[].become)
     is the old variable where one is set, else the run''s own become (C(-b), or the C(become) setting of C(ansible.cfg)), so

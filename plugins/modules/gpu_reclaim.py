@@ -170,7 +170,7 @@ options:
       - A GPU counts as free when no holder is left and it uses at most this many MiB (an idle GPU does not read zero).
       - From 0 to 1048576.
       - The collection's one name for the idle threshold (the playbooks' C(gpuops_fleet_idle_threshold_mib)). The alias
-        O(idle_threshold_mib) is deprecated and will be removed in 0.4.0.
+        O(idle_threshold_mib) is deprecated and will be removed in 0.3.0.
     aliases:
       - memory_threshold_mib
     type: int
@@ -937,7 +937,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "timeout": {"type": "float", "default": DEFAULTS["timeout"]},
     "settle": {"type": "raw", "default": DEFAULTS["settle"]},
     "idle_threshold_mib": {"type": "int", "default": DEFAULTS["idle_threshold_mib"], "aliases": ["memory_threshold_mib"],
-                           "deprecated_aliases": [{"name": "memory_threshold_mib", "version": "0.4.0", "collection_name": "gpuops.fleet"}]},
+                           "deprecated_aliases": [{"name": "memory_threshold_mib", "version": "0.3.0", "collection_name": "gpuops.fleet"}]},
     "ignore_foreign": {"type": "bool", "default": DEFAULTS["ignore_foreign"]},
     "owner": {"type": "dict", "options": {"pid": {"type": "int", "required": True}, "create_time": {"type": "float"}}},
     "orphans_only": {"type": "bool", "default": DEFAULTS["orphans_only"]},

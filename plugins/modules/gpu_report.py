@@ -52,7 +52,7 @@ options:
     description:
       - A GPU with no holder is free when it uses at most this many MiB; above it, its memory counts as held by no process.
       - The collection's one name for the idle threshold (the playbooks' C(gpuops_fleet_idle_threshold_mib)). The alias
-        O(threshold_mib) is deprecated and will be removed in 0.4.0.
+        O(threshold_mib) is deprecated and will be removed in 0.3.0.
     aliases:
       - threshold_mib
     type: raw
@@ -155,7 +155,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "hosts": {"type": "list", "elements": "str", "required": True},
     "results": {"type": "list", "elements": "raw", "required": True},
     "idle_threshold_mib": {"type": "raw", "default": DEFAULTS["idle_threshold_mib"], "aliases": ["threshold_mib"],
-                           "deprecated_aliases": [{"name": "threshold_mib", "version": "0.4.0", "collection_name": "gpuops.fleet"}]},
+                           "deprecated_aliases": [{"name": "threshold_mib", "version": "0.3.0", "collection_name": "gpuops.fleet"}]},
     "title": {"type": "str", "default": DEFAULTS["title"]},
 }
 

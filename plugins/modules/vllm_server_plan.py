@@ -16,7 +16,7 @@ description:
   - Every check of the variables that needs no host is made here, before anything is touched; a failure names each
     variable that breaks a rule and its value, all of them at once.
   - An old variable name (C(vllm_server_force_restart), C(vllm_server_verify_launch), C(vllm_server_memory_threshold_mib))
-    is still read, with a deprecation warning naming its successor; they are removed in 0.4.0.
+    is still read, with a deprecation warning naming its successor; they are removed in 0.3.0.
   - The role registers the result as C(vllm_server_plan) (its C(plan) entry point); playbooks read the plan from there,
     never from the role's internal names.
   - Runs on the controller only; nothing is sent to the host. The result holds the server's environment and API key, so

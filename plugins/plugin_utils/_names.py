@@ -18,7 +18,7 @@ import typing as t
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.values import to_bool
 
 COLLECTION = "gpuops.fleet"
-REMOVED_IN = "0.4.0"
+REMOVED_IN = "0.3.0"
 
 IDLE_THRESHOLD = "gpuops_fleet_idle_threshold_mib"
 IDLE_THRESHOLD_DEFAULT = 1024

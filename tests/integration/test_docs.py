@@ -35,7 +35,7 @@ ARGUMENT_SPECS = REPO / "roles" / "vllm_server" / "meta" / "argument_specs.yml"
 # (file, the block's first line) -> why that yaml block may not parse; empty: every block parses
 EXCEPTIONS: t.Dict[t.Tuple[str, str], str] = {}
 
-# names replaced in 0.3.0, accepted with a warning until 0.4.0: a line of the docs that names one says it is deprecated
+# names replaced in 0.3.0, accepted with a warning until 0.3.0: a line of the docs that names one says it is deprecated
 DEPRECATED = ("vllm_restart_become", "gpu_cleanup_become", "vllm_benchmark_become", "vllm_rollout_become",
               "gpuops_fleet_prepare_become", "vllm_server_memory_threshold_mib", "gpu_reclaim_memory_threshold_mib",
               "gpu_report_threshold_mib", "gpu_facts_idle_mib", "vllm_server_force_restart", "vllm_restart_force",

@@ -79,7 +79,7 @@ def test_restart_rolls_one_host_first_halts_at_the_first_failed_batch_and_conver
     forced = shipped(RESTART, inventory, "--limit", first.name, "-e", "vllm_restart_force=true")
     assert forced.returncode == 0, forced.stdout[-4000:]
     said = deprecations(forced.stdout + forced.stderr)
-    assert "vllm_restart_force is deprecated" in said and "vllm_server_state=restarted" in said and "0.4.0" in said, said
+    assert "vllm_restart_force is deprecated" in said and "vllm_server_state=restarted" in said and "0.3.0" in said, said
     new_server, _workers = assert_server_owns_gpus(first, [0], 1)
     assert new_server != server and not pid_alive(server)
 
@@ -124,7 +124,7 @@ def test_become_is_ansible_s_own_and_the_old_variable_still_works(fleet, tmp_pat
     # the deprecated variable still becomes, and says what replaces it
     *lines, said = became("-e", "vllm_restart_become=true")
     assert lines, "vllm_restart_become=true did not become"
-    assert "vllm_restart_become is deprecated" in said and "-b, or ansible_become=true" in said and "0.4.0" in said, said
+    assert "vllm_restart_become is deprecated" in said and "-b, or ansible_become=true" in said and "0.3.0" in said, said
 
 
 def test_the_size_is_the_number_of_gpus_and_neither_is_refused(fleet, tmp_path):
@@ -187,4 +187,4 @@ def test_gpu_facts_reads_the_servers_group_and_the_old_threshold_name(fleet, tmp
     assert run.returncode == 0, run.stdout[-4000:]
     assert "ok: [gpu-node-01]" in run.stdout and "[gpu-node-02]" not in run.stdout, run.stdout[-4000:]
     said = deprecations(run.stdout + run.stderr)
-    assert "gpu_facts_idle_mib is deprecated" in said and "gpuops_fleet_idle_threshold_mib" in said and "0.4.0" in said, said
+    assert "gpu_facts_idle_mib is deprecated" in said and "gpuops_fleet_idle_threshold_mib" in said and "0.3.0" in said, said

@@ -433,7 +433,7 @@ def test_bad_input_fails_before_anything_is_read(monkeypatch, args, option):
 
 
 def test_the_old_threshold_name_is_a_deprecated_alias(monkeypatch, capfd):
-    """memory_threshold_mib still works until 0.4.0: judged as idle_threshold_mib, with a deprecation naming it."""
+    """memory_threshold_mib still works until 0.3.0: judged as idle_threshold_mib, with a deprecation naming it."""
     monkeypatch.setattr(_deps.PYNVML, "module", Untouchable())
     monkeypatch.setattr(_deps.PSUTIL, "module", Untouchable())
     result = run_module(monkeypatch, None, {"memory_threshold_mib": -7})
@@ -441,7 +441,7 @@ def test_the_old_threshold_name_is_a_deprecated_alias(monkeypatch, capfd):
     # what AnsibleModule returns as the result's deprecations (the harness ends the run before it adds them); once a
     # controller-side test has loaded ansible.utils.display, ansible-core hands them to its display (stderr) instead
     said = json.dumps(get_deprecation_messages()) + capfd.readouterr().err
-    assert "memory_threshold_mib" in said and "0.4.0" in said and "gpuops.fleet" in said, said
+    assert "memory_threshold_mib" in said and "0.3.0" in said and "gpuops.fleet" in said, said
 
 
 def test_every_list_of_processes_documents_a_process_alike():

@@ -1,6 +1,6 @@
 # Copyright (c) 2026, gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""One name per idea: each old name still feeds its setting, with a deprecation naming the new name and 0.4.0."""
+"""One name per idea: each old name still feeds its setting, with a deprecation naming the new name and 0.3.0."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def test_an_old_become_variable_still_becomes_and_says_what_replaces_it(old):
     assert settle({}, [old]) == ({"become": None}, [])
     settled, warnings = settle({old: "yes"}, [old])
     assert settled == {"become": True}
-    assert warnings == ["The variable %s is deprecated and will be removed in gpuops.fleet 0.4.0; use Ansible's become (-b, or"
+    assert warnings == ["The variable %s is deprecated and will be removed in gpuops.fleet 0.3.0; use Ansible's become (-b, or"
                         " ansible_become=true in the inventory) instead" % old]
     assert settle({old: False}, [old])[0] == {"become": False}
 

@@ -200,11 +200,11 @@ def test_each_old_name_set_is_a_deprecation_naming_the_new_one_and_the_version(v
     _values, warnings = settled(variables(vllm_server_force_restart=False, vllm_server_verify_launch=True,
                                           vllm_server_memory_threshold_mib=1))
     assert warnings == [
-        "The variable vllm_server_memory_threshold_mib is deprecated and will be removed in gpuops.fleet 0.4.0; use"
+        "The variable vllm_server_memory_threshold_mib is deprecated and will be removed in gpuops.fleet 0.3.0; use"
         " gpuops_fleet_idle_threshold_mib instead",
-        "The variable vllm_server_force_restart is deprecated and will be removed in gpuops.fleet 0.4.0; use"
+        "The variable vllm_server_force_restart is deprecated and will be removed in gpuops.fleet 0.3.0; use"
         " vllm_server_state=restarted instead",
-        "The variable vllm_server_verify_launch is deprecated and will be removed in gpuops.fleet 0.4.0; use vllm_server_check"
+        "The variable vllm_server_verify_launch is deprecated and will be removed in gpuops.fleet 0.3.0; use vllm_server_check"
         " instead",
     ]
     assert settled(variables())[1] == []
