@@ -257,6 +257,16 @@ options:
         to this dict with C(action=unchanged), C(reason) (what the reading found) and C(pid), which makes the result of the
         P(gpuops.fleet.vllm_server#role) role for a server it leaves alone.
     type: dict
+  lock:
+    description:
+      - Instead of O(state), take the server's lock with M(gpuops.fleet.vllm_lock)'s options (this dict, checked as that
+        module checks them, C(path), C(token), C(status), C(preflight) and the others) and return that module's result
+        (RV(gpuops.fleet.vllm_lock#module:acquired), RV(gpuops.fleet.vllm_lock#module:status),
+        RV(gpuops.fleet.vllm_lock#module:preflight) and the others) and not this module's keys; the other options are
+        not used (O(state_file) is still required).
+      - M(gpuops.fleet.vllm_lock)'s action plugin runs its lock with a reading (C(status)) through this option, so that
+        one restart's lock, stop and launch run one module (its payload built once on the controller for the three).
+    type: dict
   systemd:
     description:
       - The systemd mode's launch (O(state=running)) and stop (O(state=stopped)).
@@ -628,6 +638,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
         }},
     }},
     "unchanged_result": {"type": "dict"},
+    "lock": {"type": "dict"},
     "systemd": {"type": "dict", "options": {
         "content": {"type": "str"},
         "env_file": {"type": "path"},
@@ -767,9 +778,26 @@ def _launch(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[s
 STATES = {"status": _status, "stopped": _stop, "running": _launch}
 
 
+def _lock(module: AnsibleModule, given: t.Mapping[str, t.Any]) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+    """lock: vllm_lock's task instead, with its options (checked as vllm_lock checks them) and its result."""
+    # only the lock's run compiles the lock's and the preflight's code (see _status)
+    # pylint: disable=import-outside-toplevel
+    from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.preflight import preflight_reading
+    from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import read_listener
+    from ansible_collections.gpuops.fleet.plugins.module_utils._server import locking
+    # pylint: enable=import-outside-toplevel
+    try:
+        params = locking.validated(given, "lock.")
+    except SpecError as exc:
+        return {"changed": False, "msg": str(exc)}, [], True
+    return locking.run(module, params, read_listener, preflight_reading)
+
+
 def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
-    """Only the secrets hidden, the options checked, then the state's function run."""
+    """Only the secrets hidden, the options checked, then the state's function run (with lock, vllm_lock's task)."""
     params = module.params
+    if params["lock"] is not None:
+        return _lock(module, params["lock"])
     secret_names = _hide_only_secrets(module, params)
     result: t.Dict[str, t.Any] = {"changed": False, "env_keys": sorted(params["env"]), "secret_env_keys": secret_names}
     try:
