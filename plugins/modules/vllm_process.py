@@ -593,13 +593,9 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import (
     hide_only_secrets, masked_argv, secret_argv_values, secret_env_names,
 )
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import GENERATE_OPTIONS
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.container import (
-    DEFAULT_CDI_KIND, HOST_NETWORK, RUNTIMES, check_spec, spec_of,
-)
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.mode import MODES, backend, resolve_mode
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.mode import DEFAULT_CDI_KIND, HOST_NETWORK, MODES, RUNTIMES, backend, resolve_mode
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import LaunchSpec, ServerError, Target
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.takeover import stop_takeover
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch import systemd as systemd_backend
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.status import (
     DECIDE_OPTIONS, check_options, listener_options, read_server,
@@ -678,6 +674,8 @@ def check_params(params: t.Mapping[str, t.Any], mode: str) -> None:
             if not (params["container"] or {}).get(key):
                 raise SpecError("container.%s: the container mode needs it to launch, got none" % key)
     if mode == "container" and params["container"]:
+        # the container backend, imported by a run in its mode only (see mode.backend)
+        from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.container import check_spec, spec_of  # pylint: disable=import-outside-toplevel
         try:
             check_spec(spec_of(params["container"]))
         except ServerError as exc:
@@ -720,6 +718,7 @@ def _status(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[s
     wanted = (params["systemd"] or {}).get("enabled")
     if mode == "systemd" and wanted is not None and params["systemd"] is not None and result["running"] and result.get("reason") == "":
         # a unit that runs this configuration gets the enabled state asked for, without a restart
+        systemd_backend = backend(mode)
         result["changed"] = systemd_backend.set_enabled(module, params["unit"], systemd_backend.show(module, params["unit"]), wanted)
         if result["changed"]:
             result["msg"] = "unit %s %s" % (params["unit"], "enabled" if wanted else "disabled")
