@@ -267,6 +267,16 @@ options:
       - M(gpuops.fleet.vllm_lock)'s action plugin runs its lock with a reading (C(status)) through this option, so that
         one restart's lock, stop and launch run one module (its payload built once on the controller for the three).
     type: dict
+  ready:
+    description:
+      - Instead of O(state), wait until the server is ready, with M(gpuops.fleet.vllm_ready)'s options (this dict, checked
+        as that module checks them, C(url), C(api_key), C(check), C(mark_good), C(release_lock) and the others; its
+        secrets hidden as that module hides them) and return that module's result
+        (RV(gpuops.fleet.vllm_ready#module:ready), RV(gpuops.fleet.vllm_ready#module:check) and the others) and not this
+        module's keys; the other options are not used (O(state_file) is still required).
+      - M(gpuops.fleet.vllm_ready)'s action plugin runs its wait through this option when it is given a C(state_file),
+        so that the ready step of a restart runs the module the lock, the stop and the launch ran.
+    type: dict
   systemd:
     description:
       - The systemd mode's launch (O(state=running)) and stop (O(state=stopped)).
@@ -635,6 +645,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     }},
     "unchanged_result": {"type": "dict"},
     "lock": {"type": "dict"},
+    "ready": {"type": "dict"},
     "systemd": {"type": "dict", "options": {
         "content": {"type": "str"},
         "env_file": {"type": "path"},
@@ -792,11 +803,27 @@ def _lock(module: AnsibleModule, given: t.Mapping[str, t.Any]) -> t.Tuple[t.Dict
     return locking.run(module, params, read_listener, preflight_reading)
 
 
+def _ready(module: AnsibleModule, given: t.Mapping[str, t.Any]) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+    """ready: vllm_ready's task instead, with its options (checked as vllm_ready checks them) and its result."""
+    # only the ready step's run compiles the wait's, the check's and the mark's code (see _status)
+    from ansible_collections.gpuops.fleet.plugins.module_utils._server import ready  # pylint: disable=import-outside-toplevel
+    # hidden as vllm_ready's own options would be, even in the failure of a bad option; run() narrows it to the secrets
+    module.no_log_values.update(str(leaf) for leaf in ready.no_log_leaves(given))
+    try:
+        params = ready.validated(given, "ready.")
+    except SpecError as exc:
+        return {"changed": False, "msg": str(exc)}, [], True
+    return ready.run(module, params)
+
+
 def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
-    """Only the secrets hidden, the options checked, then the state's function run (with lock, vllm_lock's task)."""
+    """Only the secrets hidden, the options checked, then the state's function run (with lock, vllm_lock's task; with
+    ready, vllm_ready's)."""
     params = module.params
     if params["lock"] is not None:
         return _lock(module, params["lock"])
+    if params["ready"] is not None:
+        return _ready(module, params["ready"])
     secret_names = _hide_only_secrets(module, params)
     result: t.Dict[str, t.Any] = {"changed": False, "env_keys": sorted(params["env"]), "secret_env_keys": secret_names}
     try:

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from ansible_collections.gpuops.fleet.plugins.modules import vllm_ready, vllm_server_check
+from ansible_collections.gpuops.fleet.plugins.module_utils._server import ready
 from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import call_main, capture, documented_options, run_printed
 from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.vllm_answers import DEAD_BODY, GOOD_BODY
 from ansible_collections.gpuops.fleet.tests.unit.plugins.fake_systemctl import FakeSystemctl
@@ -50,8 +51,8 @@ def test_the_check_mark_and_release_run_on_the_units_main_pid(unit_running, tmp_
     def launch_check(pynvml, psutil_, pid, create_time, gpus, size, env, secret_env=()):
         judged.append((pid, create_time))
         return {"ok": True, "checks": [], "workers": [], "msg": "PID %d: held" % pid}
-    monkeypatch.setattr(vllm_ready, "run_launch_check", launch_check)
-    monkeypatch.setattr(vllm_ready, "_deps", type("Deps", (), {
+    monkeypatch.setattr(ready, "run_launch_check", launch_check)
+    monkeypatch.setattr(ready, "_deps", type("Deps", (), {
         "PSUTIL": type("D", (), {"module": psutil})(), "PYNVML": type("D", (), {"module": object()})(),
         "require": staticmethod(lambda module, *deps: None)}))
     lock = tmp_path / "s.lock"
