@@ -43,7 +43,10 @@ attributes:
     description: Nothing to show as a diff.
   action:
     support: full
-    description: The action plugin fills in O(controller) and, for a holder from this controller that is gone, sets O(takeover).
+    description:
+      - The action plugin fills in O(controller) and, for a holder from this controller that is gone, sets O(takeover).
+      - With O(status), it takes the lock through M(gpuops.fleet.vllm_process)'s O(gpuops.fleet.vllm_process#module:lock)
+        (the same options, checks and result), whose payload the role's restart builds for its stop and launch anyway.
 options:
   path:
     description: The lock file.

@@ -39,7 +39,10 @@ attributes:
     description: Nothing to show as a diff.
   action:
     support: full
-    description: The action plugin repeats the module and reports progress on the controller.
+    description:
+      - The action plugin repeats the module and reports progress on the controller.
+      - Given O(state_file), it runs this module's task through M(gpuops.fleet.vllm_process)'s O(gpuops.fleet.vllm_process#module:ready)
+        (the same options, checks and result), whose payload the role's restart has built already.
 options:
   url:
     description: Base URL of the server, for example V(http://127.0.0.1:8000).
