@@ -686,7 +686,8 @@ def check_params(params: t.Mapping[str, t.Any], mode: str) -> None:
                 raise SpecError("container.%s: the container mode needs it to launch, got none" % key)
     if mode == "container" and params["container"]:
         # the container backend, imported by a run in its mode only (see mode.backend)
-        from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.container import check_spec, spec_of  # pylint: disable=import-outside-toplevel
+        # pylint: disable-next=import-outside-toplevel
+        from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.container import check_spec, spec_of
         try:
             check_spec(spec_of(params["container"]))
         except ServerError as exc:
