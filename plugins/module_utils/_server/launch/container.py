@@ -32,7 +32,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import CliAnswer, ContainerState, RuntimeClient, run_cli
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.mode import DEFAULT_CDI_KIND, DOCKER, HOST_NETWORK, PODMAN, RUNTIMES
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.mode import DEFAULT_CDI_KIND, DOCKER, HOST_NETWORK, RUNTIMES
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import (
     LaunchSpec, ServerError, Target, base_reading, with_health,
 )
