@@ -414,82 +414,82 @@ ansible_facts:
   type: dict
 mode:
   description: The launch mode used (O(mode), with V(auto) resolved).
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: str
   sample: process
 running:
   description: Whether the server runs at the end of the task (in check mode, whether it would).
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: bool
 pid:
   description: PID of the server (the unit's main PID in the systemd mode, the container's main process as the host numbers it in the
     container mode; null when none runs).
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: int
   sample: 41234
 create_time:
   description: Start time of the server process (seconds since the epoch, as psutil reads it); null when none runs.
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: float
 config_hash:
   description: The configuration hash of the record (null without a record).
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: str
 config_matches:
   description: Whether O(config_hash) equals the recorded one (null when either is missing).
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: bool
 launched:
   description: Whether this task started the server.
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: bool
 log_file:
   description: The server's log file (from the record when there is one; null in the systemd mode, whose log is the journal).
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: str
 healthy:
   description: With O(health_url), whether the server answered it with HTTP 200 (null when not asked, or not running in the process mode).
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: bool
 health:
   description: With O(health_url), its answer, such as V(HTTP 200), V(HTTP 503) or V(connection refused) (null when not asked).
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: str
 crash_loop:
   description:
     - 'In the systemd mode, when the unit does not answer O(health_url) and systemd restarted it after its server failed (or
       is about to), the crash loop in words (V(crash loop: 3 restarts, last exit status 1 (Result=exit-code\); systemd gave
       up)); else the empty string.'
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: str
 generates:
   description:
     - With O(generate), whether the running server answered the short completion with tokens in time (null when not asked,
       that is without O(generate), with its timeout V(0), or for a server that does not run, has another configuration or fails
       O(health_url)).
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: bool
 generation:
   description:
     - With O(generate), the completion as M(gpuops.fleet.vllm_ready) returns it (C(ok), C(tokens), C(elapsed_s), C(status), and
       on failure C(problem) and C(answer), trimmed, the API key masked); null when not asked.
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: dict
 record:
   description:
     - The record as found at the start of the task (the unit's configuration record in the systemd mode; null when there was
       none). Its C(argv) has secret arguments masked and its C(env_keys) lists the names of the environment, never a value.
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: dict
 env_keys:
   description: The names of O(env) (every value stays on the host).
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: list
   elements: str
   sample: [CUDA_VISIBLE_DEVICES, HF_TOKEN, NCCL_PROTO]
 secret_env_keys:
   description: The names of O(env) whose values are treated as secrets.
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: list
   elements: str
   sample: [HF_TOKEN]
@@ -514,28 +514,28 @@ stopped:
   description:
     - With O(state=stopped), each process that ended, the server taken over's first (see RV(takeover_stopped)), then the
       managed server's tree (in the systemd mode, the unit's main process and its descendants that ended with the unit).
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: list
   elements: dict
   contains:
     pid:
       description: PID.
       type: int
-      returned: always
+      returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
     name:
       description: Name (process title where one is set, such as C(VLLM::Worker_TP0)).
       type: str
-      returned: always
+      returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
     signal:
       description:
         - The signal this task sent it before it exited, or V(null) when it exited after its server was signalled (and in
           the systemd mode, where systemd signals the unit's processes).
       type: str
-      returned: always
+      returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
     seconds:
       description: Seconds from the stop's first signal to its exit.
       type: float
-      returned: always
+      returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
 drained:
   description:
     - With O(state=stopped) and O(drain_url), when the managed server ran, the drain before the stop, with the keys that
