@@ -23,6 +23,10 @@ from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.preflight impor
 display = Display()
 
 MODULE = "gpuops.fleet.vllm_lock"
+# a lock with a reading (the role's) runs on the host through vllm_process's lock: the stop and the launch run that module
+# in the same run, so its payload is built once on the controller for the three (a module's AnsiballZ build is most of
+# a task's CPU on the controller)
+READING_MODULE = "gpuops.fleet.vllm_process"
 # how long a takeover waits for the task workers that a killed ansible-playbook left running (each ends after its task)
 LEFTOVER_WAIT_S = 120.0
 
@@ -63,7 +67,7 @@ class ActionModule(ActionBase):
         here = controller_identity(playbook_pid(), socket.gethostname())
         given = args.get("controller") if isinstance(args.get("controller"), dict) else {}
         args["controller"] = dict(here, **{key: value for key, value in given.items() if value is not None})
-        reply = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
+        reply = self._lock(args, task_vars)
         holder = reply.get("holder") if reply.get("failed") else None
         if isinstance(holder, dict) and holder.get("token") and not args.get("takeover"):
             gone, why = holder_verdict(holder, here)
@@ -72,7 +76,7 @@ class ActionModule(ActionBase):
                 gone, why = False, ("%s, but its task worker(s) PID %s still run there (a task under way when it died);"
                                     " wait for them to end, or end them" % (why, ", ".join(str(pid) for pid in left)))
             if gone:
-                retry = self._execute_module(module_name=MODULE, module_args=dict(args, takeover=holder["token"]), task_vars=task_vars)
+                retry = self._lock(dict(args, takeover=holder["token"]), task_vars)
                 if (retry.get("took_over") or {}).get("token") == holder["token"]:
                     retry.setdefault("warnings", []).append(
                         "took over the lock %s from the run of %s, since %s: %s (killed or interrupted)"
@@ -82,6 +86,15 @@ class ActionModule(ActionBase):
                 reply["msg"] = "%s Not taken over automatically: %s." % (reply.get("msg", ""), why)
         result.update(reply)
         return result
+
+    def _lock(self, args, task_vars):
+        """vllm_lock's module run with ``args`` (state locked): through vllm_process's lock when it reads what runs."""
+        status = args.get("status")
+        if not isinstance(status, dict):
+            return self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
+        # vllm_process requires state_file: the reading's own (the lock's options check it)
+        return self._execute_module(module_name=READING_MODULE, task_vars=task_vars,
+                                    module_args={"state_file": status.get("state_file") or args.get("path"), "lock": args})
 
     @staticmethod
     def _await_leftovers(holder, here, task_vars):

@@ -11,6 +11,12 @@ from ansible.utils.display import Display
 
 display = Display()
 
+MODULE = "gpuops.fleet.vllm_ready"
+# a wait given a state_file (the role's ready step) runs on the host through vllm_process's ready: the lock, the stop and
+# the launch run that module in the same run, so its payload is built once on the controller for all four (a module's
+# AnsiballZ build is most of a task's CPU on the controller)
+THROUGH = "gpuops.fleet.vllm_process"
+
 # seconds per module call: each call ends early when the server is ready or dies, so this only sets how often
 # progress is shown; a call costs a module start-up on the host, so not much less than this
 PROGRESS_EVERY_S = 10.0
@@ -26,12 +32,11 @@ class ActionModule(ActionBase):
         # api_key is passed on to every call and never displayed (the module's no_log hides it in its results)
         args = dict(self._task.args)
         if self._play_context.check_mode:
-            return self._execute_module(module_name="gpuops.fleet.vllm_ready", module_args=args, task_vars=task_vars)
+            return self._wait(args, task_vars)
         step = args.get("poll_for") or PROGRESS_EVERY_S
         host = task_vars.get("inventory_hostname", "?") if task_vars else "?"
         while True:
-            reply = self._execute_module(module_name="gpuops.fleet.vllm_ready", module_args=dict(args, poll_for=step),
-                                         task_vars=task_vars)
+            reply = self._wait(dict(args, poll_for=step), task_vars)
             if reply.get("failed") or reply.get("ready") or "since" not in reply:
                 result.update(reply)
                 return result
@@ -39,3 +44,10 @@ class ActionModule(ActionBase):
             display.display("  [%s] waiting for %s/health: %s after %.0f s (timeout %s s)"
                             % (host, str(args.get("url", "")).rstrip("/"), reply.get("status"), reply.get("elapsed_s", 0),
                                args.get("timeout", 900)))
+
+    def _wait(self, args, task_vars):
+        """vllm_ready's module run with ``args``: through vllm_process's ready when it names a state_file."""
+        if not args.get("state_file"):
+            return self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
+        return self._execute_module(module_name=THROUGH, module_args={"state_file": args["state_file"], "ready": args},
+                                    task_vars=task_vars)

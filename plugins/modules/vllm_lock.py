@@ -43,7 +43,10 @@ attributes:
     description: Nothing to show as a diff.
   action:
     support: full
-    description: The action plugin fills in O(controller) and, for a holder from this controller that is gone, sets O(takeover).
+    description:
+      - The action plugin fills in O(controller) and, for a holder from this controller that is gone, sets O(takeover).
+      - With O(status), it takes the lock through M(gpuops.fleet.vllm_process)'s O(gpuops.fleet.vllm_process#module:lock)
+        (the same options, checks and result), whose payload the role's restart builds for its stop and launch anyway.
 options:
   path:
     description: The lock file.
@@ -285,112 +288,22 @@ preflight:
   type: dict
 """
 
-import secrets
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, failure, finish
-from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import ListenerError
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.preflight import reading_args
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import reclaim_in_module
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import DEFAULT_MATCH, read_listener
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import ServerError
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import LockHeld, acquire, release, who
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.status import check_options, read_server, status_options
+from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import finish
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.preflight import preflight_reading
+from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import read_listener
+from ansible_collections.gpuops.fleet.plugins.module_utils._server import locking
 
-
-ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
-    "path": {"type": "path", "required": True},
-    "state": {"type": "str", "choices": ["locked", "unlocked"], "default": "locked"},
-    "token": {"type": "str", "no_log": False},
-    "released_token": {"type": "str", "no_log": False},
-    "owner": {"type": "str"},
-    "play": {"type": "str"},
-    "controller": {"type": "dict", "options": {
-        "host": {"type": "str"},
-        "user": {"type": "str"},
-        "pid": {"type": "int"},
-        "pid_start": {"type": "str"},
-        "argv_sha": {"type": "str"},
-        "boot_id": {"type": "str"},
-        "machine_id": {"type": "str"},
-        "pid_namespace": {"type": "str"},
-    }},
-    "takeover": {"type": "str", "no_log": False},
-    "stale_after": {"type": "float", "default": 7200},
-    "status": {"type": "dict", "options": status_options(DEFAULT_MATCH)},
-    "preflight": {"type": "dict"},
-}
-
-
-def check_params(params: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
-    """The controller's details that are set, once every option is usable; raises SpecError naming option and value."""
-    if params["token"] is None and params["state"] == "locked":
-        params["token"] = secrets.token_hex(10)
-    if not (params["token"] or "").strip():
-        raise SpecError("token: must not be empty%s" % (" to release the lock" if params["state"] == "unlocked" else ""))
-    if params["stale_after"] <= 0:
-        raise SpecError("stale_after: expected a positive number of seconds, got %r" % params["stale_after"])
-    if params["status"]:
-        check_options(params["status"], "status.")
-    controller = {key: value for key, value in (params["controller"] or {}).items() if value is not None}
-    if controller.get("pid") is not None and controller["pid"] <= 0:
-        raise SpecError("controller.pid: expected a positive PID, got %r" % controller["pid"])
-    return controller
-
-
-def _read(module: AnsibleModule, options: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
-    """What runs now, read under the lock (vllm_process's state=status reading)."""
-    _deps.require(module, _deps.PSUTIL)
-    return read_server(module, _deps.PSUTIL.module, options, read_listener)
+# the options, checked on the host by _server/locking.py (vllm_process's lock takes the same)
+ARGUMENT_SPEC = locking.ARGUMENT_SPEC
 
 
 def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
     """The options checked, then the lock taken (with status, what runs read under it) or released."""
-    params = module.params
-    try:
-        controller = check_params(params)
-    except SpecError as exc:
-        return failure(str(exc))
-    details = {"controller": controller or None, "play": params["play"]}
-    owner = params["owner"] or who(details, with_run=False)
-    try:
-        if params["state"] == "locked":
-            outcome = acquire(params["path"], owner, params["token"], params["stale_after"], takeover=params["takeover"],
-                              details=details)
-        elif params["released_token"] == params["token"]:
-            return {"changed": False, "acquired": False, "released": False, "holder": None, "token": params["token"],
-                    "msg": "already released by the task that released token %s" % params["token"]}, [], False
-        else:
-            outcome = release(params["path"], params["token"])
-    except LockHeld as exc:
-        return failure(str(exc), changed=False, acquired=False, released=False, holder=exc.holder)
-    except OSError as exc:
-        return failure("path: cannot use the lock file %s: %s" % (params["path"], exc), changed=False)
-    result: t.Dict[str, t.Any] = {"changed": False, "acquired": outcome.acquired, "released": outcome.released, "holder": outcome.holder,
-                                  "token": params["token"]}
-    if params["state"] == "locked":
-        result["took_over"] = outcome.took_over
-    failed = False
-    if params["state"] == "locked" and params["status"]:
-        try:
-            result["status"] = _read(module, params["status"])
-        except (RecordError, ListenerError, SpecError, ServerError) as exc:
-            # a failed task takes no lock: the one just taken is released again before failing
-            if isinstance(exc, ServerError) and exc.result:
-                result["status"] = exc.result
-            result.update(msg=str(exc), acquired=False,
-                          released=release(params["path"], params["token"]).released if outcome.acquired else False)
-            failed = True
-        if not failed and params["preflight"] is not None:
-            # the preflight's check-mode reclaim, whatever this task's mode: it changes nothing
-            reading, warnings, unreadable = reclaim_in_module(module, reading_args(params["preflight"], result["status"]), True,
-                                                              beside=True)
-            result["preflight"] = dict(reading, failed=unreadable, warnings=warnings)
-    return result, [outcome.warning] if outcome.warning else [], failed
+    return locking.run(module, module.params, read_listener, preflight_reading)
 
 
 def main() -> None:

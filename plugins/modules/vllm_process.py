@@ -257,6 +257,26 @@ options:
         to this dict with C(action=unchanged), C(reason) (what the reading found) and C(pid), which makes the result of the
         P(gpuops.fleet.vllm_server#role) role for a server it leaves alone.
     type: dict
+  lock:
+    description:
+      - Instead of O(state), take the server's lock with M(gpuops.fleet.vllm_lock)'s options (this dict, checked as that
+        module checks them, C(path), C(token), C(status), C(preflight) and the others) and return that module's result
+        (RV(gpuops.fleet.vllm_lock#module:acquired), RV(gpuops.fleet.vllm_lock#module:status),
+        RV(gpuops.fleet.vllm_lock#module:preflight) and the others) and not this module's keys; the other options are
+        not used (O(state_file) is still required).
+      - M(gpuops.fleet.vllm_lock)'s action plugin runs its lock with a reading (C(status)) through this option, so that
+        one restart's lock, stop and launch run one module (its payload built once on the controller for the three).
+    type: dict
+  ready:
+    description:
+      - Instead of O(state), wait until the server is ready, with M(gpuops.fleet.vllm_ready)'s options (this dict, checked
+        as that module checks them, C(url), C(api_key), C(check), C(mark_good), C(release_lock) and the others; its
+        secrets hidden as that module hides them) and return that module's result
+        (RV(gpuops.fleet.vllm_ready#module:ready), RV(gpuops.fleet.vllm_ready#module:check) and the others) and not this
+        module's keys; the other options are not used (O(state_file) is still required).
+      - M(gpuops.fleet.vllm_ready)'s action plugin runs its wait through this option when it is given a C(state_file),
+        so that the ready step of a restart runs the module the lock, the stop and the launch ran.
+    type: dict
   systemd:
     description:
       - The systemd mode's launch (O(state=running)) and stop (O(state=stopped)).
@@ -394,82 +414,82 @@ ansible_facts:
   type: dict
 mode:
   description: The launch mode used (O(mode), with V(auto) resolved).
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: str
   sample: process
 running:
   description: Whether the server runs at the end of the task (in check mode, whether it would).
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: bool
 pid:
   description: PID of the server (the unit's main PID in the systemd mode, the container's main process as the host numbers it in the
     container mode; null when none runs).
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: int
   sample: 41234
 create_time:
   description: Start time of the server process (seconds since the epoch, as psutil reads it); null when none runs.
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: float
 config_hash:
   description: The configuration hash of the record (null without a record).
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: str
 config_matches:
   description: Whether O(config_hash) equals the recorded one (null when either is missing).
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: bool
 launched:
   description: Whether this task started the server.
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: bool
 log_file:
   description: The server's log file (from the record when there is one; null in the systemd mode, whose log is the journal).
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: str
 healthy:
   description: With O(health_url), whether the server answered it with HTTP 200 (null when not asked, or not running in the process mode).
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: bool
 health:
   description: With O(health_url), its answer, such as V(HTTP 200), V(HTTP 503) or V(connection refused) (null when not asked).
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: str
 crash_loop:
   description:
     - 'In the systemd mode, when the unit does not answer O(health_url) and systemd restarted it after its server failed (or
       is about to), the crash loop in words (V(crash loop: 3 restarts, last exit status 1 (Result=exit-code\); systemd gave
       up)); else the empty string.'
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: str
 generates:
   description:
     - With O(generate), whether the running server answered the short completion with tokens in time (null when not asked,
       that is without O(generate), with its timeout V(0), or for a server that does not run, has another configuration or fails
       O(health_url)).
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: bool
 generation:
   description:
     - With O(generate), the completion as M(gpuops.fleet.vllm_ready) returns it (C(ok), C(tokens), C(elapsed_s), C(status), and
       on failure C(problem) and C(answer), trimmed, the API key masked); null when not asked.
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: dict
 record:
   description:
     - The record as found at the start of the task (the unit's configuration record in the systemd mode; null when there was
       none). Its C(argv) has secret arguments masked and its C(env_keys) lists the names of the environment, never a value.
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: dict
 env_keys:
   description: The names of O(env) (every value stays on the host).
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: list
   elements: str
   sample: [CUDA_VISIBLE_DEVICES, HF_TOKEN, NCCL_PROTO]
 secret_env_keys:
   description: The names of O(env) whose values are treated as secrets.
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: list
   elements: str
   sample: [HF_TOKEN]
@@ -494,28 +514,28 @@ stopped:
   description:
     - With O(state=stopped), each process that ended, the server taken over's first (see RV(takeover_stopped)), then the
       managed server's tree (in the systemd mode, the unit's main process and its descendants that ended with the unit).
-  returned: always
+  returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: list
   elements: dict
   contains:
     pid:
       description: PID.
       type: int
-      returned: always
+      returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
     name:
       description: Name (process title where one is set, such as C(VLLM::Worker_TP0)).
       type: str
-      returned: always
+      returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
     signal:
       description:
         - The signal this task sent it before it exited, or V(null) when it exited after its server was signalled (and in
           the systemd mode, where systemd signals the unit's processes).
       type: str
-      returned: always
+      returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
     seconds:
       description: Seconds from the stop's first signal to its exit.
       type: float
-      returned: always
+      returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
 drained:
   description:
     - With O(state=stopped) and O(drain_url), when the managed server ran, the drain before the stop, with the keys that
@@ -583,13 +603,9 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import (
     hide_only_secrets, masked_argv, secret_argv_values, secret_env_names,
 )
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import GENERATE_OPTIONS
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.container import (
-    DEFAULT_CDI_KIND, HOST_NETWORK, RUNTIMES, check_spec, spec_of,
-)
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.mode import MODES, backend, resolve_mode
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.mode import DEFAULT_CDI_KIND, HOST_NETWORK, MODES, RUNTIMES, backend, resolve_mode
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import LaunchSpec, ServerError, Target
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.takeover import stop_takeover
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch import systemd as systemd_backend
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.status import (
     DECIDE_OPTIONS, check_options, listener_options, read_server,
@@ -628,6 +644,8 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
         }},
     }},
     "unchanged_result": {"type": "dict"},
+    "lock": {"type": "dict"},
+    "ready": {"type": "dict"},
     "systemd": {"type": "dict", "options": {
         "content": {"type": "str"},
         "env_file": {"type": "path"},
@@ -667,6 +685,9 @@ def check_params(params: t.Mapping[str, t.Any], mode: str) -> None:
             if not (params["container"] or {}).get(key):
                 raise SpecError("container.%s: the container mode needs it to launch, got none" % key)
     if mode == "container" and params["container"]:
+        # the container backend, imported by a run in its mode only (see mode.backend)
+        # pylint: disable-next=import-outside-toplevel
+        from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.container import check_spec, spec_of
         try:
             check_spec(spec_of(params["container"]))
         except ServerError as exc:
@@ -709,6 +730,7 @@ def _status(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[s
     wanted = (params["systemd"] or {}).get("enabled")
     if mode == "systemd" and wanted is not None and params["systemd"] is not None and result["running"] and result.get("reason") == "":
         # a unit that runs this configuration gets the enabled state asked for, without a restart
+        systemd_backend = backend(mode)
         result["changed"] = systemd_backend.set_enabled(module, params["unit"], systemd_backend.show(module, params["unit"]), wanted)
         if result["changed"]:
             result["msg"] = "unit %s %s" % (params["unit"], "enabled" if wanted else "disabled")
@@ -767,9 +789,42 @@ def _launch(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[s
 STATES = {"status": _status, "stopped": _stop, "running": _launch}
 
 
+def _lock(module: AnsibleModule, given: t.Mapping[str, t.Any]) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+    """lock: vllm_lock's task instead, with its options (checked as vllm_lock checks them) and its result."""
+    # only the lock's run compiles the lock's and the preflight's code (see _status)
+    # pylint: disable=import-outside-toplevel
+    from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.preflight import preflight_reading
+    from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import read_listener
+    from ansible_collections.gpuops.fleet.plugins.module_utils._server import locking
+    # pylint: enable=import-outside-toplevel
+    try:
+        params = locking.validated(given, "lock.")
+    except SpecError as exc:
+        return {"changed": False, "msg": str(exc)}, [], True
+    return locking.run(module, params, read_listener, preflight_reading)
+
+
+def _ready(module: AnsibleModule, given: t.Mapping[str, t.Any]) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+    """ready: vllm_ready's task instead, with its options (checked as vllm_ready checks them) and its result."""
+    # only the ready step's run compiles the wait's, the check's and the mark's code (see _status)
+    from ansible_collections.gpuops.fleet.plugins.module_utils._server import ready  # pylint: disable=import-outside-toplevel
+    # hidden as vllm_ready's own options would be, even in the failure of a bad option; run() narrows it to the secrets
+    module.no_log_values.update(str(leaf) for leaf in ready.no_log_leaves(given))
+    try:
+        params = ready.validated(given, "ready.")
+    except SpecError as exc:
+        return {"changed": False, "msg": str(exc)}, [], True
+    return ready.run(module, params)
+
+
 def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
-    """Only the secrets hidden, the options checked, then the state's function run."""
+    """Only the secrets hidden, the options checked, then the state's function run (with lock, vllm_lock's task; with
+    ready, vllm_ready's)."""
     params = module.params
+    if params["lock"] is not None:
+        return _lock(module, params["lock"])
+    if params["ready"] is not None:
+        return _ready(module, params["ready"])
     secret_names = _hide_only_secrets(module, params)
     result: t.Dict[str, t.Any] = {"changed": False, "env_keys": sorted(params["env"]), "secret_env_keys": secret_names}
     try:

@@ -103,14 +103,28 @@ class Background:
             self.seen.setdefault(child.pid, starttime(child.pid))
         return found
 
-    def module_runs(self, module: str) -> bool:
-        names = []
+    def module_runs(self, module: str, option: t.Optional[str] = None) -> bool:
+        """Whether a run of ``module`` is under way, with ``option`` among its arguments when given (the lock, the stop,
+        the launch and the ready step all run vllm_process: its option tells them apart)."""
         for child in self.note():
             try:
-                names.append(" ".join(child.cmdline()))
+                line = " ".join(child.cmdline())
             except psutil.Error:
                 continue
-        return any("AnsiballZ_%s.py" % module in name for name in names)
+            if "AnsiballZ_%s.py" % module in line and (option is None or self._has_option(line, option)):
+                return True
+        return False
+
+    @staticmethod
+    def _has_option(line: str, option: str) -> bool:
+        """Whether the AnsiballZ file that ``line`` runs passes the top-level option ``option`` (its arguments are in it)."""
+        for word in line.split():
+            if word.endswith(".py") and "AnsiballZ_" in word:
+                try:
+                    return ('"%s": ' % option) in Path(word).read_text(errors="replace")
+                except OSError:
+                    return False
+        return False
 
     def wait_for(self, what: str, condition: t.Callable[[], bool], timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout
@@ -163,7 +177,7 @@ def _start_drain(host, tmp_path, streams):
         time.sleep(0.05)
     assert running_requests(host.port) == 1, "the streamed request never ran"
     # the drain runs inside the stop's vllm_process call (process mode): that call running while the request still runs
-    return inventory, lambda run: run.module_runs("vllm_process") and running_requests(host.port) == 1
+    return inventory, lambda run: run.module_runs("vllm_process", "drain_url") and running_requests(host.port) == 1
 
 
 def _start_stop(host, tmp_path, streams):
@@ -188,7 +202,7 @@ def _start_health_wait(host, tmp_path, streams):
 
     def waiting(run) -> bool:
         pid = server_pid(host)
-        return state.exists() and pid is not None and pid_alive(pid) and health(host.port) != 200 and run.module_runs("vllm_ready")
+        return state.exists() and pid is not None and pid_alive(pid) and health(host.port) != 200 and run.module_runs("vllm_process", "ready")
     return inventory, waiting
 
 

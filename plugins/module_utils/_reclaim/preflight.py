@@ -66,3 +66,12 @@ def reading_args(plan: t.Mapping[str, t.Any], status: t.Mapping[str, t.Any]) -> 
     if secured is not None:
         args["secured"] = secured
     return args
+
+
+def preflight_reading(module: t.Any, plan: t.Mapping[str, t.Any],
+                      status: t.Mapping[str, t.Any]) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+    """On the host, in the lock's module run: gpu_reclaim in check mode with reading_args (it changes nothing), as
+    (its result, warnings, whether it could not run)."""
+    # the controller (the verdict) imports this file for the functions above, never the reclaim's code
+    from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import reclaim_in_module  # pylint: disable=import-outside-toplevel
+    return reclaim_in_module(module, reading_args(plan, status), True, beside=True)

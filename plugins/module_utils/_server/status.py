@@ -22,8 +22,7 @@ import typing as t
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, http_url
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.decision import STATES, reason
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import GENERATE_OPTIONS, GENERATE_TIMEOUT_MAX_S
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.container import RUNTIMES, own_port_holder
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.mode import MODES, backend, resolve_mode
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.mode import MODES, RUNTIMES, backend, resolve_mode
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import ServerError, Target
 
 # the listener's `how` of the role's own unit (_host.listener.OWN_UNIT)
@@ -92,8 +91,11 @@ def taken_over(listener: t.Optional[t.Mapping[str, t.Any]], reading: t.Mapping[s
         return None
     if reading.get("running") and str(listener.get("pid")) == str(reading.get("pid")):
         return None
-    if reading.get("mode") == "container" and own_port_holder(listener, reading):
-        return None
+    if reading.get("mode") == "container":
+        # the container backend, imported by a reading in its mode only (see mode.backend)
+        from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.container import own_port_holder  # pylint: disable=import-outside-toplevel
+        if own_port_holder(listener, reading):
+            return None
     return dict(listener)
 
 

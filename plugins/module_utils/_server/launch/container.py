@@ -32,6 +32,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import CliAnswer, ContainerState, RuntimeClient, run_cli
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.mode import DEFAULT_CDI_KIND, DOCKER, HOST_NETWORK, RUNTIMES
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import (
     LaunchSpec, ServerError, Target, base_reading, with_health,
 )
@@ -44,12 +45,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.unit import start_time
 
 MODE = "container"
-PODMAN = "podman"
-DOCKER = "docker"
-RUNTIMES = (PODMAN, DOCKER)  # the order in which a runtime is looked for when none is given
-HOST_NETWORK = "host"
 RESTART_POLICIES = ("no", "on-failure", "always", "unless-stopped")
-DEFAULT_CDI_KIND = "nvidia.com/gpu"
 HASH_LABEL = "gpuops.fleet.config-hash"
 MARKER_LABEL = "gpuops.fleet.managed-by"
 MARKER = "gpuops.fleet.vllm_server"

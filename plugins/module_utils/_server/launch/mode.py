@@ -21,6 +21,13 @@ import typing as t
 
 MODES = ("auto", "process", "systemd", "container")
 SYSTEMD_RUNS = "/run/systemd/system"
+# the container mode's runtimes and option defaults, here for the option specs that name them (the container backend
+# itself is imported by backend() only for that mode)
+PODMAN = "podman"
+DOCKER = "docker"
+RUNTIMES = (PODMAN, DOCKER)  # the order in which a runtime is looked for when none is given
+HOST_NETWORK = "host"
+DEFAULT_CDI_KIND = "nvidia.com/gpu"
 
 
 def resolve_mode(mode: t.Optional[str], systemd_dir: str = SYSTEMD_RUNS) -> str:

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import typing as t
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch import container, process, systemd
+# each backend is imported for the takeover it stops (a module run compiles its imports from source: see mode.backend)
+# pylint: disable=import-outside-toplevel
 
 # the listener's `how` of a server run by another tool's systemd unit (_host.listener.UNIT)
 BY_UNIT = "systemd"
@@ -31,16 +32,19 @@ def stop_takeover(module: t.Any, psutil: t.Any, takeover: t.Mapping[str, t.Any],
     Returns changed, stopped, drained (when drained), unit_disabled (whether the other tool's unit was stopped or
     disabled), container (a container's inspect before its stop, else None) and msg."""
     if takeover.get("container"):
+        from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch import container
         result = container.stop_taken_over(module, psutil, takeover["container"], drain_url, drain_timeout, stop_timeout)
         result["unit_disabled"] = False
         return result
     unit_disabled = False
     said = []
     if takeover.get("how") == BY_UNIT and takeover.get("unit"):
+        from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch import systemd
         done = systemd.stop_unit(module, str(takeover["unit"]), disable=True)
         unit_disabled = done["changed"]
         if unit_disabled:
             said.append("%s the unit %s" % ("would stop and disable" if module.check_mode else "stopped and disabled", takeover["unit"]))
+    from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch import process
     result = process.stop_taken_over(module, psutil, int(takeover["pid"]), float(takeover["create_time"]), drain_url,
                                      drain_timeout, stop_timeout)
     result["unit_disabled"] = unit_disabled

@@ -141,3 +141,20 @@ def test_the_lock_makes_the_preflight_s_reading_from_the_plan_and_its_reading(tm
     result = call_main(vllm_lock, args)
     assert result["acquired"] and not result["failed"] and result["preflight"]["failed"], result
     assert "nvidia-ml-py" in result["preflight"]["msg"] and lock.exists()
+
+
+def test_vllm_process_lock_is_vllm_locks_task(hand_started, tmp_path):
+    """vllm_process's lock (the role's lock, through vllm_lock's action): vllm_lock's result for the same options, the
+    same lock file (released by vllm_lock), and a bad option named under lock. before any lock is taken."""
+    _shell, server, port = hand_started
+    lock = tmp_path / "s.lock"
+    options = {"path": str(lock), "token": "t1", "status": {"state_file": str(tmp_path / "s.json"), "listener": {"port": port}}}
+    result = call_main(vllm_process, {"state_file": str(tmp_path / "s.json"), "lock": options})
+    assert result["acquired"] and result["token"] == "t1" and lock.exists(), result
+    assert result["status"]["listener"]["pid"] == server and "env_keys" not in result
+    assert call_main(vllm_lock, {"path": str(lock), "token": "t1", "state": "unlocked"})["released"] and not lock.exists()
+    never = tmp_path / "never.lock"
+    bad = call_main(vllm_process, {"state_file": str(tmp_path / "s.json"), "lock": {"path": str(never), "stale_after": "soon"}})
+    assert bad["failed"] and bad["msg"].startswith("lock.") and "stale_after" in bad["msg"] and not never.exists(), bad
+    bad = call_main(vllm_process, {"state_file": str(tmp_path / "s.json"), "lock": {"path": str(never), "token": "t", "stale_after": 0}})
+    assert bad["failed"] and "stale_after" in bad["msg"] and not never.exists(), bad

@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.modules import vllm_ready, vllm_server_check
+from ansible_collections.gpuops.fleet.plugins.modules import vllm_process, vllm_ready, vllm_server_check
+from ansible_collections.gpuops.fleet.plugins.module_utils._server import ready
 from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import call_main, capture, documented_options, run_printed
 from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.vllm_answers import DEAD_BODY, GOOD_BODY
 from ansible_collections.gpuops.fleet.tests.unit.plugins.fake_systemctl import FakeSystemctl
@@ -50,8 +51,8 @@ def test_the_check_mark_and_release_run_on_the_units_main_pid(unit_running, tmp_
     def launch_check(pynvml, psutil_, pid, create_time, gpus, size, env, secret_env=()):
         judged.append((pid, create_time))
         return {"ok": True, "checks": [], "workers": [], "msg": "PID %d: held" % pid}
-    monkeypatch.setattr(vllm_ready, "run_launch_check", launch_check)
-    monkeypatch.setattr(vllm_ready, "_deps", type("Deps", (), {
+    monkeypatch.setattr(ready, "run_launch_check", launch_check)
+    monkeypatch.setattr(ready, "_deps", type("Deps", (), {
         "PSUTIL": type("D", (), {"module": psutil})(), "PYNVML": type("D", (), {"module": object()})(),
         "require": staticmethod(lambda module, *deps: None)}))
     lock = tmp_path / "s.lock"
@@ -188,3 +189,17 @@ def test_check_suboptions_are_documented_as_vllm_server_check_documents_its_own(
     assert set(check) == {"gpus", "tensor_parallel_size", "env", "secret_env"}
     for name, option in check.items():
         assert option == json.loads(json.dumps(own[name]).replace("O(env)", "O(check.env)")), name
+
+
+def test_vllm_process_ready_is_vllm_readys_wait_and_never_shows_the_key(keyed, capsys, tmp_path):
+    """vllm_process's ready (the role's ready step, through vllm_ready's action): vllm_ready's result for the same options,
+    the key sent and never shown, even in the failure of a bad option."""
+    args = {"url": keyed.url, "model": "org/m", "api_key": KEY, "timeout": 10}
+    result, text = run_printed(vllm_process, {"state_file": str(tmp_path / "s.json"), "ready": args}, capsys)
+    assert result["ready"] and result["generation"]["tokens"] == 2 and KEY not in text, result
+    assert ("POST /v1/completions", "Bearer " + KEY) in asked(keyed) and "env_keys" not in result
+    bad, text = run_printed(vllm_process, {"state_file": str(tmp_path / "s.json"), "ready": dict(args, timeout=-5)}, capsys)
+    assert bad["failed"] and bad["msg"].startswith("timeout") and KEY not in text, bad
+    bad, text = run_printed(vllm_process, {"state_file": str(tmp_path / "s.json"), "ready": dict(args, pid=1, unit="x.service")},
+                            capsys)
+    assert bad["failed"] and bad["msg"].startswith("ready.") and "pid" in bad["msg"] and KEY not in text, bad
