@@ -67,7 +67,7 @@ def test_changelog_rst_is_generated_from_the_changes_file(tmp_path: Path) -> Non
         shutil.copy(REPO / 'changelogs' / name, copy / 'changelogs' / name)
     shutil.copy(REPO / 'galaxy.yml', copy / 'galaxy.yml')
     env = dict(os.environ, PATH='%s:%s' % (VENV_BIN, os.environ.get('PATH', '')))
-    subprocess.run([str(VENV_BIN / 'antsibull-changelog'), 'generate', '--is-collection', 'yes'], cwd=copy, env=env,
+    subprocess.run([str(VENV_BIN / 'antsibull-changelog'), 'generate'], cwd=copy, env=env,
                    capture_output=True, text=True, timeout=120, check=True)
     assert (copy / 'CHANGELOG.rst').read_text(encoding='utf-8') == (REPO / 'CHANGELOG.rst').read_text(encoding='utf-8'), (
         'CHANGELOG.rst differs from what `antsibull-changelog generate` writes: run it, never edit the file')
