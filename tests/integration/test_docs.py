@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 import subprocess
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible.module_utils import basic
 
 from ansible_run import ansible_env, BIN, REPO
 
@@ -385,3 +387,49 @@ def test_the_readme_defaults_are_the_code_defaults() -> None:
                 elif not any(gives_default(playbooks[f], name, value) for f in shown):
                     problems.append("%s: no playbook of %s gives it the default %r" % (name, shown, value))
     assert not problems, "\n".join(problems)
+
+
+# what a troubleshooting quote writes for a value of the reader's run, and for text it leaves out
+QUOTE_PLACEHOLDER = re.compile(r"\.\.\.|\b(?:P|N|NAME|HOST|USER|PLAY|COMMAND|UNIT)\b|<[a-z]+>|`?/\S*|\S*=\S*|\b\d[\d.]*\b|(?<!\w)\([\w.-]+\)")
+# a value in a message as the code writes it: %-formats, str.format fields, Jinja expressions
+CODE_PLACEHOLDER = re.compile(r"%(?:\([a-z_]+\))?[-#0 +]*\d*(?:\.\d+)?[sdrfi]|\{[a-z_0-9]*\}|\{\{.*?\}\}")
+
+
+def message_corpus() -> t.List[str]:
+    """Every string literal of plugins/ (Python joins adjacent literals into one) and of the two ansible-core files whose
+    messages the collection's failures show (a missing library, a missing required variable), and the role's and
+    playbooks' YAML, each with its values cut out (an \\x00 where a value goes) and its whitespace made single spaces."""
+    texts: t.List[str] = []
+    core = Path(basic.__file__).parent
+    for path in sorted((REPO / "plugins").rglob("*.py")) + [core / "basic.py", core / "common" / "validation.py"]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                texts.append(node.value)
+    for root in ("roles", "playbooks"):
+        texts.extend(path.read_text(encoding="utf-8") for path in sorted((REPO / root).rglob("*.yml")))
+    return [" ".join(CODE_PLACEHOLDER.sub("\x00", text).split()) for text in texts]
+
+
+def quote_fragments(quote: str) -> t.List[str]:
+    """The runs of words of a quoted message between its placeholders, five words or more (shorter ones are pieces
+    that the code joins, or match anything); for a short message, its runs of three words or more."""
+    parts = [" ".join(part.split()).strip(" :;,.()") for part in QUOTE_PLACEHOLDER.split(quote)]
+    return [part for part in parts if len(part.split()) >= 5] or [part for part in parts if len(part.split()) >= 3]
+
+
+def test_the_troubleshooting_quotes_are_what_the_code_writes() -> None:
+    """Each message docs/troubleshooting.md quotes (its text blocks), cut at the values of a run, is found word for word
+    in a string the code writes: a reworded message fails here, not in an operator's search."""
+    corpus = message_corpus()
+    path = REPO / "docs" / "troubleshooting.md"
+    quotes = [(text, line) for language, text, line in blocks(path) if language == "text"]
+    assert len(quotes) >= 10, "%s quotes %d messages, expected ten" % (rel(path), len(quotes))
+    missing = []
+    for text, line in quotes:
+        fragments = quote_fragments(text)
+        assert fragments, "%s:%d quotes no words long enough to check: %r" % (rel(path), line, text)
+        found = [fragment for fragment in fragments if any(fragment in written for written in corpus)]
+        # every long run, or (a short message, whose runs the code may build from pieces) at least one run
+        if len(found) < (len(fragments) if len(fragments[0].split()) >= 5 else 1):
+            missing.extend("%s:%d: %r" % (rel(path), line, fragment) for fragment in fragments if fragment not in found)
+    assert not missing, "quoted but not written by the code:\n" + "\n".join(missing)
