@@ -89,10 +89,8 @@ class ActionModule(ActionBase):
         reading = (lock or {}).get("preflight")
         if isinstance(reading, dict):
             reading = dict(reading)
-            warnings = reading.pop("warnings", None) or []
         else:
             reading = self._module("gpuops.fleet.gpu_reclaim", reading_args(plan, status), task_vars, check_mode=True)
-            warnings = []
         reading.pop("changed", None)
         refusal = preflight.refusal(plan, reading)
         if refusal:
@@ -103,8 +101,6 @@ class ActionModule(ActionBase):
                        reclaim_args=settings, takeover_stop=preflight.takeover_stop(status),
                        # the launch mode as the run's first reading resolved it, for every later step
                        mode=status.get("mode") or plan["mode"])
-        if warnings:
-            reading["warnings"] = list(reading.get("warnings") or []) + list(warnings)
         return reading
 
     def _verify(self, host, plan, steps, task_vars):

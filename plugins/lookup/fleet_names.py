@@ -54,10 +54,6 @@ _raw:
       description: The first old become variable set, as a boolean, else the run's own become (C(-b) or C(ansible.cfg)).
       returned: when the terms name a become variable
       type: bool
-    become_deprecated:
-      description: Whether an old become variable is set.
-      returned: when the terms name a become variable
-      type: bool
     idle_threshold_mib:
       description: C(gpuops_fleet_idle_threshold_mib), else the first old name set, else 1024.
       returned: when the terms name an idle-threshold variable
@@ -66,10 +62,6 @@ _raw:
       description: C(vllm_server_state) (default V(started)); an old force variable set true turns V(started) into V(restarted).
       returned: when the terms name a force variable
       type: str
-    deprecated:
-      description: The old names that are set (each one warned about).
-      type: list
-      elements: str
 """
 
 from ansible import context
@@ -99,10 +91,7 @@ class LookupModule(LookupBase):
         settled, deprecations = settle(given, old)
         for message in deprecations:
             display.deprecated(message, version=REMOVED_IN, collection_name=COLLECTION)
-        if "become" in settled:
-            settled["become_deprecated"] = settled["become"] is not None
-            if settled["become"] is None:
-                # the run's own: -b, else the become setting of ansible.cfg (what the play keyword's default is)
-                settled["become"] = bool(context.CLIARGS.get("become", False))
-        settled["deprecated"] = [name for name in old if given.get(name) is not None]
+        if "become" in settled and settled["become"] is None:
+            # the run's own: -b, else the become setting of ansible.cfg (what the play keyword's default is)
+            settled["become"] = bool(context.CLIARGS.get("become", False))
         return [settled]
