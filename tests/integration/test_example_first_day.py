@@ -126,13 +126,15 @@ def test_the_readme_quick_start_runs_the_example_as_shipped(fleet, tmp_path, tmu
     assert shipped["vllm_server_env"]["VLLM_API_KEY"] == "{{ vault_vllm_api_key }}"
 
     node1, node2 = fleet(*names)
-    venv = tmp_path / "venv"  # the simulator's stand-in for /opt/gpuops-fleet/venv
+    # the simulator's stand-in for /opt/gpuops-fleet/venv, one per host: the simulated hosts share this machine's disk,
+    # and two prepare_hosts runs making one venv at once race (one found the other's half-made venv without pip)
+    venvs = {node.name: tmp_path / node.name / "venv" for node in (node1, node2)}
     fake_vllm = role_inventory({}, python=str(BIN / "python3"))["all"]["vars"]["vllm_server_command"]
     assert fake_vllm[-1] == shipped["vllm_server_command"][-1] == "serve"
     overlay = {"vllm_servers": {"hosts": {node.name: dict(
         role_host_vars(node, node.port, vllm_server_command=fake_vllm),
         ansible_connection="local", ansible_host="127.0.0.1",
-        gpuops_fleet_venv=str(venv), ansible_python_interpreter=str(venv / "bin" / "python"))
+        gpuops_fleet_venv=str(venvs[node.name]), ansible_python_interpreter=str(venvs[node.name] / "bin" / "python"))
         for node in (node1, node2)}}}
     for entry in overlay["vllm_servers"]["hosts"].values():
         # the package index the simulated hosts reach is this machine's: its pip settings, which become's sudo would drop
@@ -174,10 +176,11 @@ def test_the_readme_quick_start_runs_the_example_as_shipped(fleet, tmp_path, tmu
     # 1. prepare_hosts: the environment the example's interpreter line names, made and working
     prepared = run(commands[0])
     assert prepared.returncode == 0, prepared.stdout[-4000:] + prepared.stderr[-2000:]
-    imports = subprocess.run([str(venv / "bin" / "python"), "-c", "import pynvml, psutil; print('ok')"], capture_output=True,
-                             text=True, timeout=60, check=False)
-    assert imports.stdout.strip() == "ok", imports.stderr
-    assert "ansible_python_interpreter: %s" % (venv / "bin" / "python") in flat(prepared.stdout)
+    for each in venvs.values():
+        imports = subprocess.run([str(each / "bin" / "python"), "-c", "import pynvml, psutil; print('ok')"], capture_output=True,
+                                 text=True, timeout=60, check=False)
+        assert imports.stdout.strip() == "ok", imports.stderr
+        assert "ansible_python_interpreter: %s" % (each / "bin" / "python") in flat(prepared.stdout)
 
     # 2. gpu_facts: the hand-started server's workers, read through the prepared Python
     facts = run(commands[1])
