@@ -31,12 +31,18 @@ class ActionModule(ActionBase):
         del tmp
         # api_key is passed on to every call and never displayed (the module's no_log hides it in its results)
         args = dict(self._task.args)
+        # the launch's own wait, when it made one (vllm_process's waited): its reply comes first
+        waited = args.pop("waited", None)
         if self._play_context.check_mode:
             return self._wait(args, task_vars)
         step = args.get("poll_for") or PROGRESS_EVERY_S
         host = task_vars.get("inventory_hostname", "?") if task_vars else "?"
+        reply = dict(waited) if isinstance(waited, dict) and waited else None
+        for warning in (reply or {}).pop("warnings", None) or []:
+            display.warning(str(warning))
         while True:
-            reply = self._wait(dict(args, poll_for=step), task_vars)
+            if reply is None:
+                reply = self._wait(dict(args, poll_for=step), task_vars)
             if reply.get("failed") or reply.get("ready") or "since" not in reply:
                 result.update(reply)
                 return result
@@ -44,6 +50,7 @@ class ActionModule(ActionBase):
             display.display("  [%s] waiting for %s/health: %s after %.0f s (timeout %s s)"
                             % (host, str(args.get("url", "")).rstrip("/"), reply.get("status"), reply.get("elapsed_s", 0),
                                args.get("timeout", 900)))
+            reply = None
 
     def _wait(self, args, task_vars):
         """vllm_ready's module run with ``args``: through vllm_process's ready when it names a state_file."""

@@ -277,6 +277,24 @@ options:
       - M(gpuops.fleet.vllm_ready)'s action plugin runs its wait through this option when it is given a C(state_file),
         so that the ready step of a restart runs the module the lock, the stop and the launch ran.
     type: dict
+  wait:
+    description:
+      - With O(state=running), once the launch succeeded (not in check mode), wait for the new server in the same module
+        run, with M(gpuops.fleet.vllm_ready)'s options (this dict, checked and its secrets hidden as O(ready) does), for at
+        most C(poll_for) seconds (default V(10), the steps in which that module's action plugin waits), and return that
+        module's result as RV(waited). A server ready within that time costs the host one module start-up for the launch
+        and the wait instead of two (the role's ready step then shows and judges this result, and waits on when the server
+        was not ready yet).
+      - A wait that fails (the server died, an option it refuses) does not fail this task; C(failed) in RV(waited) says so.
+    type: dict
+  wait_environment:
+    description:
+      - With O(wait), the environment the wait runs with (the role passes C(gpuops_fleet_environment)), set in this
+        module's process only once the server was launched, so that the server does not inherit it. An C(LD_LIBRARY_PATH)
+        in it is where the launch check's NVML library is loaded from (the loader reads that variable only when a
+        process starts).
+    type: dict
+    default: {}
   systemd:
     description:
       - The systemd mode's launch (O(state=running)) and stop (O(state=stopped)).
@@ -548,6 +566,13 @@ reclaim:
       that module returns them), with C(failed) and C(warnings) (a list of strings).
   returned: when O(reclaim) is given, O(state=stopped) and the stop succeeded
   type: dict
+waited:
+  description:
+    - With O(state=running) and O(wait), once the launch succeeded, M(gpuops.fleet.vllm_ready)'s result (its keys, as that
+      module returns them: RV(gpuops.fleet.vllm_ready#module:ready), RV(gpuops.fleet.vllm_ready#module:since),
+      RV(gpuops.fleet.vllm_ready#module:check) and the others), with C(failed) and C(warnings) (a list of strings).
+  returned: when O(wait) is given, O(state=running), the launch succeeded and not in check mode
+  type: dict
 takeover_stopped:
   description: With O(state=stopped) and O(takeover), the stop of the server taken over.
   returned: when O(takeover) is given and O(state=stopped)
@@ -646,6 +671,8 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "unchanged_result": {"type": "dict"},
     "lock": {"type": "dict"},
     "ready": {"type": "dict"},
+    "wait": {"type": "dict"},
+    "wait_environment": {"type": "dict", "default": {}},
     "systemd": {"type": "dict", "options": {
         "content": {"type": "str"},
         "env_file": {"type": "path"},
@@ -787,6 +814,8 @@ def _launch(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[s
 
 
 STATES = {"status": _status, "stopped": _stop, "running": _launch}
+# seconds that a launch's wait polls the new server: vllm_ready's action plugin waits in steps as long (PROGRESS_EVERY_S)
+WAIT_FOR_S = 10.0
 
 
 def _lock(module: AnsibleModule, given: t.Mapping[str, t.Any]) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
@@ -804,17 +833,28 @@ def _lock(module: AnsibleModule, given: t.Mapping[str, t.Any]) -> t.Tuple[t.Dict
     return locking.run(module, params, read_listener, preflight_reading)
 
 
-def _ready(module: AnsibleModule, given: t.Mapping[str, t.Any]) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
+def _ready(module: AnsibleModule, given: t.Mapping[str, t.Any], option: str = "ready") -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
     """ready: vllm_ready's task instead, with its options (checked as vllm_ready checks them) and its result."""
     # only the ready step's run compiles the wait's, the check's and the mark's code (see _status)
     from ansible_collections.gpuops.fleet.plugins.module_utils._server import ready  # pylint: disable=import-outside-toplevel
     # hidden as vllm_ready's own options would be, even in the failure of a bad option; run() narrows it to the secrets
     module.no_log_values.update(str(leaf) for leaf in ready.no_log_leaves(given))
     try:
-        params = ready.validated(given, "ready.")
+        params = ready.validated(given, option + ".")
     except SpecError as exc:
         return {"changed": False, "msg": str(exc)}, [], True
     return ready.run(module, params)
+
+
+def _wait(module: AnsibleModule, given: t.Mapping[str, t.Any], environment: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+    """wait: vllm_ready's result for the server just launched, polled for at most WAIT_FOR_S unless poll_for says, in
+    ``environment`` (set now: the server started without it)."""
+    from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import use_environment  # pylint: disable=import-outside-toplevel
+    use_environment(environment)
+    hidden = set(module.no_log_values)  # the launch's secrets: the wait narrows what is hidden to its own
+    waited, warnings, failed = _ready(module, dict({"poll_for": WAIT_FOR_S}, **given), "wait")
+    module.no_log_values.update(hidden)
+    return dict(waited, failed=failed, warnings=warnings)
 
 
 def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
@@ -843,6 +883,8 @@ def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]
     except (RecordError, ListenerError, SpecError) as exc:
         result["msg"] = str(exc)
         failed = True
+    if params["wait"] is not None and params["state"] == "running" and not failed and not module.check_mode:
+        result["waited"] = _wait(module, params["wait"], params["wait_environment"])
     result.setdefault("launched", False)
     result.setdefault("stopped", [])
     result.setdefault("log_file", (result.get("record") or {}).get("log_file") or params["log_file"])

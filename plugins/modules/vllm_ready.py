@@ -14,7 +14,7 @@ description:
     the server is ready and generates, (2) with O(check), check that it is the server that was launched (its own workers
     hold its GPUs, with its environment), (3) with O(mark_good), keep its configuration as the last known-good one, (4) with
     O(release_lock), release the run's lock. A failure at any of them leaves the later ones undone (the lock kept, for the
-    undo). They share one module start-up because a restart's budget on the host is six module runs.
+    undo). They share one module start-up because a restart's budget on the host is three module runs.
   - Polls C(GET /health) of the server every O(interval) seconds until it answers HTTP 200, then, with O(model), until
     C(/v1/models) lists that model.
   - Watches the server while it waits (the process O(pid) started at O(create_time), the systemd O(unit), or the container's main
@@ -97,6 +97,13 @@ options:
     description: At most this many seconds in this call; V(0) waits until ready or O(timeout).
     type: float
     default: 0
+  waited:
+    description:
+      - The wait that the launch made in its own module run (RV(gpuops.fleet.vllm_process#module:waited), asked for with
+        O(gpuops.fleet.vllm_process#module:wait)). The action plugin returns it as this task's result when that wait
+        ended (ready, or failed), without running anything on the host; otherwise it waits on from that wait's
+        RV(since). The module itself ignores it.
+    type: dict
   interval:
     description: Seconds between two polls of C(/health).
     type: float

@@ -3,7 +3,7 @@
 """What a restart costs the host in module executions and shows in task results, counted independently of the role.
 
 The host's ansible_python_interpreter is bench/_host_python.py: it runs the real interpreter as a child and logs a line
-per module execution, whatever the role says of itself. A forced restart_vllm.yml of one host makes at most 4 module
+per module execution, whatever the role says of itself. A forced restart_vllm.yml of one host makes at most 3 module
 executions and shows at most 20 task results (the play recap's ok + skipped + failed, at most 3 of them skipped), each step
 once by name; a rerun where nothing changes makes 1 and shows at most 8; both still end with a verified server (its own
 workers hold its GPUs).
@@ -18,9 +18,10 @@ import typing as t
 from pathlib import Path
 
 from ansible_run import ansible_env, BIN, recap, REPO, RESTART, run_playbook
+from gpusim import inventory as sim_inventory
 from gpusim.api import pid_alive, starttime
 from inventories import inventory_for
-from readings import assert_server_owns_gpus
+from readings import assert_server_owns_gpus, environ
 
 
 def _counting_python(tmp_path: Path) -> Path:
@@ -45,7 +46,10 @@ def _role_tasks(output: str) -> t.List[str]:
 
 def test_forced_restart_and_rerun_module_executions(fleet, tmp_path):
     (node,) = fleet("gpu-node-01")
-    inventory = inventory_for(tmp_path, [node], {"gpu-node-01": {"vllm_server_tensor_parallel_size": 2}},
+    # a canary in the modules' environment: the launch's module run waits and checks with it, the server never gets it
+    fleet_env = dict(sim_inventory.host_vars(node.state, node.port)["gpuops_fleet_environment"], GPUOPS_TEST_CANARY="modules-only")
+    inventory = inventory_for(tmp_path, [node], {"gpu-node-01": {"vllm_server_tensor_parallel_size": 2,
+                                                                 "gpuops_fleet_environment": fleet_env}},
                               ansible_python_interpreter=str(_counting_python(tmp_path)))
     log = tmp_path / "modules.jsonl"
     env = ansible_env(GPUOPS_BENCH_MODULE_LOG=str(log), GPUOPS_BENCH_REAL_PYTHON=str(BIN / "python3"))
@@ -60,9 +64,11 @@ def test_forced_restart_and_rerun_module_executions(fleet, tmp_path):
     assert server != first_server and not pid_alive(first_server)
     ran = _modules(log)
     assert "?" not in ran, ran
-    # the lock's run also makes the preflight's reading, the stop's also reclaims; then the launch, and the ready
-    # step with its check, its mark and the release of the lock
-    assert len(ran) <= 4, "a forced restart made %d module executions: %s" % (len(ran), ran)
+    # the lock's run also makes the preflight's reading, the stop's also reclaims, and the launch's also waits for the
+    # new server with the ready step's check, mark and release of the lock (the ready step judges that wait)
+    assert len(ran) <= 3, "a forced restart made %d module executions: %s" % (len(ran), ran)
+    assert fleet_env["LD_LIBRARY_PATH"] != environ(server).get("LD_LIBRARY_PATH")
+    assert "GPUOPS_TEST_CANARY" not in environ(server) and "GPUOPS_TEST_CANARY" not in environ(workers[0])
     # every step still shows by name, with its own result
     for step in ("Lock the server for this run", "Look for holders that a stop would leave", "Stop the server",
                  "Reclaim the server's GPUs", "Every GPU of the server is free", "Launch the server",

@@ -13,6 +13,8 @@ Private to this collection: the API may change without notice.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import (
@@ -25,6 +27,8 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import (
 )
 
 MIB = 1024 * 1024
+# the name nvidia-ml-py loads the library by (dlopen: a library of that soname already loaded is the one it gets)
+LIBRARY = "libnvidia-ml.so.1"
 
 # (type reported for the holder, pynvml function listing that type)
 _PROCESS_LISTS = (
@@ -202,3 +206,21 @@ def renew(session: NvmlSession) -> NvmlSession:
         error = translate(lib, exc)
         raise NvmlError(error.code, "cannot initialise NVML again: " + error.text) from None
     return NvmlSession(lib)
+
+
+def use_environment(environment: t.Mapping[str, t.Any]) -> t.Optional[str]:
+    """Give this process, from now on, a task's ``environment`` (the role's gpuops_fleet_environment) that it did not
+    start with: what it reads and what it starts sees the variables (NVML's, a container runtime's DOCKER_HOST), and
+    since the loader reads LD_LIBRARY_PATH only when a process starts, NVML's library is loaded here from the first of
+    its folders that holds one. Returns that library's path, or None."""
+    for name, value in environment.items():
+        os.environ[str(name)] = str(value)
+    for folder in str(environment.get("LD_LIBRARY_PATH") or "").split(os.pathsep):
+        path = os.path.join(folder, LIBRARY)
+        if folder and os.path.isfile(path):
+            try:
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            except OSError:
+                continue  # not a library this process can load: NVML's own error says so when it is opened
+            return path
+    return None

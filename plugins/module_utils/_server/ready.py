@@ -50,6 +50,8 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "since": {"type": "float"},
     "poll_for": {"type": "float", "default": 0},
     "interval": {"type": "float", "default": 0.1},
+    # the launch's own wait (vllm_process's waited): the action plugin's, ignored here
+    "waited": {"type": "dict"},
     "check": {"type": "dict", "options": {
         "gpus": {"type": "list", "elements": "int", "required": True},
         "tensor_parallel_size": {"type": "int", "required": True},
