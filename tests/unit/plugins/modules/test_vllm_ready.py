@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 
 import pytest
@@ -203,3 +204,69 @@ def test_vllm_process_ready_is_vllm_readys_wait_and_never_shows_the_key(keyed, c
     bad, text = run_printed(vllm_process, {"state_file": str(tmp_path / "s.json"), "ready": dict(args, pid=1, unit="x.service")},
                             capsys)
     assert bad["failed"] and bad["msg"].startswith("ready.") and "pid" in bad["msg"] and KEY not in text, bad
+
+
+def test_vllm_process_launch_waits_for_its_server_in_the_same_run(keyed, capsys, tmp_path):
+    """vllm_process's wait (the role's launch): once the launch succeeded, vllm_ready's wait on the server just launched,
+    watched by its record's PID, in the same module run; the key never shown; the wait's environment set only after the
+    launch (the server never gets it); a bad wait option fails the wait, named under wait., never the launch."""
+    state, log = str(tmp_path / "s.json"), str(tmp_path / "s.log")
+    launch = {"state": "running", "state_file": state, "log_file": log, "config_hash": "h1",
+              "argv": [sys.executable, "-c", "import time; time.sleep(60)"],
+              "wait": {"url": keyed.url, "model": "org/m", "api_key": KEY, "timeout": 10, "mode": "process", "state_file": state},
+              "wait_environment": {"GPUOPS_TEST_WAIT_ONLY": "canary"}}
+    pids = []
+    try:
+        result, text = run_printed(vllm_process, launch, capsys)
+        pids.append(result["pid"])
+        assert result["launched"] and not result.get("failed"), result
+        waited = result["waited"]
+        assert waited["ready"] and waited["failed"] is False and waited["pid"] == result["pid"], waited
+        assert waited["alive"] is True and waited["generation"]["tokens"] == 2 and KEY not in text
+        assert ("POST /v1/completions", "Bearer " + KEY) in asked(keyed)
+        assert b"GPUOPS_TEST_WAIT_ONLY" not in environ_of(result["pid"])
+        # the module ran in this process (run_printed): the wait had the environment, set after the launch
+        assert os.environ.get("GPUOPS_TEST_WAIT_ONLY") == "canary"
+    finally:
+        os.environ.pop("GPUOPS_TEST_WAIT_ONLY", None)
+        stop_recorded(state)
+    bad = dict(launch, state_file=str(tmp_path / "t.json"), wait=dict(launch["wait"], pid=1, unit="x.service", mode=None))
+    try:
+        result, text = run_printed(vllm_process, bad, capsys)
+        pids.append(result["pid"])
+        assert result["launched"] and result["waited"]["failed"] and result["waited"]["msg"].startswith("wait."), result
+        assert KEY not in text
+    finally:
+        os.environ.pop("GPUOPS_TEST_WAIT_ONLY", None)
+        stop_recorded(str(tmp_path / "t.json"))
+    for pid in pids:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_check_mode_launch_waits_for_nothing(keyed, capsys, tmp_path):
+    launch = {"state": "running", "state_file": str(tmp_path / "s.json"), "log_file": str(tmp_path / "s.log"),
+              "argv": [sys.executable, "-c", "pass"], "wait": {"url": keyed.url, "timeout": 10}, "_ansible_check_mode": True}
+    result, _text = run_printed(vllm_process, launch, capsys)
+    assert result["changed"] and "waited" not in result and not keyed.seen, result
+
+
+def environ_of(pid):
+    with open("/proc/%d/environ" % pid, "rb") as handle:
+        return handle.read()
+
+
+def stop_recorded(state_file):
+    """End the process that the record at ``state_file`` names, by its PID and start time (it is not this test's child)."""
+    try:
+        with open(state_file) as handle:
+            record = json.load(handle)
+    except FileNotFoundError:
+        return
+    try:
+        proc = psutil.Process(record["pid"])
+        if abs(proc.create_time() - record["create_time"]) < 0.05:
+            proc.kill()
+            proc.wait(10)
+    except psutil.Error:
+        pass
+

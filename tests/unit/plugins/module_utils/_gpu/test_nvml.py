@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import ctypes
 import inspect
+import os
 
 import pytest
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._gpu import nvml
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import Holder, Memory, open_nvml
 from ansible_collections.gpuops.fleet.tests.unit.plugins.fake_pynvml import device, FakeNvml, proc
@@ -127,3 +130,27 @@ def test_release_without_library_mismatch_error_still_maps_nvml_errors(monkeypat
         with pytest.raises(NvmlError) as caught:
             session.uuid(0)
     assert caught.value.code == 15
+
+
+def test_use_environment_sets_the_variables_and_loads_the_library_from_the_first_folder_that_has_one(tmp_path, monkeypatch):
+    """A task's environment given once a process runs: its variables from now on; NVML's library from LD_LIBRARY_PATH's
+    folders (the loader read that variable only at the start), skipping a folder without one and a file it cannot load."""
+    loaded = []
+
+    def cdll(path, mode=0):
+        if open(path).read() == "not a library":
+            raise OSError("%s: invalid ELF header" % path)
+        loaded.append((path, mode))
+    monkeypatch.setattr(nvml.ctypes, "CDLL", cdll)
+    empty, broken, good, later = (tmp_path / name for name in ("empty", "broken", "good", "later"))
+    for folder in (empty, broken, good, later):
+        folder.mkdir()
+    (broken / nvml.LIBRARY).write_text("not a library")
+    (good / nvml.LIBRARY).write_text("lib")
+    (later / nvml.LIBRARY).write_text("lib")
+    monkeypatch.delenv("GPUOPS_TEST_LATE", raising=False)
+    monkeypatch.setenv("LD_LIBRARY_PATH", os.environ.get("LD_LIBRARY_PATH", ""))  # restored after the test
+    path = nvml.use_environment({"GPUOPS_TEST_LATE": 1, "LD_LIBRARY_PATH": ":".join(map(str, ("", empty, broken, good, later)))})
+    assert path == str(good / nvml.LIBRARY) and loaded == [(path, ctypes.RTLD_GLOBAL)]
+    assert os.environ["GPUOPS_TEST_LATE"] == "1"
+    assert nvml.use_environment({"GPUOPS_TEST_LATE": "2"}) is None and len(loaded) == 1 and os.environ["GPUOPS_TEST_LATE"] == "2"
