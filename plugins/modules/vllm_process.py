@@ -569,7 +569,7 @@ reclaim:
 waited:
   description:
     - With O(state=running) and O(wait), once the launch succeeded, M(gpuops.fleet.vllm_ready)'s result (its keys, as that
-      module returns them: RV(gpuops.fleet.vllm_ready#module:ready), RV(gpuops.fleet.vllm_ready#module:since),
+      module returns them, RV(gpuops.fleet.vllm_ready#module:ready), RV(gpuops.fleet.vllm_ready#module:since),
       RV(gpuops.fleet.vllm_ready#module:check) and the others), with C(failed) and C(warnings) (a list of strings).
   returned: when O(wait) is given, O(state=running), the launch succeeded and not in check mode
   type: dict

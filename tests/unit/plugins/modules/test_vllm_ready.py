@@ -269,4 +269,3 @@ def stop_recorded(state_file):
             proc.wait(10)
     except psutil.Error:
         pass
-
