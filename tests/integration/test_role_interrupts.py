@@ -17,6 +17,7 @@ import http.client
 import json
 import os
 import pwd
+import re
 import signal
 import socket
 import subprocess
@@ -202,7 +203,9 @@ def _start_health_wait(host, tmp_path, streams):
 
     def waiting(run) -> bool:
         pid = server_pid(host)
-        return state.exists() and pid is not None and pid_alive(pid) and health(host.port) != 200 and run.module_runs("vllm_process", "ready")
+        # the launch's own module run waits first (its wait option), then the ready step's runs (their ready option)
+        return state.exists() and pid is not None and pid_alive(pid) and health(host.port) != 200 and (
+            run.module_runs("vllm_process", "wait") or run.module_runs("vllm_process", "ready"))
     return inventory, waiting
 
 
@@ -238,8 +241,8 @@ def test_rerun_right_after_an_interrupted_run_goes_ahead(node, tmp_path, point, 
         deadline = time.monotonic() + 150
         while any(pid_alive(pid) and starttime(pid) == start for pid, start in run.seen.items()) and time.monotonic() < deadline:
             time.sleep(0.2)
-        # the ready step's call releases the lock itself once the server is ready and checked: killed during the health
-        # wait, that call may still finish the job; killed earlier, the lock stays until a rerun takes it over
+        # the launch's or the ready step's call releases the lock itself once the server is ready and checked: killed during
+        # the health wait, that call may still finish the job; killed earlier, the lock stays until a rerun takes it over
         left_locked = lock_file(node).exists()
         assert left_locked or point == "health wait", "the %s's call released a lock it must keep" % point
 
@@ -277,6 +280,9 @@ def test_concurrent_run_is_refused_naming_the_holder_and_how_to_override(node, t
                 "Not taken over automatically: its ansible-playbook PID %d still runs" % first.proc.pid):
             assert needle in text, "%r not in %s" % (needle, text[-3000:])
         assert first.proc.wait(timeout=240) == 0, first.output()[-3000:]
+        # a server that the launch's own wait (10 s) did not see ready is waited on by the ready step, saying so
+        assert re.search(r"\[%s\] waiting for http://127\.0\.0\.1:%d/health: .* after 1\d s" % (node.name, node.port),
+                         first.output()), first.output()[-3000:]
     finally:
         first.cleanup()
     assert_one_healthy_server(node, [0], 1)
