@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 import os
-from typing import List, Mapping, Optional, Tuple
+from typing import Callable, List, Mapping, Optional, Tuple
 
 DEFAULT_MAX_MODEL_LEN = 32768
 DEFAULT_BLOCK_SIZE = 16
@@ -28,6 +28,13 @@ class ServerArgs:  # pylint: disable=too-many-instance-attributes
     block_size: int = DEFAULT_BLOCK_SIZE  # tokens per KV-cache block
     enable_prefix_caching: bool = True  # vLLM V1's default
     num_gpu_blocks_override: Optional[int] = None
+    # one server across hosts (_multinode.py): its shape, this node's place in it, and where its head is
+    nodes: Optional["NodeArgs"] = None
+
+    @property
+    def local_workers(self) -> int:
+        """The workers this node runs: all of them on one host, else this node's share."""
+        return self.nodes.local_workers if self.nodes is not None else self.tensor_parallel_size
 
     @property
     def num_gpu_blocks(self) -> int:
@@ -35,6 +42,23 @@ class ServerArgs:  # pylint: disable=too-many-instance-attributes
         if self.num_gpu_blocks_override is not None:
             return self.num_gpu_blocks_override
         return KV_CACHE_SEQUENCES * -(-self.max_model_len // self.block_size)
+
+
+@dataclass(frozen=True)
+class NodeArgs:
+    """A node of a server that spans hosts, in either of vLLM's two shapes: one engine across hosts (--nnodes,
+    --node-rank, --master-addr, --master-port: tensor x pipeline parallel, each node a share of the workers) or data
+    parallel across hosts (--data-parallel-size, -size-local, -address, -rpc-port, -start-rank: each node its local
+    replicas of tensor_parallel_size workers). ``rank`` is what a headless node joins the head with (its node rank, or
+    its first data-parallel rank); ``peers`` are the ranks the head waits for."""
+
+    shape: str  # "nodes" or "data-parallel"
+    head: bool
+    rank: int
+    address: str
+    port: int
+    local_workers: int
+    peers: Tuple[int, ...]
 
 
 def _parser(prog: str, positional_model: bool) -> argparse.ArgumentParser:
@@ -53,7 +77,49 @@ def _parser(prog: str, positional_model: bool) -> argparse.ArgumentParser:
     parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE)
     parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--num-gpu-blocks-override", type=int, default=None)
+    parser.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
+    parser.add_argument("--headless", action="store_true")
+    parser.add_argument("--nnodes", type=int, default=1)
+    parser.add_argument("--node-rank", type=int, default=0)
+    parser.add_argument("--master-addr", default="127.0.0.1")
+    parser.add_argument("--master-port", type=int, default=None)
+    parser.add_argument("--data-parallel-size", "-dp", type=int, default=1)
+    parser.add_argument("--data-parallel-size-local", "-dpl", type=int, default=None)
+    parser.add_argument("--data-parallel-address", "-dpa", default=None)
+    parser.add_argument("--data-parallel-rpc-port", "-dpp", type=int, default=None)
+    parser.add_argument("--data-parallel-start-rank", "-dpr", type=int, default=0)
     return parser
+
+
+def node_args(known: argparse.Namespace, error: Callable[[str], None]) -> Optional[NodeArgs]:
+    """This node's place in a server across hosts, or None for a server on one host; ``error`` refuses a shape vLLM
+    would refuse (its message names the flag)."""
+    if known.nnodes > 1:
+        world = known.tensor_parallel_size * known.pipeline_parallel_size
+        if known.master_port is None:
+            error("--master-port is required with --nnodes > 1")
+        if not 0 <= known.node_rank < known.nnodes:
+            error("--node-rank must be in [0, --nnodes)")
+        if world % known.nnodes:
+            error("--tensor-parallel-size x --pipeline-parallel-size (%d) must be a multiple of --nnodes (%d)" % (world, known.nnodes))
+        head = known.node_rank == 0 and not known.headless
+        return NodeArgs("nodes", head, known.node_rank, known.master_addr, known.master_port, world // known.nnodes,
+                        tuple(range(1, known.nnodes)) if head else ())
+    local = known.data_parallel_size_local
+    if known.data_parallel_size > 1 and local is not None and local < known.data_parallel_size:
+        if known.data_parallel_address is None or known.data_parallel_rpc_port is None:
+            error("--data-parallel-address and --data-parallel-rpc-port are required across hosts")
+        if local < 1 or known.data_parallel_size % local:
+            error("--data-parallel-size (%d) must be a multiple of --data-parallel-size-local (%d)" % (known.data_parallel_size, local))
+        head = not known.headless
+        if head and known.data_parallel_start_rank != 0:
+            error("--data-parallel-start-rank must be 0 on the node that serves the API (not --headless)")
+        return NodeArgs("data-parallel", head, known.data_parallel_start_rank, known.data_parallel_address,
+                        known.data_parallel_rpc_port, local * known.tensor_parallel_size,
+                        tuple(range(local, known.data_parallel_size, local)) if head else ())
+    if known.headless:
+        error("--headless needs --nnodes > 1, or --data-parallel-size-local below --data-parallel-size")
+    return None
 
 
 def api_keys(given: Optional[List[List[str]]], env: Mapping[str, str]) -> Tuple[str, ...]:
@@ -81,4 +147,4 @@ def parse_server_args(argv: List[str], prog: str, positional_model: bool,
     return ServerArgs(model, known.tensor_parallel_size, known.gpu_memory_utilization, known.host, known.port,
                       names, known.max_model_len, api_keys(known.api_key, os.environ if env is None else env),
                       block_size=known.block_size, enable_prefix_caching=known.enable_prefix_caching,
-                      num_gpu_blocks_override=known.num_gpu_blocks_override)
+                      num_gpu_blocks_override=known.num_gpu_blocks_override, nodes=node_args(known, parser.error))

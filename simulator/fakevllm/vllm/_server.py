@@ -9,7 +9,9 @@ once every worker holds its GPU and the simulated start-up delay has passed.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
 from typing import Optional
 
@@ -17,6 +19,7 @@ from vllm import __version__, _simhost
 from vllm._args import ServerArgs
 from vllm._http import Serving, start_http, stop_http
 from vllm._knobs import KnobError, Knobs, read_knobs
+from vllm._multinode import Rendezvous, join_head
 from vllm._proctree import Supervisor, log, start_child
 from vllm.v1.engine.core import engine_core_args
 from vllm.v1.executor.multiproc_executor import start_workers
@@ -28,17 +31,22 @@ from gpusim.statedir import StateDir
 
 
 class Readiness:
-    """Ready = every worker of this tree holds its GPU, the start-up delay is over, no start-up fault."""
+    """Ready = every worker of this tree holds its GPU, the start-up delay is over, no start-up fault, and, for a
+    server across hosts, every other rank joined and is still there."""
 
-    def __init__(self, state: StateDir, args: ServerArgs, knobs: Knobs, started: float) -> None:
+    def __init__(self, state: StateDir, args: ServerArgs, knobs: Knobs, started: float,
+                 rendezvous: Optional[Rendezvous] = None) -> None:
         self.state = state
-        self.workers = args.tensor_parallel_size
+        self.workers = args.local_workers
         self.ready_at = started + knobs.startup_delay_s
         self.never = knobs.fail_at_start is not None
+        self.rendezvous = rendezvous
         self._held = False
 
     def __call__(self) -> bool:
         if self.never or time.monotonic() < self.ready_at:
+            return False
+        if self.rendezvous is not None and not self.rendezvous.complete():
             return False
         if not self._held:
             self._held = self._workers_hold()
@@ -91,29 +99,65 @@ def run_server(args: ServerArgs) -> int:
         log(f"APIServer: {error}", level="ERROR")
         return 1
     record_self(state, ROLE_API_SERVER)
+    nodes = args.nodes
     log(f"vLLM API server version {__version__} (simulated), model {args.model},"
-        f" tensor_parallel_size={args.tensor_parallel_size}")
+        f" tensor_parallel_size={args.tensor_parallel_size}"
+        + (f", {nodes.shape} across hosts, {'head' if nodes.head else 'headless'} rank {nodes.rank}" if nodes else ""))
     supervisor = Supervisor("APIServer")
-    if args.port is not None:
-        serving = Serving(args, knobs, Readiness(state, args, knobs, started))
+    stopping = threading.Event()
+    supervisor.on_stop(stopping.set)
+    rendezvous: Optional[Rendezvous] = None
+    if nodes is not None and nodes.head:
         try:
-            server = start_http(serving, args.host, args.port)
+            rendezvous = Rendezvous(nodes.address, nodes.port, nodes.peers)
         except OSError as error:
-            log(f"APIServer: OSError: [Errno {error.errno}] error while attempting to bind on address"
-                f" ({args.host!r}, {args.port}): {error.strerror}", level="ERROR")
+            log(f"APIServer: cannot listen for the other ranks on {nodes.address}:{nodes.port}: {error}", level="ERROR")
             return 1
-        supervisor.on_stop(lambda: stop_http(server))
-        log(f"APIServer: listening on http://{args.host}:{args.port} (ready once the engine is up)")
-        if args.api_keys:
-            log("APIServer: /v1/* answers only requests with an API key (Authorization: Bearer)")
+        supervisor.on_stop(rendezvous.close)
+        log(f"APIServer: waiting for ranks {list(nodes.peers)} at {nodes.address}:{nodes.port}")
+    if nodes is not None and not nodes.head:
+        # no API (the head serves it); the rank joins once its own workers are up
+        join_head(nodes.address, nodes.port, nodes.rank, Readiness(state, args, knobs, started), stopping)
+    elif args.port is not None:
+        serving = Serving(args, knobs, Readiness(state, args, knobs, started, rendezvous))
+        if rendezvous is None:
+            if not _serve(serving, args, supervisor):
+                return 1
+        else:  # the head listens once every rank joined
+            threading.Thread(target=_serve_when_joined, args=(rendezvous, serving, args, supervisor, stopping),
+                             daemon=True).start()
     if _simhost.engine_core_enabled():
-        core_args = engine_core_args(args.tensor_parallel_size, args.gpu_memory_utilization)
+        core_args = engine_core_args(args.local_workers, args.gpu_memory_utilization)
         supervisor.adopt([start_child("vllm.v1.engine.core", core_args)])
     else:
-        supervisor.adopt(start_workers(args.tensor_parallel_size, args.gpu_memory_utilization))
+        supervisor.adopt(start_workers(args.local_workers, args.gpu_memory_utilization))
     fail_at: Optional[float] = None
     if knobs.fail_at_start == "crash":
         fail_at = started + knobs.fail_after_s
     elif knobs.fail_at_start == "hang":
         log("APIServer: waiting for the engine to become ready ...")
     return supervisor.run(fail_at=fail_at, on_fail=lambda: crash_report(knobs))
+
+
+def _serve(serving: Serving, args: ServerArgs, supervisor: Supervisor) -> bool:
+    """Bind the API's port and serve it until the tree goes down; False (said in the log) when the port is taken."""
+    try:
+        server = start_http(serving, args.host, args.port)
+    except OSError as error:
+        log(f"APIServer: OSError: [Errno {error.errno}] error while attempting to bind on address"
+            f" ({args.host!r}, {args.port}): {error.strerror}", level="ERROR")
+        return False
+    supervisor.on_stop(lambda: stop_http(server))
+    log(f"APIServer: listening on http://{args.host}:{args.port} (ready once the engine is up)")
+    if args.api_keys:
+        log("APIServer: /v1/* answers only requests with an API key (Authorization: Bearer)")
+    return True
+
+
+def _serve_when_joined(rendezvous: Rendezvous, serving: Serving, args: ServerArgs, supervisor: Supervisor,
+                       stopping: threading.Event) -> None:
+    while not stopping.is_set():
+        if rendezvous.wait_complete(timeout=0.5):
+            if not stopping.is_set() and not _serve(serving, args, supervisor):
+                os.kill(os.getpid(), signal.SIGTERM)  # the port is taken: the tree goes down, as one that cannot bind
+            return
