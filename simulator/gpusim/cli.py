@@ -44,7 +44,8 @@ def cmd_vllm(state: StateDir, args: argparse.Namespace) -> int:
     gpus = parse_gpu_list(args.gpus) if args.gpus else list(range(args.first_gpu, args.first_gpu + args.tp))
     spec = TreeSpec(gpus=gpus, worker_mib=args.mib, engine_core=args.engine_core, entrypoint=args.entrypoint,
                     model=args.model, ignore_sigterm=args.ignore_sigterm, port=args.port,
-                    wrapper=args.wrapper, sibling=args.sibling)
+                    wrapper=args.wrapper, sibling=args.sibling,
+                    serve_args=tuple(args.serve_args[1:] if args.serve_args[:1] == ["--"] else args.serve_args))
     _print_json(spawn_vllm(state, spec))
     return 0
 
@@ -177,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--wrapper", metavar="TITLE",
                      help="start the server below a wrapper with this title, which stays (see gpusim/wrapper.py)")
     cmd.add_argument("--sibling", metavar="TITLE", help="and a process beside the server, below the wrapper")
+    cmd.add_argument("serve_args", nargs=argparse.REMAINDER,
+                     help="after --, more of the server's flags (one server across hosts: --nnodes 2 --node-rank 1 --headless ...)")
 
     cmd = command("stuck", cmd_stuck, "a holder whose memory survives any signal (a zombie)")
     cmd.add_argument("--gpu", type=int, required=True)

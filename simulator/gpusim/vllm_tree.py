@@ -35,6 +35,7 @@ class TreeSpec:
     wrapper: Optional[str] = None  # a title: the server runs below a wrapper that names it (see wrapper.py)
     sibling: Optional[str] = None  # a title: a process beside the server, below the wrapper
     env: Dict[str, str] = field(default_factory=dict)  # more environment for the tree (fake vLLM knobs)
+    serve_args: Tuple[str, ...] = ()  # more of the server's flags (one server across hosts: --nnodes ... --headless)
 
 
 def parse_gpu_list(text: str) -> List[int]:
@@ -55,9 +56,10 @@ def server_argv(spec: TreeSpec) -> List[str]:
     """The API server's command line, exactly as an operator would type it."""
     tp = ["--tensor-parallel-size", str(len(spec.gpus))]
     port = ["--port", str(spec.port)] if spec.port is not None else []
+    more = list(spec.serve_args)
     if spec.entrypoint == "serve":
-        return [python3(), str(FAKEVLLM_DIR / "bin" / "vllm"), "serve", spec.model] + tp + port
-    return [python3(), "-m", "vllm.entrypoints.openai.api_server", "--model", spec.model] + tp + port
+        return [python3(), str(FAKEVLLM_DIR / "bin" / "vllm"), "serve", spec.model] + tp + port + more
+    return [python3(), "-m", "vllm.entrypoints.openai.api_server", "--model", spec.model] + tp + port + more
 
 
 def tree_env(state: StateDir, spec: TreeSpec) -> Dict[str, str]:

@@ -92,6 +92,8 @@ def make_fleet(fleet_base: Path) -> t.Iterator[t.Callable[..., Fleet]]:
         for node in fleet.rec.nodes:
             if netns_exists(node.netns) or link_exists(node.veth):
                 problems.append("%s: %s / %s left" % (node.name, node.netns, node.veth))
+        if fleet.rec.fabric_netns and netns_exists(fleet.rec.fabric_netns):
+            problems.append("the network between the nodes: %s left" % fleet.rec.fabric_netns)
             problems += ["%s: PID %d (%s) alive" % (node.name, p.pid, p.what) for p in node.procs if alive(p.pid, p.starttime)]
     reap_orphans()
     assert not problems, "fleet teardown: %s" % problems

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 from fleetlib import Fleet, ansible_env, BIN, lifecycle
 from gpusim.fleet import record
@@ -114,3 +115,27 @@ def test_stop_sshd_makes_a_node_unreachable_and_start_brings_it_back(make_fleet,
     run = subprocess.run([str(BIN / "ansible"), "-i", str(inventory), "gpu_nodes", "-m", "ansible.builtin.ping"],
                          env=ansible_env(), capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 0, run.stdout
+
+
+def test_one_server_spans_two_nodes_over_the_network_between_them(make_fleet):
+    """The nodes reach each other on a bridge of the fleet's own (not through the machine): a fake vLLM head on node 1
+    listens for its other rank on its fabric address, and serves its API only once node 2's headless rank joined."""
+    fleet = make_fleet(2)
+    one, two = fleet.rec.nodes
+    assert netns_exists(fleet.rec.fabric_netns) and one.fabric_ip != two.fabric_ip
+    machine = ip("-o", "addr", "show").stdout
+    assert one.fabric_ip not in machine and two.fabric_ip not in machine  # the machine has no address on it
+    rendezvous = ["--nnodes", "2", "--master-addr", one.fabric_ip, "--master-port", "29500", "--tensor-parallel-size", "2"]
+    fleet.gpusim_json(one.name, "vllm", "--gpus", "0", "--mib", "1000", "--port", "8000", "--entrypoint", "serve", "--",
+                      "--host", "0.0.0.0", "--node-rank", "0", *rendezvous)
+    assert fleet.health(one.name, 8000) == -1  # the head waits for rank 1 before it listens
+    fleet.gpusim_json(two.name, "vllm", "--gpus", "0", "--mib", "1000", "--entrypoint", "serve", "--",
+                      "--node-rank", "1", "--headless", *rendezvous)
+    deadline = time.monotonic() + 30
+    while fleet.health(one.name, 8000) != 200 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert fleet.health(one.name, 8000) == 200
+    assert fleet.used(one.name)[0] == 1000 and fleet.used(two.name)[0] == 1000  # each node's own worker
+    fabric = fleet.rec.fabric_netns
+    lifecycle.down(fleet.rec)
+    assert not netns_exists(fabric)

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from gpusim.fleet import nodefiles
 from gpusim.fleet.record import (
-    MAX_NODES, NETNS_PREFIX, SUBNET_FIRST_OCTETS, FleetRecord, NodeRecord, ProcEntry, load, node_addresses, node_names,
+    FABRIC_FIRST_OCTETS, MAX_NODES, NETNS_PREFIX, SUBNET_FIRST_OCTETS, FleetRecord, NodeRecord, ProcEntry, fabric_address,
+    fabric_names, load, node_addresses, node_names,
 )
 from gpusim.fleet.system import (
     FleetError, address_in_use, alive, ip, kill_and_wait, link_exists, netns_exists, netns_pids, signal_recorded,
@@ -47,7 +48,7 @@ def _claim_fleet_number(first_node: int) -> int:
     for number in range(256):
         if any(name.startswith("%s%d-" % (NETNS_PREFIX, number)) for name in taken):
             continue
-        if address_in_use("%s.%d." % (SUBNET_FIRST_OCTETS, number)):
+        if address_in_use("%s.%d." % (SUBNET_FIRST_OCTETS, number)) or address_in_use("%s.%d." % (FABRIC_FIRST_OCTETS, number)):
             continue
         netns, _veth = node_names(number, first_node)
         if ip("netns", "add", netns, check=False).returncode == 0:
@@ -64,6 +65,27 @@ def _create_network(node: NodeRecord, created_netns: bool) -> None:
     ip("-n", node.netns, "addr", "add", node.node_ip + "/30", "dev", "eth0")
     ip("-n", node.netns, "link", "set", "eth0", "up")
     ip("-n", node.netns, "link", "set", "lo", "up")
+
+
+def _create_fabric(rec: FleetRecord) -> None:
+    """The network between the nodes: a bridge in a namespace of the fleet's own (nothing of the machine's network
+    changes, no forwarding is turned on)."""
+    netns, bridge = fabric_names(rec.fleet)
+    rec.fabric_netns = netns
+    rec.save()
+    ip("netns", "add", netns)
+    ip("-n", netns, "link", "add", bridge, "type", "bridge")
+    ip("-n", netns, "link", "set", bridge, "up")
+
+
+def _join_fabric(rec: FleetRecord, node: NodeRecord) -> None:
+    """The node's eth1, on the fabric's bridge, at its fabric address."""
+    _netns, bridge = fabric_names(rec.fleet)
+    port = "n%d" % node.index
+    ip("-n", node.netns, "link", "add", "eth1", "type", "veth", "peer", "name", port, "netns", rec.fabric_netns)
+    ip("-n", rec.fabric_netns, "link", "set", port, "master", bridge, "up")
+    ip("-n", node.netns, "addr", "add", node.fabric_ip + "/24", "dev", "eth1")
+    ip("-n", node.netns, "link", "set", "eth1", "up")
 
 
 def _start_node(rec: FleetRecord, node: NodeRecord, config: Path) -> None:
@@ -141,11 +163,15 @@ def up(directory: Path, nodes: int, gpus: int = 8, python: t.Optional[str] = Non
             netns, veth = node_names(number, index)
             host_ip, node_ip = node_addresses(number, index)
             node = NodeRecord(name=node_name(index), index=index, netns=netns, veth=veth, host_ip=host_ip,
-                              node_ip=node_ip, dir=str(directory / "nodes" / node_name(index)))
+                              node_ip=node_ip, dir=str(directory / "nodes" / node_name(index)),
+                              fabric_ip=fabric_address(number, index))
             rec.nodes.append(node)
             rec.save()
             node.path.mkdir(parents=True)
             _create_network(node, created_netns=index == 1)
+            if index == 1:
+                _create_fabric(rec)
+            _join_fabric(rec, node)
             _gpusim(rec, "create", "--state", str(node.gpu_state), "--gpus", str(gpus))
             _start_node(rec, node, nodefiles.prepare(node, public_key, python, reach=[directory, REPO]))
         for node in rec.nodes:
@@ -196,6 +222,11 @@ def down(rec: FleetRecord) -> t.List[str]:
             ip("link", "delete", node.veth, check=False)
         if link_exists(node.veth) or netns_exists(node.netns):
             problems.append("%s: %s or %s is left" % (node.name, node.netns, node.veth))
+    if rec.fabric_netns and netns_exists(rec.fabric_netns):
+        # its ports went with the nodes' namespaces (each the peer of a node's eth1); nothing else runs in it
+        proc = ip("netns", "delete", rec.fabric_netns, check=False)
+        if proc.returncode != 0 or netns_exists(rec.fabric_netns):
+            problems.append("ip netns delete %s: %s" % (rec.fabric_netns, proc.stderr.strip()))
     if problems:
         raise FleetError("fleet %s: teardown incomplete: %s" % (rec.dir, "; ".join(problems)))
     (rec.path / "fleet.json").unlink()
@@ -244,7 +275,8 @@ def status(rec: FleetRecord) -> t.List[t.Dict[str, t.Any]]:
     for node in rec.nodes:
         init = node.init_proc()
         rows.append({
-            "name": node.name, "address": node.node_ip, "netns": node.netns, "veth": node.veth,
+            "name": node.name, "address": node.node_ip, "fabric_address": node.fabric_ip, "netns": node.netns,
+            "veth": node.veth,
             "init_pid": init.pid if init else None,
             "running": bool(init and alive(init.pid, init.starttime)),
             "sshd": ssh_banner(node.node_ip, timeout=1.0),

@@ -15,6 +15,9 @@ RECORD_NAME = "fleet.json"
 NETNS_PREFIX = "gpuops-f"
 VETH_PREFIX = "gpuops"
 SUBNET_FIRST_OCTETS = "10.213"
+# the network between the nodes (one server across hosts: its ranks meet there): a bridge in a namespace of the fleet's
+# own, each node's eth1 on it at 10.214.<fleet>.<index>/24
+FABRIC_FIRST_OCTETS = "10.214"
 MAX_NODES = 63
 
 
@@ -37,6 +40,7 @@ class NodeRecord:
     node_ip: str
     dir: str
     procs: t.List[ProcEntry] = field(default_factory=list)
+    fabric_ip: str = ""  # the node's address on the network between the nodes (eth1)
 
     @property
     def path(self) -> Path:
@@ -58,6 +62,7 @@ class FleetRecord:
     repo: str
     gpus: int = 8
     nodes: t.List[NodeRecord] = field(default_factory=list)
+    fabric_netns: str = ""  # the namespace that holds the bridge between the nodes
 
     @property
     def path(self) -> Path:
@@ -95,3 +100,13 @@ def node_addresses(fleet: int, index: int) -> t.Tuple[str, str]:
     """(machine side, node side) of the node's /30: 10.213.<fleet>.<4 x index + 1 / + 2>."""
     base = 4 * index
     return ("%s.%d.%d" % (SUBNET_FIRST_OCTETS, fleet, base + 1), "%s.%d.%d" % (SUBNET_FIRST_OCTETS, fleet, base + 2))
+
+
+def fabric_names(fleet: int) -> t.Tuple[str, str]:
+    """(the fabric's namespace, its bridge) of fleet <fleet>."""
+    return "%s%d-fabric" % (NETNS_PREFIX, fleet), "br0"
+
+
+def fabric_address(fleet: int, index: int) -> str:
+    """Node <index>'s address on the network between the nodes: 10.214.<fleet>.<index> (a /24)."""
+    return "%s.%d.%d" % (FABRIC_FIRST_OCTETS, fleet, index)
