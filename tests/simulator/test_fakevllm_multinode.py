@@ -58,8 +58,8 @@ def shapes(rendezvous: int) -> List[Tuple[str, Tuple[str, ...], Tuple[str, ...]]
 
 
 @pytest.mark.parametrize("shape", ["nodes", "data-parallel"])
-def test_head_serves_once_the_other_rank_joined_and_503_once_it_is_gone(simhost: SimHost, servers: FakeServers,
-                                                                          second: FakeServers, shape: str) -> None:
+def test_head_serves_once_the_other_rank_joined_and_503_once_it_is_gone(
+        simhost: SimHost, servers: FakeServers, second: FakeServers, shape: str) -> None:
     _name, head_args, headless_args = dict((s[0], s) for s in shapes(free_port()))[shape]
     head = servers.start(gpus="0", args=head_args)
     assert wait_for(lambda: used_mib(simhost)[0] > 0, timeout=20), head.log_text()  # its own worker holds its GPU
