@@ -164,6 +164,27 @@ def test_a_server_started_by_hand_in_a_shell_is_taken_over_and_its_shell_lives_o
     assert canaries.alive(), canaries.dead()
 
 
+def test_a_server_on_a_ray_cluster_is_refused_by_name_and_nothing_is_stopped(make_host, tmp_path):
+    """A hand-started server whose engine runs on a Ray cluster (--distributed-executor-backend ray): the role cannot end
+    what Ray runs for it, so the run is refused before anything stops, naming the server and the way out."""
+    node = hosts_with_ports(make_host, "gpu-node-01")[0]
+    inventory = inventory_for(tmp_path, node)
+    ray = FakeVllm(node, tmp_path / "ray.log", gpus="0,1", port=node.port, worker_mib=WORKER_MIB, model="zai-org/GLM-5-GGUF",
+                   args=["--distributed-executor-backend", "ray"])
+    shell = start_in_bash(ray.argv, ray.env, tmp_path / "ray-shell.log")
+    try:
+        _shell_start, old, old_tree = serving_under(shell, node)
+        before = node.snapshot()
+        run = run_playbook(RESTART, inventory)
+        text = flat(run.stdout)
+        assert run.returncode != 0 and "nothing was stopped" in text, text[-3000:]
+        assert "PID %d (" % old in text and "runs on a Ray cluster (--distributed-executor-backend ray)" in text, text[-3000:]
+        assert alive(old_tree) == list(old_tree) and listening_pid(node.port) == old and node.snapshot() == before
+        assert not list((node.state / "role").glob("*.lock")), "the refused run left its lock"
+    finally:
+        end(shell)
+
+
 @pytest.fixture
 def tmux(tmp_path):
     """A tmux server of this test's own (its own socket), killed at the end whatever happens."""

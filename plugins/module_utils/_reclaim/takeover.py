@@ -23,6 +23,7 @@ from __future__ import annotations
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
+from ansible_collections.gpuops.fleet.plugins.module_utils._vllm_flags import runs_on_ray
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import listener as _listener
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import KUBERNETES, container_of, is_port_publisher, starts_again
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.procfs import PROC
@@ -186,6 +187,12 @@ def refusal(info: t.Mapping[str, t.Any], port: int, stop_units: bool = False) ->
     if not info["vllm"]:
         return "port %d is held by %s, which is not a vLLM server: it is not stopped; stop it or choose another vllm_server_port" % (
             port, who)
+    if runs_on_ray(info.get("cmdline") or []):
+        return ("port %d is held by the vLLM server %s, which runs on a Ray cluster (--distributed-executor-backend ray): "
+                "the role never signals Ray's processes (its raylet and workers, on this host and others), so it can "
+                "neither stop that server whole nor prove its GPUs free; stop it through Ray (end the job that started it, "
+                "or ray stop on each of its nodes), then rerun; across hosts, serve without Ray (vLLM's own multiprocessing "
+                "backend, --distributed-executor-backend mp)" % (port, who))
     box = info.get("container") or {}
     if info["how"] == _listener.CONTAINER and box.get("runtime") == KUBERNETES:
         return ("port %d is held by the vLLM server %s: the kubelet runs this pod and starts what it runs again; change "

@@ -18,6 +18,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import regexes
+from ansible_collections.gpuops.fleet.plugins.module_utils._vllm_flags import runs_on_ray
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.values import to_float, to_int, to_json
 
 Rule = t.Callable[[t.Mapping[str, t.Any], t.List[int]], t.Optional[str]]
@@ -110,6 +111,14 @@ def _model(variables: t.Mapping[str, t.Any], _gpus: t.List[int]) -> t.Optional[s
             " vllm_server_state=stopped" % to_json(variables.get("vllm_server_model")))
 
 
+def _not_on_ray(variables: t.Mapping[str, t.Any], _gpus: t.List[int]) -> t.Optional[str]:
+    if not runs_on_ray(list(variables.get("vllm_server_command") or []) + list(variables.get("vllm_server_args") or [])):
+        return None
+    return ("vllm_server_args: --distributed-executor-backend ray runs the server on a Ray cluster, which this role does not"
+            " manage: it never signals Ray's processes, so it could neither stop such a server whole nor prove its GPUs free;"
+            " leave the backend to vLLM (one host) or serve across hosts with --distributed-executor-backend mp")
+
+
 def _no_nul_words(variables: t.Mapping[str, t.Any], _gpus: t.List[int]) -> t.Optional[str]:
     words = [str(word) for name in ("vllm_server_command", "vllm_server_args") for word in (variables.get(name) or [])]
     words += [str(variables.get("vllm_server_model") or ""), str(variables.get("vllm_server_served_model_name") or "")]
@@ -197,6 +206,7 @@ RULES: t.Tuple[Rule, ...] = (
     _gpus_match_size,
     _command,
     _model,
+    _not_on_ray,
     _no_nul_words,
     _env_names,
     _env_values,

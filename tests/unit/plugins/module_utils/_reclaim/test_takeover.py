@@ -51,6 +51,16 @@ def test_refusals_name_the_process_and_the_way_out():
         assert refusal(info(how), 8000) is None
 
 
+@pytest.mark.parametrize("backend", [["--distributed-executor-backend", "ray"], ["--distributed-executor-backend=ray"]])
+def test_a_server_on_a_ray_cluster_is_refused_by_name_however_it_was_started(backend):
+    for how in (L.BY_HAND_TMUX, L.BY_HAND_SHELL, L.NOHUP, L.UNIT):
+        said = refusal(info(how, cmdline=VLLM + backend, unit="x.service"), 8000, stop_units=True)
+        assert said is not None and "PID 5000" in said and "runs on a Ray cluster" in said and "ray stop" in said, said
+        assert "--distributed-executor-backend mp" in said
+    assert refusal(info(L.BY_HAND_SHELL, cmdline=VLLM + ["--distributed-executor-backend", "mp"]), 8000) is None
+    assert refusal(info(L.BY_HAND_SHELL, cmdline=VLLM + ["--distributed-executor-backend"]), 8000) is None
+
+
 def inspect_answer(cid, name, image, pid, policy):
     return C.CliAnswer(0, json.dumps([{"Id": cid, "Name": name, "ImageName": image, "State": {"Running": True, "Pid": pid},
                                       "HostConfig": {"RestartPolicy": {"Name": policy}}}]))

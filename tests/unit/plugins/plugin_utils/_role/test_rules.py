@@ -35,6 +35,8 @@ def test_the_defaults_with_a_model_pass(variables):
     ({"vllm_server_tensor_parallel_size": None, "vllm_server_gpus": []},
      "vllm_server_tensor_parallel_size and vllm_server_gpus are both unset: set vllm_server_gpus"),
     ({"vllm_server_args": ["a\x00b"]}, "holds a NUL byte, which no program can receive"),
+    ({"vllm_server_args": ["--distributed-executor-backend", "ray"]}, "vllm_server_args: --distributed-executor-backend ray runs"),
+    ({"vllm_server_args": ["--distributed-executor-backend=ray"]}, "never signals Ray's processes"),
     ({"vllm_server_env": {"A=B": "1"}}, 'the name(s) ["A=B"] cannot be environment variables'),
     ({"vllm_server_env_overrides": {"A": "x\x00"}}, 'the value of ["A"] holds a NUL byte'),
     ({"vllm_server_ready_timeout": 0}, "vllm_server_ready_timeout=0 must be positive"),
@@ -75,6 +77,7 @@ def test_each_rule_names_the_variable_and_its_value(variables, given, words):
     # no size: the list's length
     {"vllm_server_gpus": [4, 5, 6, 7]},
     {"vllm_server_gpus": [4, 5], "vllm_server_tensor_parallel_size": ""},
+    {"vllm_server_args": ["--distributed-executor-backend", "mp", "--served-model-name", "ray"]},
 ])
 def test_values_the_rules_let_pass(variables, given):
     assert problems(variables, **given) == []
