@@ -2,8 +2,8 @@
 # Copyright (c) 2026, gpuops.fleet contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""What a vLLM command line says about how its engine runs, read by the plan (the new server's) and the takeover (the
-running one's).
+"""What a vLLM command line says about how its engine runs (on a Ray cluster; one rank of a server across hosts), read
+by the plan (the new server's) and the takeover (the running one's).
 
 A flat file of module_utils: it imports no package of this collection.
 Private to this collection: the API may change without notice.
@@ -25,3 +25,42 @@ def runs_on_ray(argv: t.Sequence[t.Any]) -> bool:
         if word == BACKEND_FLAG + "=ray":
             return True
     return False
+
+
+def _value(words: t.Sequence[str], flag: str) -> t.Optional[str]:
+    """The value of ``flag`` (``--flag V`` or ``--flag=V``; the last one given wins, as argparse does), or None."""
+    found = None
+    for index, word in enumerate(words):
+        if word == flag and index + 1 < len(words):
+            found = words[index + 1]
+        elif word.startswith(flag + "="):
+            found = word[len(flag) + 1:]
+    return found
+
+
+def _number(words: t.Sequence[str], flags: t.Sequence[str]) -> t.Optional[int]:
+    for flag in flags:
+        value = _value(words, flag)
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def spans_hosts(argv: t.Sequence[t.Any]) -> t.Optional[str]:
+    """How a vLLM command line makes its server one rank of a server across hosts, in its own flags (``--nnodes 2``,
+    ``--headless``, data parallel with fewer local ranks than ranks), or None for a server of one host."""
+    words = [str(word) for word in argv]
+    nodes = _number(words, ("--nnodes",))
+    if nodes is not None and nodes > 1:
+        rank = _value(words, "--node-rank")
+        return "--nnodes %d%s" % (nodes, ", --node-rank %s" % rank if rank is not None else "")
+    size = _number(words, ("--data-parallel-size", "-dp"))
+    local = _number(words, ("--data-parallel-size-local", "-dpl"))
+    if size is not None and local is not None and size > local:
+        return "--data-parallel-size %d, --data-parallel-size-local %d" % (size, local)
+    if "--headless" in words:
+        return "--headless"
+    return None

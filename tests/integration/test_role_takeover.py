@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from ansible_run import flat, RESTART, run_playbook
-from gpusim.api import FakeVllm, pid_alive, starttime, wait_for
+from gpusim.api import FakeVllm, free_port, pid_alive, starttime, wait_for
 from inventories import role_host_vars, write_role_inventory
 from readings import assert_server_owns_gpus, health, holders, listening_pid, stream_in_flight
 from simhost import hosts_with_ports
@@ -183,6 +183,35 @@ def test_a_server_on_a_ray_cluster_is_refused_by_name_and_nothing_is_stopped(mak
         assert not list((node.state / "role").glob("*.lock")), "the refused run left its lock"
     finally:
         end(shell)
+
+
+def test_one_rank_of_a_server_across_hosts_is_refused_and_neither_rank_is_touched(make_host, tmp_path):
+    """A server across two hosts started by hand (its head on this host's port, a headless rank on another host): taking
+    over the head alone would leave the other rank holding its GPU (vLLM #32136), so the run is refused before anything
+    stops, naming the flags; both ranks still run and the head still serves."""
+    node, other = hosts_with_ports(make_host, "gpu-node-01", "gpu-node-02")
+    inventory = inventory_for(tmp_path, node)
+    ranks = ["--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "--tensor-parallel-size", "2"]
+    head = FakeVllm(node, tmp_path / "head.log", gpus="0", port=node.port, worker_mib=WORKER_MIB, model="zai-org/GLM-5-GGUF",
+                    args=ranks + ["--node-rank", "0"])
+    rank = FakeVllm(other, tmp_path / "rank1.log", gpus="0", worker_mib=WORKER_MIB, model="zai-org/GLM-5-GGUF",
+                    args=ranks + ["--node-rank", "1", "--headless"])
+    shell = start_in_bash(head.argv, head.env, tmp_path / "head-shell.log")
+    rank.start()
+    try:
+        old = listener_under(shell.pid, node.port)  # it listens once rank 1 joined
+        old_tree = tree_with_starts(old)
+        rank_tree = tree_with_starts(rank.pid)
+        before = node.snapshot()
+        run = run_playbook(RESTART, inventory)
+        text = flat(run.stdout)
+        assert run.returncode != 0 and "nothing was stopped" in text, text[-3000:]
+        assert "PID %d (" % old in text and "one rank of a server across hosts (--nnodes 2, --node-rank 0)" in text, text[-3000:]
+        assert alive(old_tree) == list(old_tree) and alive(rank_tree) == list(rank_tree) and node.snapshot() == before
+        assert health(node.port) == 200 and holders(other)[0] and set(holders(other)[0]) <= set(rank_tree), holders(other)
+    finally:
+        end(shell)
+        rank.stop()
 
 
 @pytest.fixture

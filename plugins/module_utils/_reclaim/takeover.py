@@ -23,7 +23,7 @@ from __future__ import annotations
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
-from ansible_collections.gpuops.fleet.plugins.module_utils._vllm_flags import runs_on_ray
+from ansible_collections.gpuops.fleet.plugins.module_utils._vllm_flags import runs_on_ray, spans_hosts
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import listener as _listener
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import KUBERNETES, container_of, is_port_publisher, starts_again
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.procfs import PROC
@@ -193,6 +193,11 @@ def refusal(info: t.Mapping[str, t.Any], port: int, stop_units: bool = False) ->
                 "neither stop that server whole nor prove its GPUs free; stop it through Ray (end the job that started it, "
                 "or ray stop on each of its nodes), then rerun; across hosts, serve without Ray (vLLM's own multiprocessing "
                 "backend, --distributed-executor-backend mp)" % (port, who))
+    ranks = spans_hosts(info.get("cmdline") or [])
+    if ranks:
+        return ("port %d is held by the vLLM server %s, one rank of a server across hosts (%s): stopping it here would "
+                "leave its other ranks holding their GPUs on the other hosts; stop it on every one of its nodes, then "
+                "rerun" % (port, who, ranks))
     box = info.get("container") or {}
     if info["how"] == _listener.CONTAINER and box.get("runtime") == KUBERNETES:
         return ("port %d is held by the vLLM server %s: the kubelet runs this pod and starts what it runs again; change "

@@ -18,7 +18,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import regexes
-from ansible_collections.gpuops.fleet.plugins.module_utils._vllm_flags import runs_on_ray
+from ansible_collections.gpuops.fleet.plugins.module_utils._vllm_flags import runs_on_ray, spans_hosts
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.values import to_float, to_int, to_json
 
 Rule = t.Callable[[t.Mapping[str, t.Any], t.List[int]], t.Optional[str]]
@@ -119,6 +119,15 @@ def _not_on_ray(variables: t.Mapping[str, t.Any], _gpus: t.List[int]) -> t.Optio
             " leave the backend to vLLM (one host) or serve across hosts with --distributed-executor-backend mp")
 
 
+def _one_host(variables: t.Mapping[str, t.Any], _gpus: t.List[int]) -> t.Optional[str]:
+    ranks = spans_hosts(list(variables.get("vllm_server_args") or []))
+    if not ranks:
+        return None
+    return ("vllm_server_args: %s makes the server one rank of a server across hosts, which this role launches, stops and"
+            " checks one host at a time: the head would wait for ranks it never starts, and a stop would leave the other"
+            " hosts' ranks holding their GPUs; serve from one host (tensor parallel within it)" % ranks)
+
+
 def _no_nul_words(variables: t.Mapping[str, t.Any], _gpus: t.List[int]) -> t.Optional[str]:
     words = [str(word) for name in ("vllm_server_command", "vllm_server_args") for word in (variables.get(name) or [])]
     words += [str(variables.get("vllm_server_model") or ""), str(variables.get("vllm_server_served_model_name") or "")]
@@ -207,6 +216,7 @@ RULES: t.Tuple[Rule, ...] = (
     _command,
     _model,
     _not_on_ray,
+    _one_host,
     _no_nul_words,
     _env_names,
     _env_values,

@@ -61,6 +61,17 @@ def test_a_server_on_a_ray_cluster_is_refused_by_name_however_it_was_started(bac
     assert refusal(info(L.BY_HAND_SHELL, cmdline=VLLM + ["--distributed-executor-backend"]), 8000) is None
 
 
+def test_one_rank_of_a_server_across_hosts_is_refused_naming_its_flags():
+    head = VLLM + ["--nnodes", "2", "--node-rank", "0", "--master-addr", "10.0.0.1", "--master-port", "29500"]
+    for how in (L.BY_HAND_TMUX, L.NOHUP, L.PARENT):
+        said = refusal(info(how, cmdline=head), 8000)
+        assert said is not None and "PID 5000" in said and "one rank of a server across hosts (--nnodes 2, --node-rank 0)" in said
+        assert "stop it on every one of its nodes" in said
+    data = VLLM + ["--data-parallel-size", "4", "--data-parallel-size-local", "2"]
+    assert "--data-parallel-size 4, --data-parallel-size-local 2" in refusal(info(L.BY_HAND_SHELL, cmdline=data), 8000)
+    assert refusal(info(L.BY_HAND_SHELL, cmdline=VLLM + ["--nnodes", "1"]), 8000) is None
+
+
 def inspect_answer(cid, name, image, pid, policy):
     return C.CliAnswer(0, json.dumps([{"Id": cid, "Name": name, "ImageName": image, "State": {"Running": True, "Pid": pid},
                                       "HostConfig": {"RestartPolicy": {"Name": policy}}}]))
