@@ -178,7 +178,7 @@ def test_a_server_on_a_ray_cluster_is_refused_by_name_and_nothing_is_stopped(mak
         run = run_playbook(RESTART, inventory)
         text = flat(run.stdout)
         assert run.returncode != 0 and "nothing was stopped" in text, text[-3000:]
-        assert "PID %d (" % old in text and "runs on a Ray cluster (--distributed-executor-backend ray)" in text, text[-3000:]
+        assert "PID %s (" % old in text and "runs on a Ray cluster (--distributed-executor-backend ray)" in text, text[-3000:]
         assert alive(old_tree) == list(old_tree) and listening_pid(node.port) == old and node.snapshot() == before
         assert not list((node.state / "role").glob("*.lock")), "the refused run left its lock"
     finally:
@@ -206,7 +206,7 @@ def test_one_rank_of_a_server_across_hosts_is_refused_and_neither_rank_is_touche
         run = run_playbook(RESTART, inventory)
         text = flat(run.stdout)
         assert run.returncode != 0 and "nothing was stopped" in text, text[-3000:]
-        assert "PID %d (" % old in text and "one rank of a server across hosts (--nnodes 2, --node-rank 0)" in text, text[-3000:]
+        assert "PID %s (" % old in text and "one rank of a server across hosts (--nnodes 2, --node-rank 0)" in text, text[-3000:]
         assert alive(old_tree) == list(old_tree) and alive(rank_tree) == list(rank_tree) and node.snapshot() == before
         assert health(node.port) == 200 and holders(other)[0] and set(holders(other)[0]) <= set(rank_tree), holders(other)
     finally:
