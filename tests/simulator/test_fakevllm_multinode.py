@@ -7,13 +7,14 @@ next head."""
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Iterator, List, Tuple
 
 import pytest
-from gpusim_helpers import FakeServers, SimHost, is_running, sim_host, wait_for
+from gpusim_helpers import FakeServers, SimHost, host_with_servers, is_running, wait_for
 
 from gpusim.api import FAKE_VLLM, free_port
 
@@ -23,16 +24,8 @@ NODES = ("--nnodes", "2", "--master-addr", "127.0.0.1")
 @pytest.fixture
 def second(tmp_path: Path, nvml_lib: Path) -> Iterator[FakeServers]:  # pylint: disable=unused-argument
     """A second simulated host (its own GPUs) and the servers started on it, all stopped and cleaned up by record."""
-    host = sim_host(tmp_path / "host2")
-    host.gpusim("create")
-    servers = FakeServers(host, tmp_path / "host2-logs")
-    (tmp_path / "host2-logs").mkdir()
-    try:
+    with host_with_servers(tmp_path / "second", gpus=8) as servers:
         yield servers
-    finally:
-        servers.close()
-        result = host.gpusim("cleanup", check=False)
-        assert result.returncode == 0, result.stderr
 
 
 def used_mib(host: SimHost) -> List[int]:
@@ -105,3 +98,14 @@ def test_a_shape_vllm_refuses_exits_2_naming_the_flag(args: Tuple[str, ...], nee
     done = subprocess.run([sys.executable, str(FAKE_VLLM), "serve", "m", *args],
                           capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 2 and needle in done.stderr, done.stderr
+
+
+def test_a_head_whose_api_port_is_taken_once_its_ranks_joined_exits_1(
+        simhost: SimHost, servers: FakeServers, second: FakeServers) -> None:
+    _name, head_args, headless_args = shapes(free_port())[0]
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        head = servers.start(gpus="0", port=taken.getsockname()[1], args=head_args)
+        second.start(gpus="0", args=headless_args)
+        assert head.proc is not None and head.proc.wait(timeout=30) == 1, head.log_text()
+    assert "error while attempting to bind on address" in head.log_text()
+    assert wait_for(lambda: not worker_pids(simhost), timeout=20)  # its own workers ended with it

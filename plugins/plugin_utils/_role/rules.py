@@ -111,8 +111,13 @@ def _model(variables: t.Mapping[str, t.Any], _gpus: t.List[int]) -> t.Optional[s
             " vllm_server_state=stopped" % to_json(variables.get("vllm_server_model")))
 
 
+def _server_words(variables: t.Mapping[str, t.Any]) -> t.List[t.Any]:
+    """The new server's command line as the plan builds it, but the model and the role's own flags."""
+    return list(variables.get("vllm_server_command") or []) + list(variables.get("vllm_server_args") or [])
+
+
 def _not_on_ray(variables: t.Mapping[str, t.Any], _gpus: t.List[int]) -> t.Optional[str]:
-    if not runs_on_ray(list(variables.get("vllm_server_command") or []) + list(variables.get("vllm_server_args") or [])):
+    if not runs_on_ray(_server_words(variables)):
         return None
     return ("vllm_server_args: --distributed-executor-backend ray runs the server on a Ray cluster, which this role does not"
             " manage: it never signals Ray's processes, so it could neither stop such a server whole nor prove its GPUs free;"
@@ -120,7 +125,7 @@ def _not_on_ray(variables: t.Mapping[str, t.Any], _gpus: t.List[int]) -> t.Optio
 
 
 def _one_host(variables: t.Mapping[str, t.Any], _gpus: t.List[int]) -> t.Optional[str]:
-    ranks = spans_hosts(list(variables.get("vllm_server_args") or []))
+    ranks = spans_hosts(_server_words(variables))
     if not ranks:
         return None
     return ("vllm_server_args: %s makes the server one rank of a server across hosts, which this role launches, stops and"

@@ -106,6 +106,7 @@ def run_server(args: ServerArgs) -> int:
     supervisor = Supervisor("APIServer")
     stopping = threading.Event()
     supervisor.on_stop(stopping.set)
+    unbound = threading.Event()  # the head could not bind its API port once the ranks joined: it exits 1
     rendezvous: Optional[Rendezvous] = None
     if nodes is not None and nodes.head:
         try:
@@ -124,7 +125,7 @@ def run_server(args: ServerArgs) -> int:
             if not _serve(serving, args, supervisor):
                 return 1
         else:  # the head listens once every rank joined
-            threading.Thread(target=_serve_when_joined, args=(rendezvous, serving, args, supervisor, stopping),
+            threading.Thread(target=_serve_when_joined, args=(rendezvous, serving, args, supervisor, stopping, unbound),
                              daemon=True).start()
     if _simhost.engine_core_enabled():
         core_args = engine_core_args(args.local_workers, args.gpu_memory_utilization)
@@ -136,7 +137,8 @@ def run_server(args: ServerArgs) -> int:
         fail_at = started + knobs.fail_after_s
     elif knobs.fail_at_start == "hang":
         log("APIServer: waiting for the engine to become ready ...")
-    return supervisor.run(fail_at=fail_at, on_fail=lambda: crash_report(knobs))
+    code = supervisor.run(fail_at=fail_at, on_fail=lambda: crash_report(knobs))
+    return 1 if unbound.is_set() else code
 
 
 def _serve(serving: Serving, args: ServerArgs, supervisor: Supervisor) -> bool:
@@ -155,9 +157,10 @@ def _serve(serving: Serving, args: ServerArgs, supervisor: Supervisor) -> bool:
 
 
 def _serve_when_joined(rendezvous: Rendezvous, serving: Serving, args: ServerArgs, supervisor: Supervisor,
-                       stopping: threading.Event) -> None:
+                       stopping: threading.Event, unbound: threading.Event) -> None:
     while not stopping.is_set():
         if rendezvous.wait_complete(timeout=0.5):
             if not stopping.is_set() and not _serve(serving, args, supervisor):
+                unbound.set()
                 os.kill(os.getpid(), signal.SIGTERM)  # the port is taken: the tree goes down, as one that cannot bind
             return

@@ -12,6 +12,7 @@ both). What a module returns must be strict JSON (no NaN or infinity), as a cont
 from __future__ import annotations
 
 import json
+import time
 import typing as t
 
 import pytest
@@ -92,3 +93,15 @@ def assert_documented_as_specified(options: t.Mapping[str, t.Any], spec: t.Mappi
         assert [options[name].get(key) for key in keys] == [option.get(key) for key in keys], name
         if option.get("options") is not None:
             assert_documented_as_specified(options[name].get("suboptions") or {}, option["options"], keys)
+
+
+def environ_of(pid: int, timeout: float = 10.0) -> t.List[bytes]:
+    """The entries of /proc/PID/environ once the kernel shows them. Popen returns as soon as exec() closes the child's
+    close-on-exec descriptors, before the new image's environment is in place; until then the file reads empty."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with open("/proc/%d/environ" % pid, "rb") as handle:
+            data = handle.read()
+        if data or time.monotonic() >= deadline:
+            return data.split(b"\0")
+        time.sleep(0.01)

@@ -12,14 +12,12 @@ import json
 import os
 import subprocess
 import sys
-import time
-import typing as t
 
 import pytest
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch import systemd
 from ansible_collections.gpuops.fleet.plugins.modules import vllm_listener, vllm_process
-from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import call_main, capture, run_printed
+from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import call_main, capture, environ_of, run_printed
 from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.vllm_answers import DEAD_BODY, GOOD_BODY
 from ansible_collections.gpuops.fleet.tests.unit.plugins.fake_systemctl import FakeSystemctl
 
@@ -43,18 +41,6 @@ def fake(tmp_path, monkeypatch):
         yield found
     finally:
         found.end_all()
-
-
-def environ_of(pid: int, timeout: float = 10.0) -> t.List[bytes]:
-    """The entries of /proc/PID/environ once the kernel shows them. Popen returns as soon as exec() closes the child's
-    close-on-exec descriptors, before the new image's environment is in place; until then the file reads empty."""
-    deadline = time.monotonic() + timeout
-    while True:
-        with open("/proc/%d/environ" % pid, "rb") as handle:
-            data = handle.read()
-        if data or time.monotonic() >= deadline:
-            return data.split(b"\0")
-        time.sleep(0.01)
 
 
 def test_systemd_mode_status_launch_status_stop(fake, tmp_path):
