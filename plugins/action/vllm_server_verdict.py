@@ -12,9 +12,11 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.preflight import reading_args, reclaim_args
-from ansible_collections.gpuops.fleet.plugins.plugin_utils._role import outcome, preflight, verify
+from ansible_collections.gpuops.fleet.plugins.plugin_utils._role import gate, outcome, preflight, verify
 
-STEPS = ("preflight", "reclaim", "verify", "result", "failure", "rollback")
+STEPS = ("preflight", "reclaim", "verify", "result", "failure", "rollback", "group_read", "group_preflight", "group_ready")
+# a server across hosts: each gate reads what every node registered at one step (gate.py)
+GATES = {"group_read": "read", "group_preflight": "preflight", "group_ready": "ready"}
 # the results the vllm_server role registers, read when the task gives no ``steps`` (the role's tasks and this action
 # are one collection's: these names are private to both)
 REGISTERED = {"lock": "__vllm_server_lock", "read": "__vllm_server_read", "preflight": "__vllm_server_preflight",
@@ -39,6 +41,8 @@ class ActionModule(ActionBase):
             return dict(result, failed=True, msg="step: expected one of %s, got %r" % (", ".join(STEPS), step))
         if not isinstance(plan, dict) or "gpus" not in plan:
             return dict(result, failed=True, msg="plan: expected the role's plan (vllm_server_plan), got %s" % type(plan).__name__)
+        if step in GATES:
+            return dict(result, changed=False, **self._gate(step, plan, task_vars or {}))
         steps = {key: (value if isinstance(value, dict) and not value.get("skipped") else None) for key, value in steps.items()}
         steps.setdefault("status", outcome.status_of(steps.get("lock"), steps.get("read")))
         host = (task_vars or {}).get("inventory_hostname", "?")
@@ -62,6 +66,30 @@ class ActionModule(ActionBase):
     @staticmethod
     def _registered(task_vars):
         return {step: task_vars[name] for step, name in REGISTERED.items() if isinstance(task_vars.get(name), dict)}
+
+    @staticmethod
+    def _gate(step, plan, task_vars):
+        """A verdict over every node of a server across hosts, from what each registered (hostvars)."""
+        hostvars = task_vars.get("hostvars") or {}
+        name = REGISTERED[GATES[step]]
+        results = {}
+        for node in gate.nodes(plan):
+            value = (hostvars.get(node) or {}).get(name)
+            if isinstance(value, dict) and value.get("skipped"):
+                value = {"reason": None}  # a reading skipped: a forced restart or a stop
+            results[node] = dict(value) if isinstance(value, dict) else None
+            check = (results[node] or {}).get("check")
+            if step == "group_ready" and isinstance(check, dict) and not check.get("ok"):
+                results[node] = dict(results[node], failed=True, msg=check.get("msg"))  # its check failed after ready
+            if step == "group_preflight" and results[node] is None:
+                # a node whose lock failed never reached its preflight: its lock says why
+                lock = (hostvars.get(node) or {}).get(REGISTERED["lock"])
+                results[node] = dict(lock, msg="its lock: %s" % lock.get("msg")) if isinstance(lock, dict) and lock.get("failed") else None
+        active = list(task_vars.get("ansible_play_batch") or [])
+        if step == "group_read":
+            own = task_vars.get(name)
+            return gate.reading(plan, own if isinstance(own, dict) and not own.get("skipped") else None, results, active)
+        return (gate.preflight if step == "group_preflight" else gate.ready)(plan, results, active)
 
     def _module(self, name, module_args, task_vars, check_mode):
         """Run ``name`` on the host, in check mode or not, whatever this task's mode."""

@@ -199,6 +199,13 @@ options:
     description: Seconds the drain before the stop waits at most (see O(drain_url)); the requests still in flight then are cut.
     type: float
     default: 60
+  stop_after:
+    description:
+      - With O(state=stopped), the URL of the C(/health) of another server to wait for first, as a headless node of a
+        server across hosts waits for its head: the stop begins once nothing answers there (any HTTP status counts as an
+        answer), or after O(drain_timeout) + O(stop_timeout) + 30 seconds, and RV(head_stopped) says which.
+      - Not waited for in check mode.
+    type: str
   reclaim:
     description:
       - With O(state=stopped), once the stop succeeded, reclaim the server's GPUs in the same module run, as
@@ -560,6 +567,20 @@ drained:
       M(gpuops.fleet.vllm_drain) returns (C(answered), C(running_at_start), C(cut), C(drained), C(waited_s), C(msg)).
   returned: when drained
   type: dict
+head_stopped:
+  description: With O(state=stopped) and O(stop_after), outside check mode, the wait for the head before the stop.
+  returned: when O(stop_after) is given
+  type: dict
+  contains:
+    url:
+      description: The URL waited on (O(stop_after)).
+      type: str
+    gone:
+      description: Whether nothing answered there any more; false when the wait ran out and the stop went ahead anyway.
+      type: bool
+    waited_s:
+      description: Seconds waited.
+      type: float
 reclaim:
   description:
     - With O(state=stopped) and O(reclaim), once the stop succeeded, M(gpuops.fleet.gpu_reclaim)'s result (its keys, as
@@ -656,6 +677,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "decide": {"type": "dict", "options": DECIDE_OPTIONS},
     "drain_url": {"type": "str"},
     "drain_timeout": {"type": "float", "default": 60},
+    "stop_after": {"type": "str"},
     "reclaim": {"type": "dict"},
     "takeover": {"type": "dict", "options": {
         "pid": {"type": "int", "required": True},
@@ -723,6 +745,8 @@ def check_params(params: t.Mapping[str, t.Any], mode: str) -> None:
     between("drain_timeout", params["drain_timeout"], 0, 86400, "seconds")
     if params["drain_url"] is not None:
         http_url("drain_url", params["drain_url"])
+    if params["stop_after"] is not None:
+        http_url("stop_after", params["stop_after"])
     if params["takeover"] is not None:
         between("takeover.pid", params["takeover"]["pid"], 2, 2 ** 22, "")
         box = params["takeover"]["container"]
@@ -772,7 +796,12 @@ def _status(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[s
 
 
 def _stop(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
-    """state=stopped: the server taken over first (with takeover), then the managed server."""
+    """state=stopped: the server taken over first (with takeover), then the managed server; with stop_after, once the
+    head of the server across hosts stopped."""
+    head = None
+    if params["stop_after"] is not None and not module.check_mode:
+        from ansible_collections.gpuops.fleet.plugins.module_utils._server.head_gone import wait_gone  # pylint: disable=import-outside-toplevel
+        head = wait_gone(params["stop_after"], params["drain_timeout"] + params["stop_timeout"] + 30)
     taken = None
     if params["takeover"] is not None:
         taken = stop_takeover(module, psutil, params["takeover"], params["drain_url"], params["drain_timeout"], params["stop_timeout"])
@@ -788,6 +817,8 @@ def _stop(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[str
         result["stopped"] = taken["stopped"] + result["stopped"]
         result["changed"] = result["changed"] or taken["changed"]
         result["msg"] = "taken over: %s; %s" % (taken["msg"], result.get("msg") or "the managed server did not run")
+    if head is not None:
+        result["head_stopped"] = head
     if params["reclaim"] is not None:
         # only a stop that reclaims compiles the reclaim's code (see _status)
         from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import reclaim_in_module  # pylint: disable=import-outside-toplevel

@@ -21,6 +21,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._masked_env import masked_env
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._names import CHECK, IDLE_THRESHOLD, ROLE_OLD, STATE, settle
+from ansible_collections.gpuops.fleet.plugins.plugin_utils._role import group as groups
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.rules import broken
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.values import mapping, text, to_bool, to_float, to_int, words
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._secret_argv import argv_with_secrets
@@ -46,7 +47,7 @@ VARIABLES = (
     "vllm_server_container_network", "vllm_server_container_volumes", "vllm_server_container_run_options",
     "vllm_server_container_restart", "vllm_server_secret_env", "vllm_server_api_key", "vllm_server_allow_open",
     "vllm_server_mark_good",
-) + ROLE_OLD
+) + groups.VARIABLES + ROLE_OLD
 
 
 # what the preflight's refusal may name (the gpu_reclaim option behind each, preflight.py)
@@ -80,27 +81,34 @@ def settled(variables: t.Mapping[str, t.Any]) -> t.Tuple[t.Dict[str, t.Any], t.L
     return out, warnings
 
 
-def server_gpus(variables: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.Any]]) -> t.List[int]:
+def server_gpus(variables: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.Any]], workers: t.Optional[int] = None) -> t.List[int]:
+    """The GPUs of the server on this host: the good configuration's, vllm_server_gpus, else 0 to ``workers`` - 1 (the
+    host's share of a server across hosts) or to vllm_server_tensor_parallel_size - 1."""
     if good:
         return [to_int(gpu) for gpu in good.get("gpus") or []]
     listed = variables.get("vllm_server_gpus")
     if isinstance(listed, (list, tuple)) and listed:
         return [to_int(gpu) for gpu in listed]
+    if workers is not None:
+        return list(range(workers))
     if _unset(variables.get("vllm_server_tensor_parallel_size")):
         return []
     return list(range(max(to_int(variables.get("vllm_server_tensor_parallel_size")), 0)))
 
 
-def server_argv(variables: t.Mapping[str, t.Any]) -> t.List[str]:
+def server_argv(variables: t.Mapping[str, t.Any], node_flags: t.Sequence[str] = ()) -> t.List[str]:
+    """The command, the model, the role's flags (a node's place in a server across hosts among them), the operator's."""
     return (words(variables.get("vllm_server_command"))
             + [text(variables.get("vllm_server_model")), "--tensor-parallel-size", text(variables.get("vllm_server_tensor_parallel_size")),
                "--port", text(variables.get("vllm_server_port"))]
-            + words(variables.get("vllm_server_args")))
+            + list(node_flags) + words(variables.get("vllm_server_args")))
 
 
-def server_env(variables: t.Mapping[str, t.Any], visible: str) -> t.Dict[str, t.Any]:
-    """vllm_server_env_overrides over vllm_server_env over vllm_server_host_env, one variable each; CUDA_VISIBLE_DEVICES last."""
-    env = mapping(variables.get("vllm_server_host_env"))
+def server_env(variables: t.Mapping[str, t.Any], visible: str, node_env: t.Optional[t.Mapping[str, t.Any]] = None) -> t.Dict[str, t.Any]:
+    """vllm_server_env_overrides over vllm_server_env over vllm_server_host_env over the node's own (VLLM_HOST_IP of a
+    server across hosts), one variable each; CUDA_VISIBLE_DEVICES last."""
+    env = dict(node_env or {})
+    env.update(mapping(variables.get("vllm_server_host_env")))
     env.update(mapping(variables.get("vllm_server_env")))
     env.update(mapping(variables.get("vllm_server_env_overrides")))
     env["CUDA_VISIBLE_DEVICES"] = visible
@@ -179,9 +187,11 @@ def _decided_state(variables: t.Mapping[str, t.Any]) -> str:
 
 
 def status_args(variables: t.Mapping[str, t.Any], where: t.Mapping[str, str], digest: str, url: str,
-                container: t.Optional[t.Mapping[str, t.Any]], generate: t.Optional[t.Mapping[str, t.Any]]) -> t.Dict[str, t.Any]:
+                container: t.Optional[t.Mapping[str, t.Any]], generate: t.Optional[t.Mapping[str, t.Any]],
+                headless: bool = False) -> t.Dict[str, t.Any]:
     """The reading of what runs (vllm_process state=status; vllm_lock's status): the managed server, the listener on the
-    port (taken over or refused), the decision, and for a server that may be left alone one short completion."""
+    port (taken over or refused; a headless node of a server across hosts serves no API, so nothing on the port is its
+    server), the decision, and for a server that may be left alone one short completion (a headless node: its head's)."""
     return {
         "mode": text(variables.get("vllm_server_launch_mode")) or "auto",
         "unit": where["unit"],
@@ -189,34 +199,39 @@ def status_args(variables: t.Mapping[str, t.Any], where: t.Mapping[str, str], di
         "config_hash": digest,
         "health_url": url + "/health",
         "container": {"name": container["name"], "runtime": container["runtime"]} if container else None,
-        "listener": {"port": to_int(variables.get("vllm_server_port")), "match": words(variables.get("vllm_server_reclaim_match")),
-                     "stop_units": to_bool(variables.get("vllm_server_takeover_units"))},
+        "listener": None if headless else {
+            "port": to_int(variables.get("vllm_server_port")), "match": words(variables.get("vllm_server_reclaim_match")),
+            "stop_units": to_bool(variables.get("vllm_server_takeover_units"))},
         "decide": {"state": _decided_state(variables), "force": _decided_state(variables) == "restarted"},
         "generate": generate,
     }
 
 
 def build(variables: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.Any]] = None,
-          check_mode: bool = False) -> t.Dict[str, t.Any]:
-    """The plan (see the role's argument spec, entry point ``plan``). Raises PlanError naming every broken rule."""
+          check_mode: bool = False, host: str = "", members: t.Optional[groups.Members] = None) -> t.Dict[str, t.Any]:
+    """The plan (see the role's argument spec, entry point ``plan``). Raises PlanError naming every broken rule.
+    ``host`` and ``members`` (the inventory's groups and each host's variables) place a node of a server across hosts."""
     good = dict(good) if good else None
     variables, _warnings = settled(variables)
-    gpus = server_gpus(variables, good)
-    problems = broken(variables, gpus)
+    node, problems = groups.place(host, variables, members or groups.Members({}, {}))
+    workers = node["local_workers"] if node else None
+    gpus = server_gpus(variables, good, workers)
+    problems += broken(dict(variables, **({"_local_workers": workers} if workers is not None else {})), gpus)
     if problems:
         raise PlanError(problems)
     mode = text(variables.get("vllm_server_launch_mode")) or "auto"
     where = files(variables)
     visible = ",".join(str(index) for index in (range(len(gpus)) if mode == CONTAINER else gpus))
-    argv = list(good["argv"]) if good else server_argv(variables)
-    env = dict(good["env"]) if good else server_env(variables, visible)
+    argv = list(good["argv"]) if good else server_argv(variables, node["flags"] if node else ())
+    env = dict(good["env"]) if good else server_env(variables, visible, node["env"] if node else None)
     container = container_spec(variables, good, gpus, where["env"]) if mode == CONTAINER else None
     secrets = argv_with_secrets(argv)
     served = (text(good.get("served_name")) if good
               else text(variables.get("vllm_server_served_model_name")) or text(variables.get("vllm_server_model")))
     secret_env = words(variables.get("vllm_server_secret_env"))
     port = to_int(variables.get("vllm_server_port"))
-    url = "http://%s:%d" % (text(variables.get("vllm_server_health_host")), port)
+    # a node of a server across hosts waits on the head's API (which serves once every rank joined)
+    url = "http://%s:%d" % (node["api_host"] if node else text(variables.get("vllm_server_health_host")), port)
     key = api_key(variables, secrets["api_key"], env)
     # what the role shows of the environment: the operator's variables (CUDA_VISIBLE_DEVICES is the GPUs, shown apart)
     shown_env = mapping(variables.get("vllm_server_env"))
@@ -226,8 +241,10 @@ def build(variables: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.An
     state = text(variables.get("vllm_server_state")) or "started"
     generate = generate_args(variables, url, served, key)
     checked = to_bool(variables.get(CHECK)) and not check_mode
+    whole = bool(node) and node["size"] > 1
     return {
         "name": text(variables.get("vllm_server_name")),
+        "host": host,
         "state": state,
         "force": state == "restarted",
         "mode": mode,
@@ -236,6 +253,12 @@ def build(variables: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.An
         "gpus": gpus,
         "gpu_words": [str(gpu) for gpu in gpus],
         "tensor_parallel_size": to_int(variables.get("vllm_server_tensor_parallel_size")),
+        # the workers on this host (one per GPU): the tensor-parallel size, or this host's share of a server across hosts
+        "local_workers": len(gpus),
+        # this host's place in a server across hosts (vllm_server_nodes_group), None for a server of one host
+        "group": node,
+        # a server across two or more hosts: each step's gate reads every host's result (gate.py)
+        "whole": whole,
         "model": text(good.get("model")) if good else text(variables.get("vllm_server_model")),
         "served_name": served,
         "argv": argv,
@@ -255,17 +278,22 @@ def build(variables: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.An
         "state_file": where["state"],
         "rollback": bool(good),
         "generate": generate,
-        "status": status_args(variables, where, digest, url, container, generate),
+        "status": status_args(variables, where, digest, url, container, generate, bool(node and node["headless"])),
         "reclaim": reclaim_args(variables),
         "memory_threshold_mib": to_int(variables.get(IDLE_THRESHOLD)),
         # the variables a refusal names, as the operator wrote them
         "given": {name: variables.get(name) for name in GIVEN},
-        "drain": to_bool(variables.get("vllm_server_drain")),
+        # a headless node has no API to drain: it stops once its head stopped (drained) and no longer answers
+        "drain": to_bool(variables.get("vllm_server_drain")) and not (node and node["headless"]),
+        "stop_after": url + "/health" if node and node["headless"] else "",
         "keep_failed": to_bool(variables.get("vllm_server_keep_failed_server")),
         "allow_open": to_bool(variables.get("vllm_server_allow_open")),
         # the launch check and the last known-good mark (the rollout holds the mark back with vllm_server_mark_good=false)
         "check": checked,
-        "mark_good": checked and to_bool(variables.get("vllm_server_mark_good", True)),
+        # a node of a server across hosts keeps its launch as good, and releases its lock, only once every node is ready
+        "mark_good": checked and to_bool(variables.get("vllm_server_mark_good", True)) and not whole,
+        "mark_good_whole": checked and to_bool(variables.get("vllm_server_mark_good", True)) and whole,
+        "release_in_ready": not whole,
         # kept as the last known-good configuration once a launch passed ready and the check (the mode: the one it runs in)
         "good_config": {"argv": argv, "env": env, "gpus": gpus, "config_hash": digest, "served_name": served, "mode": mode,
                         "model": text(good.get("model")) if good else text(variables.get("vllm_server_model")),
@@ -274,7 +302,8 @@ def build(variables: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.An
     }
 
 
-def rollback_refusal(variables: t.Mapping[str, t.Any], summary: t.Optional[t.Mapping[str, t.Any]], mode_now: str) -> str:
+def rollback_refusal(variables: t.Mapping[str, t.Any], summary: t.Optional[t.Mapping[str, t.Any]], mode_now: str,
+                     members: t.Optional[groups.Members] = None) -> str:
     """Why a rollback cannot launch the last known-good configuration (``summary``: vllm_last_good's, None when none is
     kept; ``mode_now``: the launch mode this run resolves to), '' when it can: a rollback replaces a configuration, it does
     not move a server."""
@@ -289,6 +318,9 @@ def rollback_refusal(variables: t.Mapping[str, t.Any], summary: t.Optional[t.Map
     if summary.get("mode") != mode_now:
         return "the last known-good configuration ran in launch mode %s, this run uses %s" % (summary.get("mode"), mode_now)
     gpus = list(summary.get("gpus") or [])
+    group = text(variables.get(groups.GROUP)).strip()
+    if group and members is not None:  # a node of a server across hosts runs its share of the workers
+        size = groups.local_workers(variables, len(members.groups.get(group) or []))
     if len(gpus) != size:
         return ("the last known-good configuration has tensor_parallel_size=%s (GPU %s), vllm_server_tensor_parallel_size=%s"
                 % (summary.get("tensor_parallel_size"), ", ".join(str(gpu) for gpu in gpus), text(variables.get("vllm_server_tensor_parallel_size"))))

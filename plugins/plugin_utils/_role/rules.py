@@ -91,6 +91,13 @@ def _gpus_positive(variables: t.Mapping[str, t.Any], gpus: t.List[int]) -> t.Opt
 
 
 def _gpus_match_size(variables: t.Mapping[str, t.Any], gpus: t.List[int]) -> t.Optional[str]:
+    share = variables.get("_local_workers")
+    if share is not None:  # a node of a server across hosts (the plan's group.py): its share of the workers
+        if len(gpus) == share:
+            return None
+        return ("vllm_server_gpus=%s lists %d GPU(s) but this host's share of the server of vllm_server_nodes_group=%s is %d"
+                " worker(s) (one GPU each): list exactly %d GPU(s), or leave vllm_server_gpus empty for GPUs 0 to %d"
+                % (to_json(gpus), len(gpus), to_json(variables.get("vllm_server_nodes_group")), share, share, share - 1))
     size = to_int(variables.get("vllm_server_tensor_parallel_size"))
     if size < 1 or len(gpus) == size:
         return None
@@ -128,9 +135,9 @@ def _one_host(variables: t.Mapping[str, t.Any], _gpus: t.List[int]) -> t.Optiona
     ranks = spans_hosts(_server_words(variables))
     if not ranks:
         return None
-    return ("vllm_server_args: %s makes the server one rank of a server across hosts, which this role launches, stops and"
-            " checks one host at a time: the head would wait for ranks it never starts, and a stop would leave the other"
-            " hosts' ranks holding their GPUs; serve from one host (tensor parallel within it)" % ranks)
+    return ("vllm_server_args: %s are the role's own flags of a server across hosts, set from the inventory: name the"
+            " inventory group of the server's hosts, in rank order, with vllm_server_nodes_group (and"
+            " vllm_server_pipeline_parallel_size or vllm_server_data_parallel_size), and leave these flags out" % ranks)
 
 
 def _no_nul_words(variables: t.Mapping[str, t.Any], _gpus: t.List[int]) -> t.Optional[str]:

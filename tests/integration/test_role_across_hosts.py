@@ -1,0 +1,170 @@
+# Copyright (c) gpuops.fleet contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One vLLM server across two simulated hosts (vllm_server_nodes_group), through real ansible-playbook runs of
+restart_vllm.yml: the fake vLLM's head serves only once its other rank joined over TCP, so a server that answers is a
+whole one. Each outcome is read independently, per host: the listener on the port (the head), the TCP connection to
+the head's rendezvous port (the headless rank), /proc, and the simulator's own view of who holds each host's GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import typing as t
+
+import psutil
+import pytest
+
+from ansible_run import BIN, flat, recap, RESTART, run_playbook
+from gpusim.api import free_port, pid_alive, role_host_vars, role_inventory, wait_for
+from readings import holders, listening_pid
+from simhost import hosts_with_ports
+
+GROUP = "glm5_a"
+
+
+def group_inventory(tmp_path, nodes, group_vars=None, per_host=None, extra_groups=None, **all_vars: t.Any):
+    """restart_vllm.yml's inventory: every node in vllm_servers, and in GROUP (in rank order) with the server's variables
+    on that group; the head's port on every node."""
+    port = nodes[0].port
+    hosts = {n.name: role_host_vars(n.state, port, **(per_host or {}).get(n.name, {})) for n in nodes}
+    common = {"vllm_restart_serial": "100%", "vllm_restart_max_fail_percentage": 100}
+    common.update(all_vars)
+    inventory = role_inventory(hosts, python=str(BIN / "python3"), **common)
+    server = {"vllm_server_nodes_group": GROUP, "vllm_server_node_address": "127.0.0.1", "vllm_server_nodes_port": free_port(),
+              "vllm_server_tensor_parallel_size": 1, "vllm_server_pipeline_parallel_size": 2}
+    server.update(group_vars or {})
+    inventory["all"]["children"][GROUP] = {"hosts": {n.name: {} for n in nodes}, "vars": server}
+    inventory["all"]["children"].update(extra_groups or {})
+    path = tmp_path / "inventory.json"
+    path.write_text(json.dumps(inventory, indent=2))
+    return path, server
+
+
+def rank_pid(master_port: int) -> t.Optional[int]:
+    """The headless rank: the process with a connection to the head's rendezvous port (the kernel's socket table)."""
+    found = {c.pid for c in psutil.net_connections(kind="tcp")
+             if c.raddr and c.raddr.port == master_port and c.status == psutil.CONN_ESTABLISHED and c.pid}
+    return found.pop() if len(found) == 1 else None
+
+
+def tree(pid: int) -> t.Set[int]:
+    return {pid} | {child.pid for child in psutil.Process(pid).children(recursive=True)}
+
+
+def assert_whole(nodes, server, gpus_each: int = 1) -> t.Tuple[int, int]:
+    """The head listens, the headless rank is joined to it, and each one's own workers hold exactly its host's GPUs."""
+    head, node2 = nodes
+    head_pid = listening_pid(head.port)
+    headless = rank_pid(server["vllm_server_nodes_port"])
+    assert head_pid and headless and head_pid != headless, (head_pid, headless)
+    for host, pid in ((head, head_pid), (node2, headless)):
+        held = holders(host)
+        mine = tree(pid)
+        for gpu in range(8):
+            if gpu < gpus_each:
+                assert held[gpu] and set(held[gpu]) <= mine, (host.name, gpu, held, pid)
+            else:
+                assert not held[gpu], (host.name, gpu, held)
+    assert "VLLM_HOST_IP" in psutil.Process(headless).environ()
+    return head_pid, headless
+
+
+def test_one_engine_across_two_hosts_launch_rerun_drift_and_a_killed_rank(make_host, tmp_path):
+    nodes = hosts_with_ports(make_host, "gpu-node-01", "gpu-node-02")
+    inventory, server = group_inventory(tmp_path, nodes)
+    run = run_playbook(RESTART, inventory)
+    assert run.returncode == 0, run.stdout[-5000:]
+    head_pid, headless = assert_whole(nodes, server)
+    argv = psutil.Process(headless).cmdline()
+    assert argv[argv.index("--node-rank") + 1] == "1" and "--headless" in argv and "--pipeline-parallel-size" in argv
+    head_argv = psutil.Process(head_pid).cmdline()
+    assert head_argv[head_argv.index("--node-rank") + 1] == "0" and "--headless" not in head_argv
+
+    # unchanged: nothing changes on either host, the same processes serve
+    again = run_playbook(RESTART, inventory)
+    assert again.returncode == 0, again.stdout[-4000:]
+    assert {host: counts["changed"] for host, counts in recap(again.stdout).items()} == {"gpu-node-01": 0, "gpu-node-02": 0}, again.stdout[-3000:]
+    assert assert_whole(nodes, server) == (head_pid, headless)
+
+    # a headless rank killed -9 (its workers orphaned, holding node 2's GPU): the head answers 503; an unforced run
+    # replaces the whole server, and the orphans are reclaimed
+    os.kill(headless, signal.SIGKILL)
+    assert wait_for(lambda: not pid_alive(headless), 10, 0.1)
+    assert holders(nodes[1])[0], "the orphaned worker still holds node 2's GPU"
+    healed = run_playbook(RESTART, inventory)
+    assert healed.returncode == 0, healed.stdout[-5000:]
+    text = flat(healed.stdout)
+    assert "gpu-node-01: RESTARTED (it does not answer /health (HTTP 503))" in text, text[-3000:]
+    assert "gpu-node-02: STARTED (no managed server ran)" in text and "gpu-node-02: stopped 1 process(es)" in text, text[-3000:]
+    new_head, new_headless = assert_whole(nodes, server)
+    assert new_head != head_pid and not pid_alive(head_pid)  # the head was replaced too: a server is one
+
+    # drift on the group's variables: both hosts restart with it
+    drifted, _ = group_inventory(tmp_path, nodes, dict(server, vllm_server_args=["--max-model-len", "4096"]))
+    moved = run_playbook(RESTART, drifted)
+    assert moved.returncode == 0, moved.stdout[-5000:]
+    final_head, final_headless = assert_whole(nodes, server)
+    assert final_head != new_head and final_headless != new_headless
+    assert "4096" in psutil.Process(final_headless).cmdline() and "4096" in psutil.Process(final_head).cmdline()
+
+
+def test_data_parallel_across_two_hosts(make_host, tmp_path):
+    nodes = hosts_with_ports(make_host, "gpu-node-01", "gpu-node-02")
+    inventory, server = group_inventory(tmp_path, nodes, {"vllm_server_pipeline_parallel_size": 1, "vllm_server_data_parallel_size": 4})
+    run = run_playbook(RESTART, inventory)
+    assert run.returncode == 0, run.stdout[-5000:]
+    _head, headless = assert_whole(nodes, server, gpus_each=2)
+    argv = psutil.Process(headless).cmdline()
+    assert argv[argv.index("--data-parallel-start-rank") + 1] == "2" and argv[argv.index("--data-parallel-size-local") + 1] == "2"
+
+
+def test_a_refused_preflight_on_node_2_stops_nothing_on_node_1(make_host, tmp_path):
+    nodes = hosts_with_ports(make_host, "gpu-node-01", "gpu-node-02")
+    inventory, server = group_inventory(tmp_path, nodes)
+    assert run_playbook(RESTART, inventory).returncode == 0
+    head_pid, headless = assert_whole(nodes, server)
+    # a colleague's job on node 2's GPU 0 (not vLLM-shaped: a stop would leave it holding the GPU)
+    job = nodes[1].spawn_tree({"key": "job", "title": "python3 train.py", "hold": [{"gpu": 0, "mib": 2000}]})
+    try:
+        run = run_playbook(RESTART, inventory, "-e", "vllm_server_state=restarted")
+        text = flat(run.stdout)
+        assert run.returncode != 0, text[-3000:]
+        assert "nothing was stopped on any host of server group glm5_a: gpu-node-02" in text, text[-4000:]
+        assert pid_alive(head_pid) and pid_alive(headless) and pid_alive(job["job"])
+        assert assert_whole_but(nodes, server, job["job"]) == (head_pid, headless)
+    finally:
+        os.kill(job["job"], signal.SIGKILL)
+
+
+def assert_whole_but(nodes, server, extra: int) -> t.Tuple[int, int]:
+    """As assert_whole, but node 2's GPU 0 also holds ``extra``."""
+    head_pid = listening_pid(nodes[0].port)
+    headless = rank_pid(server["vllm_server_nodes_port"])
+    assert set(holders(nodes[0])[0]) <= tree(head_pid)
+    assert set(holders(nodes[1])[0]) <= tree(headless) | {extra}
+    return head_pid, headless
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"group_vars": {"vllm_server_pipeline_parallel_size": 1}},
+     "vllm_server_tensor_parallel_size=1 x vllm_server_pipeline_parallel_size=1 (1 workers) does not split over the 2 hosts"),
+    ({"per_host": {"gpu-node-02": {"vllm_server_port": 1}}}, "vllm_server_port differs between the hosts of server group glm5_a"),
+    ({"extra_groups": {"glm5_b": {"hosts": {"gpu-node-02": {}}}}},
+     "gpu-node-02 is a host of server group glm5_a but its vllm_server_nodes_group is \"glm5_b\""),
+    ({"limit": "gpu-node-01"}, "server group glm5_a is changed whole, but gpu-node-02 is not in this run"),
+])
+def test_a_bad_group_is_refused_before_anything_is_touched(make_host, tmp_path, change, needle):
+    nodes = hosts_with_ports(make_host, "gpu-node-01", "gpu-node-02")
+    extra = change.get("extra_groups")
+    if extra:  # glm5_b's server variables: node 2's group is glm5_b, so glm5_a holds a host of another server group
+        extra["glm5_b"]["vars"] = {"vllm_server_nodes_group": "glm5_b"}
+    inventory, _server = group_inventory(tmp_path, nodes, change.get("group_vars"), change.get("per_host"), extra)
+    args = ["--limit", change["limit"]] if "limit" in change else []
+    run = run_playbook(RESTART, inventory, *args)
+    text = flat(run.stdout)
+    assert run.returncode != 0 and needle in text, text[-4000:]
+    for node in nodes:
+        assert not (node.state / "role").exists() or not list((node.state / "role").glob("*.json"))  # no server record
+        assert not any(holders(node).values())
