@@ -202,7 +202,7 @@ options:
   stop_after:
     description:
       - With O(state=stopped), the URL of the C(/health) of another server to wait for first, as a headless node of a
-        server across hosts waits for its head: the stop begins once nothing answers there (any HTTP status counts as an
+        server across hosts waits for its head. The stop begins once nothing answers there (any HTTP status counts as an
         answer), or after O(drain_timeout) + O(stop_timeout) + 30 seconds, and RV(head_stopped) says which.
       - Not waited for in check mode.
     type: str

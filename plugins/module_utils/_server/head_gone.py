@@ -4,31 +4,24 @@
 
 """The head of a server across hosts stops first: a headless node waits until the head's API no longer answers.
 
-A flat file of module_utils: it imports no package of this collection.
 Private to this collection: the API may change without notice.
 """
 
 from __future__ import annotations
 
-import socket
 import time
 import typing as t
-import urllib.error
-import urllib.request
+
+from ansible_collections.gpuops.fleet.plugins.module_utils._http.request import http_get
 
 POLL_S = 0.2
 
 
 def answers(url: str, timeout: float = 2.0) -> bool:
-    """Whether anything answers HTTP at ``url`` (any status: a head that lost a rank answers 503 and still runs)."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as reply:  # nosec: the head's own URL, from the role's plan
-            reply.read(0)
-        return True
-    except urllib.error.HTTPError:
-        return True
-    except (urllib.error.URLError, OSError, socket.timeout, ValueError):
-        return False
+    """Whether the head still runs at ``url``: any HTTP status (a head that lost a rank answers 503), or no answer in
+    time (a head that hangs has not stopped); only a refused or reset connection means it is gone."""
+    reply = http_get(url, timeout)
+    return reply.status is not None or (reply.error or "").startswith("timed out")
 
 
 def wait_gone(url: str, timeout: float, clock: t.Callable[[], float] = time.monotonic,
@@ -36,8 +29,8 @@ def wait_gone(url: str, timeout: float, clock: t.Callable[[], float] = time.mono
     """Poll ``url`` until it no longer answers, for at most ``timeout`` seconds: the head's stop (its drain included)."""
     started = clock()
     while True:
-        if not probe(url):
-            return {"url": url, "gone": True, "waited_s": round(clock() - started, 3)}
-        if clock() - started >= timeout:
-            return {"url": url, "gone": False, "waited_s": round(clock() - started, 3)}
+        gone = not probe(url)
+        waited = clock() - started
+        if gone or waited >= timeout:
+            return {"url": url, "gone": gone, "waited_s": round(waited, 3)}
         sleep(POLL_S)

@@ -58,7 +58,8 @@ def reading(plan: t.Mapping[str, t.Any], own: t.Optional[t.Mapping[str, t.Any]],
     if left_out:
         return {"failed": True, "unchanged": False, "nodes": {},
                 "msg": "server group %s is changed whole, but %s not in this run: nothing was stopped on any host; run the play on"
-                       " every host of the group" % (plan["group"]["name"], ", ".join(left_out) + (" is" if len(left_out) == 1 else " are"))}
+                       " every host of the group, in one batch (no --limit that splits it; restart_vllm.yml: vllm_restart_serial"
+                       " a multiple of the group's size)" % (plan["group"]["name"], ", ".join(left_out) + (" is" if len(left_out) == 1 else " are"))}
     said = {}
     for node in members:
         result = results.get(node)
