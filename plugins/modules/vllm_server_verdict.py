@@ -33,8 +33,8 @@ description:
     as a whole, from what every host of its group registered at that step (read through C(hostvars)) and which of them are
     still in the play's batch. C(group_read) returns RV(unchanged) - true only when every host reads that it runs this
     configuration (for a server of one host, its own reading) - and fails when a host of the group is not in the run.
-    C(group_preflight) fails, naming each host and why, unless every other host passed its lock and preflight: nothing
-    stops anywhere. C(group_ready) fails unless every other host's new rank is ready and held its check: each host then
+    C(group_preflight) fails, naming each host and why, unless every other host passed its lock and preflight - nothing
+    stops anywhere. C(group_ready) fails unless every other host's new rank is ready and held its check, and each host then
     undoes its own launch.
   - This module is an action plugin; it runs on the controller and sends to the host only the reading of its step.
 author:

@@ -102,12 +102,24 @@ def test_one_engine_across_two_hosts_launch_rerun_drift_and_a_killed_rank(make_h
     assert new_head != head_pid and not pid_alive(head_pid)  # the head was replaced too: a server is one
 
     # drift on the group's variables: both hosts restart with it
-    drifted, _ = group_inventory(tmp_path, nodes, dict(server, vllm_server_args=["--max-model-len", "4096"]))
+    drifted, _same = group_inventory(tmp_path, nodes, dict(server, vllm_server_args=["--max-model-len", "4096"]))
     moved = run_playbook(RESTART, drifted)
     assert moved.returncode == 0, moved.stdout[-5000:]
     final_head, final_headless = assert_whole(nodes, server)
     assert final_head != new_head and final_headless != new_headless
     assert "4096" in psutil.Process(final_headless).cmdline() and "4096" in psutil.Process(final_head).cmdline()
+
+    # the head killed -9: its workers are orphans on node 1, and the headless rank lives on, holding node 2's GPU and
+    # waiting for a head (vLLM #32136); an unforced run stops that rank, reclaims the orphans and starts the server whole
+    head_workers = tree(final_head) - {final_head}
+    os.kill(final_head, signal.SIGKILL)
+    assert wait_for(lambda: not pid_alive(final_head), 10, 0.1)
+    assert set(holders(nodes[0])[0]) <= head_workers and pid_alive(final_headless)
+    revived = run_playbook(RESTART, drifted)
+    assert revived.returncode == 0, revived.stdout[-5000:]
+    assert not pid_alive(final_headless) and not any(pid_alive(pid) for pid in head_workers)
+    last_head, last_headless = assert_whole(nodes, server)
+    assert last_head != final_head and last_headless != final_headless
 
 
 def test_data_parallel_across_two_hosts(make_host, tmp_path):

@@ -75,7 +75,8 @@ def test_each_bad_group_variable_is_named_with_its_value(variables, change, need
 
 @pytest.mark.parametrize("change, needle", [
     ({"n2": {"vllm_server_port": 8001}}, "vllm_server_port differs between the hosts of server group glm5_a (n1=8000, n2=8001)"),
-    ({"n2": {"vllm_server_args": ["--hf-token", "s3cret"]}}, "vllm_server_args differs between the hosts of server group glm5_a (n2 against n1; the values are not shown)"),
+    ({"n2": {"vllm_server_args": ["--hf-token", "s3cret"]}},
+     "vllm_server_args differs between the hosts of server group glm5_a (n2 against n1; the values are not shown)"),
     ({"n2": {"vllm_server_nodes_group": "glm5_b"}}, 'n2 is a host of server group glm5_a but its vllm_server_nodes_group is "glm5_b"'),
     ({"n2": {"vllm_server_node_address": "a b"}}, 'vllm_server_node_address="a b" (n2) must be a host name or an address'),
 ])
