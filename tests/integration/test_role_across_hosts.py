@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
+import subprocess
 import typing as t
 
 import psutil
 import pytest
 
 from ansible_run import BIN, flat, recap, RESTART, run_playbook
-from gpusim.api import free_port, pid_alive, role_host_vars, role_inventory, wait_for
-from readings import holders, listening_pid
+from gpusim.api import FakeVllm, free_port, pid_alive, role_host_vars, role_inventory, starttime, wait_for
+from readings import health, holders, listening_pid
 from simhost import hosts_with_ports
 
 GROUP = "glm5_a"
@@ -180,3 +182,71 @@ def test_a_bad_group_is_refused_before_anything_is_touched(make_host, tmp_path, 
     for node in nodes:
         assert not (node.state / "role").exists() or not list((node.state / "role").glob("*.json"))  # no server record
         assert not any(holders(node).values())
+
+
+def in_bash(server: FakeVllm, log) -> "subprocess.Popen[bytes]":
+    """A live bash that runs the server as its child and stays after it, as a shell in a tmux pane does."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(["bash", "-c", shlex.join(server.argv) + "; sleep 3600"], env=dict(server.env),  # pylint: disable=consider-using-with
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def end(shell: "subprocess.Popen[bytes]") -> None:
+    """End a shell this test started, and what it still runs, by its Popen handle."""
+    if shell.poll() is None:
+        for child in psutil.Process(shell.pid).children(recursive=True):
+            child.kill()
+        shell.kill()
+    shell.wait(10)
+
+
+def test_a_server_across_two_hosts_started_by_hand_is_taken_over_as_one(make_host, tmp_path):
+    """Each rank started by hand in a shell on its host (the head on the port, the headless rank joined to it): the run
+    takes both over - the head found on the port, the headless rank by its flags (joined to the group's head address) -
+    stops both trees, leaves both shells, and launches the group's own server."""
+    nodes = hosts_with_ports(make_host, "gpu-node-01", "gpu-node-02")
+    inventory, server = group_inventory(tmp_path, nodes)
+    ranks = ["--pipeline-parallel-size", "2", "--nnodes", "2", "--master-addr", "127.0.0.1",
+             "--master-port", str(server["vllm_server_nodes_port"])]
+    head = FakeVllm(nodes[0], tmp_path / "head.log", gpus="0", port=nodes[0].port, model="zai-org/GLM-5-GGUF", args=ranks + ["--node-rank", "0"])
+    rank = FakeVllm(nodes[1], tmp_path / "rank.log", gpus="0", model="zai-org/GLM-5-GGUF", args=ranks + ["--node-rank", "1", "--headless"])
+    shells = [in_bash(head, tmp_path / "head-shell.log"), in_bash(rank, tmp_path / "rank-shell.log")]
+    try:
+        assert wait_for(lambda: health(nodes[0].port) == 200, 60, 0.2), "the hand-started head never served"
+        old_head, old_rank = assert_whole(nodes, server)
+        old = tree(old_head) | tree(old_rank)
+        run = run_playbook(RESTART, inventory)
+        text = flat(run.stdout)
+        assert run.returncode == 0, text[-5000:]
+        assert not [pid for pid in old if pid_alive(pid)], "left running"
+        assert all(shell.poll() is None for shell in shells), "a shell of a server taken over was ended"
+        new_head, new_rank = assert_whole(nodes, server)
+        assert not {new_head, new_rank} & old
+        assert "taken over: PID %d" % old_head in text and "taken over: PID %d" % old_rank in text, text[-4000:]
+    finally:
+        for shell in shells:
+            end(shell)
+
+
+def test_a_hand_started_server_across_more_hosts_than_the_group_is_refused(make_host, tmp_path):
+    """A server across 3 hosts started by hand, two of them the group's: taking it over would leave its third rank
+    holding a GPU on a host the run does not touch; refused naming both counts, nothing stopped on any host."""
+    nodes = hosts_with_ports(make_host, "gpu-node-01", "gpu-node-02", "gpu-node-03")
+    inventory, server = group_inventory(tmp_path, nodes[:2])
+    ranks = ["--pipeline-parallel-size", "3", "--nnodes", "3", "--master-addr", "127.0.0.1",
+             "--master-port", str(server["vllm_server_nodes_port"])]
+    servers = [FakeVllm(node, tmp_path / ("rank%d.log" % rank), gpus="0", port=nodes[0].port if rank == 0 else None,
+                        args=ranks + ["--node-rank", str(rank)] + (["--headless"] if rank else [])) for rank, node in enumerate(nodes)]
+    shells = [in_bash(one, tmp_path / ("shell%d.log" % rank)) for rank, one in enumerate(servers)]
+    try:
+        assert wait_for(lambda: health(nodes[0].port) == 200, 60, 0.2), "the hand-started head never served"
+        running = {pid: starttime(pid) for node in nodes for pid in holders(node)[0]}
+        assert len(running) == 3
+        run = run_playbook(RESTART, inventory)
+        text = flat(run.stdout)
+        assert run.returncode != 0 and "nothing was stopped" in text, text[-4000:]
+        assert "a server across 3 hosts" in text and "vllm_server_nodes_group=glm5_a holds 2" in text, text[-4000:]
+        assert all(pid_alive(pid, started) for pid, started in running.items()) and health(nodes[0].port) == 200
+    finally:
+        for shell in shells:
+            end(shell)
