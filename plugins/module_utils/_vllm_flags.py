@@ -64,3 +64,24 @@ def spans_hosts(argv: t.Sequence[t.Any]) -> t.Optional[str]:
     if "--headless" in words:
         return "--headless"
     return None
+
+
+def node_count(argv: t.Sequence[t.Any]) -> t.Optional[int]:
+    """How many hosts a server across hosts spans, by its flags (``--nnodes``, or data parallel's size over its local
+    size); None when the flags do not say (``--headless`` alone) or for a server of one host."""
+    words = [str(word) for word in argv]
+    nodes = _number(words, ("--nnodes",))
+    if nodes is not None and nodes > 1:
+        return nodes
+    size = _number(words, ("--data-parallel-size", "-dp"))
+    local = _number(words, ("--data-parallel-size-local", "-dpl"))
+    if size is not None and local and size > local and size % local == 0:
+        return size // local
+    return None
+
+
+def head_address(argv: t.Sequence[t.Any]) -> t.Optional[str]:
+    """The address a rank of a server across hosts joins its head at (``--master-addr``, else
+    ``--data-parallel-address``), None when it names none."""
+    words = [str(word) for word in argv]
+    return _value(words, "--master-addr") or _value(words, "--data-parallel-address") or _value(words, "-dpa")

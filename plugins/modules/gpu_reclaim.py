@@ -217,6 +217,11 @@ options:
         SIGKILLed API server are orphans, and so is a vLLM server started by hand and left to init; a C(VLLM::Worker_TP0) whose
         parent is a live C(python3 batch_infer.py), a vLLM server below a live shell or wrapper script, or a Ray actor below
         raylet, is someone else's."
+      - "A headless rank of a server across hosts (C(--headless), joined to its head by C(--master-addr) or
+        C(--data-parallel-address)) keeps its workers when its head is gone and retries for ever. When the top of the chain, or
+        the parent it hangs from, is such a rank and neither it nor a descendant holds a TCP connection to the head's address
+        any more, the holder is an orphan; while one does (a live server's rank), or when its connections cannot be read, it is
+        not."
       - Linux has no way to read whether a process is a subreaper (C(PR_SET_CHILD_SUBREAPER)), hence O(subreapers). Process groups
         are not used as evidence (a job-control shell puts the members of a pipeline in one group).
     type: bool

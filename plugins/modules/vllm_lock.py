@@ -168,6 +168,26 @@ options:
             description: Another tool's unit is no reason to refuse the listener (see M(gpuops.fleet.vllm_listener)).
             type: bool
             default: false
+          across:
+            description:
+              - This host's node of a server across hosts (the role's C(vllm_server_nodes_group)). A rank of a server across as many
+                hosts as the group is then taken over, not refused; a rank of a server across another number of hosts is refused.
+              - With O(listener.across.head) (a headless node, which serves no API), the server to take over is not the listener on the
+                port but the vLLM-shaped process with C(--headless) joined to that head (its C(--master-addr) or C(--data-parallel-address));
+                none when there is none or more than one.
+            type: dict
+            suboptions:
+              group:
+                description: The server group's name.
+                type: str
+                required: true
+              size:
+                description: Its number of hosts.
+                type: int
+                required: true
+              head:
+                description: On a headless node, the head's address.
+                type: str
       generate:
         description:
           - The generation check asked for when the server runs with O(status.config_hash) and answers

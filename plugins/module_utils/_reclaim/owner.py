@@ -18,8 +18,14 @@ The rule (the module's DOCUMENTATION says the same):
    session that is not its parent's and does not lead it. A process keeps the session it was forked in until it
    starts one of its own, so a parent in another session did not start it (unless the parent left that session
    afterwards, which a parent that leads no session cannot have done).
-3. Anything else hangs from a live process that is neither the owner nor an adopter (``python3 batch_infer.py``, a
-   shell, a wrapper script, a cluster daemon): someone else's job, never ended under ``orphans_only``.
+3. A headless rank of a server across hosts (``--headless``, joined to a head by ``--master-addr`` or
+   ``--data-parallel-address``) whose head is gone keeps its workers and their GPUs and retries for ever: when the top
+   of the chain or the process it hangs from is such a rank, and neither it nor any of its descendants holds a TCP
+   connection to its head's address any more (``joined``), the holder is an orphan. While it is connected, or when that
+   cannot be read, the rule goes on.
+4. Anything else hangs from a live process that is neither the owner nor an adopter (``python3 batch_infer.py``, a
+   shell, a wrapper script, a cluster daemon, a live server's launcher or headless rank): someone else's job, never
+   ended under ``orphans_only``.
 
 Package rule (_reclaim): what gpu_reclaim decides and does. It imports the flat files of module_utils, _host, _gpu
 and its own files: never _bench, _server or _report, and never a module; nothing in _gpu or _host imports it.
@@ -33,6 +39,7 @@ import os
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
+from ansible_collections.gpuops.fleet.plugins.module_utils._vllm_flags import head_address
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import ReclaimSpec, matches_any
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import START_TIME_TOLERANCE_S
 
@@ -41,6 +48,8 @@ ORPHAN = "orphan"
 FOREIGN = "foreign"
 
 GetSid = t.Callable[[int], t.Optional[int]]
+# whether any of the PIDs holds a TCP connection to the address; None when it cannot be told (_host/peers.connected_to)
+Joined = t.Callable[[t.Sequence[int], str], t.Optional[bool]]
 
 
 def getsid(pid: int) -> t.Optional[int]:
@@ -72,10 +81,11 @@ def label(info: t.Optional[t.Mapping[str, t.Any]], limit: int = 100) -> str:
 class Ownership:
     """Verdicts on one process table (``table.info``: pid -> name, cmdline, create_time, ppid, status)."""
 
-    def __init__(self, table: t.Any, spec: ReclaimSpec, sid_of: GetSid = getsid) -> None:
+    def __init__(self, table: t.Any, spec: ReclaimSpec, sid_of: GetSid = getsid, joined: t.Optional[Joined] = None) -> None:
         self.table = table
         self.spec = spec
         self.sid_of = sid_of
+        self.joined = joined
         self.owner_running = False
         self.owner_leads_session = False
         owner = spec.owner
@@ -121,5 +131,22 @@ class Ownership:
         if None not in (top_sid, parent_sid) and top_sid not in (parent_sid, top) and parent_sid != stop:
             return Verdict(ORPHAN, top, stop, "PID %d was adopted by PID %d (%s): it is in session %d, which is not its parent's" % (
                 top, stop, label(info), top_sid))
+        for rank in (top, stop):
+            lost = self._lost_head(rank)
+            if lost:
+                return Verdict(ORPHAN, top, stop, lost)
         return Verdict(FOREIGN, top, stop, "belongs to live PID %d (%s), not to this server nor an orphan: someone else's job" % (
             stop, label(info)))
+
+    def _lost_head(self, pid: int) -> t.Optional[str]:
+        """Why ``pid`` is a headless rank whose head is gone (rule 3), or None."""
+        info = self.table.info.get(pid) or {}
+        cmdline = [str(word) for word in info.get("cmdline") or []]
+        head = head_address(cmdline)
+        if self.joined is None or "--headless" not in cmdline or not head:
+            return None
+        tree = [pid] + [found[0] for found in self.table.descendants(pid)]
+        if self.joined(tree, head) is not False:
+            return None
+        return ("PID %d (%s) is a headless rank of a server across hosts whose head, %s, is gone (no connection to it): its"
+                " workers hold their GPUs for nothing" % (pid, label(info), head))

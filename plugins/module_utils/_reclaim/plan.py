@@ -22,6 +22,7 @@ import typing as t
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.errors import NvmlError
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import NvmlSession
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import pid_trust as _pid_trust
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.peers import connected_to
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.process_table import ProcessTable, protected_pids
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.processes import describe_process
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.owner import FOREIGN, GetSid, Ownership, Verdict, getsid
@@ -129,7 +130,7 @@ def plan_targets(psutil: t.Any, spec: ReclaimSpec, holders: t.Mapping[int, t.Dic
     if spec.orphans_only and holders:
         if table is None:
             table = ProcessTable(psutil)
-        ownership = Ownership(table, spec, sid_of)
+        ownership = Ownership(table, spec, sid_of, lambda pids, address: connected_to(psutil, pids, address))
     on_purpose: t.Dict[int, str] = {}
     for pid, info in holders.items():
         builtin = always_excluded(info["name"], info["cmdline"])

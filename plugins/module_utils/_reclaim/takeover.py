@@ -23,7 +23,7 @@ from __future__ import annotations
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
-from ansible_collections.gpuops.fleet.plugins.module_utils._vllm_flags import runs_on_ray, spans_hosts
+from ansible_collections.gpuops.fleet.plugins.module_utils._vllm_flags import head_address, node_count, runs_on_ray, spans_hosts
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import listener as _listener
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import KUBERNETES, container_of, is_port_publisher, starts_again
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.procfs import PROC
@@ -37,13 +37,27 @@ Looks = t.Callable[[str, t.Sequence[str]], bool]
 
 
 def read_listener(psutil: t.Any, port: int, match: t.Sequence[str] = tuple(DEFAULT_MATCH), unit: t.Optional[str] = None,
-                  stop_units: bool = False) -> t.Optional[t.Dict[str, t.Any]]:
+                  stop_units: bool = False, across: t.Optional[t.Mapping[str, t.Any]] = None) -> t.Optional[t.Dict[str, t.Any]]:
     """describe() with ``match`` as regular expressions (the option of vllm_listener and of vllm_lock's status); raises
     SpecError naming ``match`` for a pattern that does not compile, ListenerError as describe() does."""
     patterns = regexes("match", match)
     adopters = regexes("subreapers", DEFAULT_SUBREAPERS)
     return describe(psutil, port, lambda name, cmdline: matches_any(patterns, name, cmdline),
-                    lambda name, cmdline: matches_any(adopters, name, cmdline), unit, stop_units)
+                    lambda name, cmdline: matches_any(adopters, name, cmdline), unit, stop_units, across=across)
+
+
+def find_rank(psutil: t.Any, head: str, is_vllm: Looks) -> t.Optional[int]:
+    """The headless rank of a server across hosts that runs on this host joined to ``head`` (its --master-addr or
+    --data-parallel-address): a vLLM-shaped process with --headless whose parent is not one too. None when there is no
+    such process, or more than one (then none is taken over: the preflight names what holds the GPUs)."""
+    found: t.Dict[int, int] = {}
+    for proc in psutil.process_iter(["ppid", "name", "cmdline"]):
+        info = proc.info
+        cmdline = [str(word) for word in info.get("cmdline") or []]
+        if "--headless" in cmdline and head_address(cmdline) == head and is_vllm(info.get("name") or "", cmdline):
+            found[proc.pid] = info.get("ppid") or 0
+    tops = [pid for pid, parent in found.items() if parent not in found]
+    return tops[0] if len(tops) == 1 else None
 
 
 def _process(psutil: t.Any, pid: int) -> t.Optional[t.Tuple[str, t.List[str], float, t.List[int]]]:
@@ -135,15 +149,21 @@ def container_words(box: t.Mapping[str, t.Any]) -> str:
     return "the %s container %s (%s)" % (box["runtime"], box.get("name") or box["id"][:12], ", ".join(said + ["id %s" % box["id"][:12]]))
 
 
-def describe(psutil: t.Any, port: int, is_vllm: Looks, adopts: Looks, own_unit: t.Optional[str] = None,
-             stop_units: bool = False, proc_root: str = PROC, runtimes: t.Optional[Runtimes] = None) -> t.Optional[t.Dict[str, t.Any]]:
+def describe(psutil: t.Any, port: int, is_vllm: Looks, adopts: Looks, own_unit: t.Optional[str] = None,  # pylint: disable=too-many-arguments
+             stop_units: bool = False, proc_root: str = PROC, runtimes: t.Optional[Runtimes] = None,
+             across: t.Optional[t.Mapping[str, t.Any]] = None) -> t.Optional[t.Dict[str, t.Any]]:
     """The listener on ``port`` as the role shows it (its command line masked), None when nothing listens.
 
     ``is_vllm``: whether a process (name, command line) is a vLLM server; ``adopts``: whether a parent adopts orphans;
     ``runtimes``: how a container's runtime is asked. A server in a container is described by the
     process that serves in it (``pid``), even when the runtime's process holds its published port
-    (``container.port_held_by``). Raises ListenerError when unrelated processes share the port."""
-    pid = _listener.listening_pid(psutil, port)
+    (``container.port_held_by``). Raises ListenerError when unrelated processes share the port.
+
+    ``across``: this host's node of a server across hosts (``group``, its name; ``size``, its hosts; ``head``, the head's
+    address on a headless node): there the server to take over is the headless rank joined to that head (find_rank),
+    not a listener; and a rank of a server across as many hosts as the group is taken over, not refused."""
+    head = (across or {}).get("head")
+    pid = find_rank(psutil, head, is_vllm) if head else _listener.listening_pid(psutil, port)
     if pid is None:
         return None
     seen = _process(psutil, pid)
@@ -175,38 +195,58 @@ def describe(psutil: t.Any, port: int, is_vllm: Looks, adopts: Looks, own_unit: 
         "container": box,
         "by": started.by,
     }
-    info["refusal"] = refusal(info, port, stop_units)
+    info["refusal"] = refusal(info, port, stop_units, across)
     info["takeover"] = info["refusal"] is None and started.how != _listener.OWN_UNIT
     return info
 
 
-def refusal(info: t.Mapping[str, t.Any], port: int, stop_units: bool = False) -> t.Optional[str]:
-    """Why the role may not stop this listener, in words naming it and the way out; None when it may. ``stop_units``: the
-    role may stop and disable another tool's systemd unit that runs it (vllm_server_takeover_units)."""
+def _across_refusal(cmdline: t.Sequence[str], ranks: str, held: str, who: str, across: t.Optional[t.Mapping[str, t.Any]]) -> t.Optional[str]:
+    """A rank of a server across hosts is taken over only by a run over its whole server group: as many hosts."""
+    size = int((across or {}).get("size") or 1)
+    if size <= 1:
+        return ("%s the vLLM server %s, one rank of a server across hosts (%s): stopping it here would leave its other "
+                "ranks holding their GPUs on the other hosts; stop it on every one of its nodes, then rerun, or name its "
+                "hosts as a server group (vllm_server_nodes_group)" % (held, who, ranks))
+    count = node_count(cmdline)
+    if count == size:
+        return None
+    return ("%s the vLLM server %s, one rank of %s (%s), but vllm_server_nodes_group=%s holds %d hosts: taking it over would "
+            "leave the ranks on other hosts holding their GPUs; stop it on every one of its nodes, then rerun"
+            % (held, who, "a server across %d hosts" % count if count else "a server across hosts", ranks, across.get("group"), size))
+
+
+def refusal(info: t.Mapping[str, t.Any], port: int, stop_units: bool = False,
+            across: t.Optional[t.Mapping[str, t.Any]] = None) -> t.Optional[str]:
+    """Why the role may not stop this listener (or headless rank, see describe), in words naming it and the way out; None
+    when it may. ``stop_units``: the role may stop and disable another tool's systemd unit that runs it
+    (vllm_server_takeover_units)."""
     who = "PID %d (%s), started %s" % (info["pid"], info["command"][:200], info["started"])
+    head = (across or {}).get("head")
+    held = "this host runs, as a headless rank joined to %s," % head if head else "port %d is held by" % port
     if not info["vllm"]:
         return "port %d is held by %s, which is not a vLLM server: it is not stopped; stop it or choose another vllm_server_port" % (
             port, who)
     if runs_on_ray(info.get("cmdline") or []):
-        return ("port %d is held by the vLLM server %s, which runs on a Ray cluster (--distributed-executor-backend ray): "
+        return ("%s the vLLM server %s, which runs on a Ray cluster (--distributed-executor-backend ray): "
                 "the role never signals Ray's processes (its raylet and workers, on this host and others), so it can "
                 "neither stop that server whole nor prove its GPUs free; stop it through Ray (end the job that started it, "
                 "or ray stop on each of its nodes), then rerun; across hosts, serve without Ray (vLLM's own multiprocessing "
-                "backend, --distributed-executor-backend mp)" % (port, who))
-    ranks = spans_hosts(info.get("cmdline") or [])
+                "backend, --distributed-executor-backend mp)" % (held, who))
+    cmdline = info.get("cmdline") or []
+    ranks = spans_hosts(cmdline)
     if ranks:
-        return ("port %d is held by the vLLM server %s, one rank of a server across hosts (%s): stopping it here would "
-                "leave its other ranks holding their GPUs on the other hosts; stop it on every one of its nodes, then "
-                "rerun" % (port, who, ranks))
+        refused = _across_refusal(cmdline, ranks, held, who, across)
+        if refused:
+            return refused
     box = info.get("container") or {}
     if info["how"] == _listener.CONTAINER and box.get("runtime") == KUBERNETES:
-        return ("port %d is held by the vLLM server %s: the kubelet runs this pod and starts what it runs again; change "
-                "its deployment (kubectl), then rerun" % (port, who))
+        return ("%s the vLLM server %s: the kubelet runs this pod and starts what it runs again; change "
+                "its deployment (kubectl), then rerun" % (held, who))
     if info["how"] == _listener.CONTAINER and box.get("error"):
-        return ("port %d is held by the vLLM server %s, and its runtime could not be asked about it (%s): stop the container "
-                "yourself and rerun" % (port, who, box["error"]))
+        return ("%s the vLLM server %s, and its runtime could not be asked about it (%s): stop the container "
+                "yourself and rerun" % (held, who, box["error"]))
     if info["how"] == _listener.UNIT and not stop_units:
-        return ("port %d is held by the vLLM server %s, which would start it again when it ends: set "
+        return ("%s the vLLM server %s, which would start it again when it ends: set "
                 "vllm_server_takeover_units=true to let this run stop and disable %s, or stop and disable it yourself "
-                "(systemctl disable --now %s), and rerun" % (port, who, info["unit"], info["unit"]))
+                "(systemctl disable --now %s), and rerun" % (held, who, info["unit"], info["unit"]))
     return None

@@ -25,6 +25,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.facts import run
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import (
     RunCli, RuntimeClient, is_full_id,
 )
+from ansible_collections.gpuops.fleet.plugins.module_utils._host.peers import connected_to
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.process_table import ProcessTable, protected_pids
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.owner import ORPHAN, OWNER, GetSid, Ownership, getsid, label
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import climb
@@ -178,7 +179,7 @@ def judge_holders(facts: t.Mapping[str, t.Any], servers: t.Sequence[t.Mapping[st
                 entry.update(kind=SERVER, server=server["name"], why=verdict.why)
                 break
         else:
-            verdict = Ownership(table, spec, sid_of).judge(pid, chain, stop)
+            verdict = Ownership(table, spec, sid_of, lambda pids, address: connected_to(psutil, pids, address)).judge(pid, chain, stop)
             if verdict.kind != ORPHAN:
                 entry.update(kind=OTHER_JOB, why=verdict.why)
             elif chain:

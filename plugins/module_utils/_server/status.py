@@ -38,6 +38,13 @@ def listener_options(default_match: t.Sequence[str]) -> t.Dict[str, t.Dict[str, 
         "match": {"type": "list", "elements": "str", "default": list(default_match)},
         "unit": {"type": "str"},
         "stop_units": {"type": "bool", "default": False},
+        # this host's node of a server across hosts: its group's name and size, and on a headless node its head's address
+        # (the server to take over is then the headless rank joined to that head; see _reclaim.takeover.describe)
+        "across": {"type": "dict", "options": {
+            "group": {"type": "str", "required": True},
+            "size": {"type": "int", "required": True},
+            "head": {"type": "str"},
+        }},
     }
 
 
@@ -122,8 +129,10 @@ def read_server(module: t.Any, psutil: t.Any, options: t.Mapping[str, t.Any],
             raise ServerError("listener: this module cannot read the listener")
         own_unit = listens.get("unit") or (options.get("unit") if mode == "systemd" else None)
         match = listens.get("match")
-        reading["listener"] = (read_listener(psutil, listens["port"], match, own_unit, bool(listens.get("stop_units"))) if match is not None
-                               else read_listener(psutil, listens["port"], unit=own_unit, stop_units=bool(listens.get("stop_units"))))
+        across = {"across": listens["across"]} if listens.get("across") else {}
+        reading["listener"] = (read_listener(psutil, listens["port"], match, own_unit, bool(listens.get("stop_units")), **across)
+                               if match is not None
+                               else read_listener(psutil, listens["port"], unit=own_unit, stop_units=bool(listens.get("stop_units")), **across))
         reading["takeover"] = taken_over(reading["listener"], reading)
     decide = options.get("decide")
     if decide:

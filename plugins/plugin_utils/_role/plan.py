@@ -188,10 +188,14 @@ def _decided_state(variables: t.Mapping[str, t.Any]) -> str:
 
 def status_args(variables: t.Mapping[str, t.Any], where: t.Mapping[str, str], digest: str, url: str,
                 container: t.Optional[t.Mapping[str, t.Any]], generate: t.Optional[t.Mapping[str, t.Any]],
-                headless: bool = False) -> t.Dict[str, t.Any]:
-    """The reading of what runs (vllm_process state=status; vllm_lock's status): the managed server, the listener on the
-    port (taken over or refused; a headless node of a server across hosts serves no API, so nothing on the port is its
-    server), the decision, and for a server that may be left alone one short completion (a headless node: its head's)."""
+                node: t.Optional[t.Mapping[str, t.Any]] = None) -> t.Dict[str, t.Any]:
+    """The reading of what runs (vllm_process state=status; vllm_lock's status): the managed server, the server to take
+    over (the listener on the port; on a headless node of a server across hosts, which serves no API, the headless rank
+    joined to its head), taken over or refused, the decision, and for a server that may be left alone one short
+    completion (a headless node: its head's)."""
+    across = None
+    if node and node["size"] > 1:
+        across = {"group": node["name"], "size": node["size"], "head": node["addresses"][0] if node["headless"] else None}
     return {
         "mode": text(variables.get("vllm_server_launch_mode")) or "auto",
         "unit": where["unit"],
@@ -199,9 +203,8 @@ def status_args(variables: t.Mapping[str, t.Any], where: t.Mapping[str, str], di
         "config_hash": digest,
         "health_url": url + "/health",
         "container": {"name": container["name"], "runtime": container["runtime"]} if container else None,
-        "listener": None if headless else {
-            "port": to_int(variables.get("vllm_server_port")), "match": words(variables.get("vllm_server_reclaim_match")),
-            "stop_units": to_bool(variables.get("vllm_server_takeover_units"))},
+        "listener": dict({"port": to_int(variables.get("vllm_server_port")), "match": words(variables.get("vllm_server_reclaim_match")),
+                          "stop_units": to_bool(variables.get("vllm_server_takeover_units"))}, **({"across": across} if across else {})),
         "decide": {"state": _decided_state(variables), "force": _decided_state(variables) == "restarted"},
         "generate": generate,
     }
@@ -278,7 +281,7 @@ def build(variables: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.An
         "state_file": where["state"],
         "rollback": bool(good),
         "generate": generate,
-        "status": status_args(variables, where, digest, url, container, generate, bool(node and node["headless"])),
+        "status": status_args(variables, where, digest, url, container, generate, node),
         "reclaim": reclaim_args(variables),
         "memory_threshold_mib": to_int(variables.get(IDLE_THRESHOLD)),
         # the variables a refusal names, as the operator wrote them

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._vllm_flags import runs_on_ray, spans_hosts
+from ansible_collections.gpuops.fleet.plugins.module_utils._vllm_flags import head_address, node_count, runs_on_ray, spans_hosts
 
 SERVE = ["vllm", "serve", "zai-org/GLM-5-FP8", "--tensor-parallel-size", "8"]
 
@@ -39,3 +39,15 @@ def test_runs_on_ray(argv, ray):
 ])
 def test_spans_hosts(argv, said):
     assert spans_hosts(argv) == said
+
+
+@pytest.mark.parametrize("argv, nodes, head", [
+    (["vllm", "serve", "m", "--nnodes", "3", "--master-addr", "10.0.0.1"], 3, "10.0.0.1"),
+    (["vllm", "serve", "m", "--nnodes=2", "--master-addr=h0"], 2, "h0"),
+    (["vllm", "serve", "m", "-dp", "8", "-dpl", "2", "-dpa", "h0"], 4, "h0"),
+    (["vllm", "serve", "m", "--data-parallel-size", "4", "--data-parallel-size-local", "2", "--data-parallel-address", "h1"], 2, "h1"),
+    (["vllm", "serve", "m", "--headless"], None, None),
+    (["vllm", "serve", "m", "--nnodes", "1"], None, None),
+])
+def test_how_many_hosts_and_which_head(argv, nodes, head):
+    assert node_count(argv) == nodes and head_address(argv) == head

@@ -202,3 +202,26 @@ def test_bad_subreaper_pattern_is_refused():
 def test_owner_from_strings_as_a_template_gives_them():
     assert spec(owner={"pid": "2000", "create_time": "1700000000.25"}).owner == (2000, 1700000000.25)
     assert spec(owner=None).owner is None and spec().orphans_only is False
+
+
+@pytest.mark.parametrize("joined, kind", [(False, "orphan"), (True, "foreign"), (None, "foreign")])
+def test_a_headless_rank_whose_head_is_gone_leaves_orphans(joined, kind):
+    """gpu_cleanup's patterns: a live `vllm serve --headless` is not launcher-shaped, so its worker hangs from it; while it
+    is joined to its head (or that cannot be read) the worker is a live server's, once its head is gone an orphan."""
+    from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.owner import Ownership  # pylint: disable=import-outside-toplevel
+    from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.plan import climb  # pylint: disable=import-outside-toplevel
+    rank = ["vllm", "serve", "m", "--headless", "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1"]
+    rows = [Row(3000, 1, "bash", ["bash"]), Row(3001, 3000, "vllm", rank), Row(3002, 3001, "VLLM::Worker_TP0", ["VLLM::Worker_TP0"])]
+    psutil = FakePsutil(host_rows() + rows, FakeClock())
+    table = _process_table.ProcessTable(psutil)
+    options = spec(match=[r"^VLLM::"], launcher_patterns=[r"^VLLM::"], orphans_only=True)
+    asked = []
+
+    def connected(pids, address):
+        asked.append((sorted(pids), address))
+        return joined
+
+    verdict = Ownership(table, options, lambda pid: 1, connected).judge(3002, *climb(table, 3002, options, set()))
+    assert verdict.kind == kind and asked == [([3001, 3002], "10.0.0.1")]
+    if kind == "orphan":
+        assert "PID 3001" in verdict.why and "whose head, 10.0.0.1, is gone" in verdict.why

@@ -72,6 +72,34 @@ def test_one_rank_of_a_server_across_hosts_is_refused_naming_its_flags():
     assert refusal(info(L.BY_HAND_SHELL, cmdline=VLLM + ["--nnodes", "1"]), 8000) is None
 
 
+def test_a_rank_of_a_server_across_as_many_hosts_as_the_group_is_taken_over():
+    head = VLLM + ["--nnodes", "2", "--node-rank", "0", "--master-addr", "10.0.0.1", "--master-port", "29500"]
+    group = {"group": "glm5_a", "size": 2, "head": None}
+    assert refusal(info(L.BY_HAND_TMUX, cmdline=head), 8000, across=group) is None
+    wider = refusal(info(L.BY_HAND_TMUX, cmdline=VLLM + ["--nnodes", "3", "--node-rank", "0"]), 8000, across=group)
+    assert "one rank of a server across 3 hosts (--nnodes 3, --node-rank 0), but vllm_server_nodes_group=glm5_a holds 2 hosts" in wider
+    data = VLLM + ["--data-parallel-size", "4", "--data-parallel-size-local", "2", "--headless"]
+    rank = refusal(info(L.NOHUP, cmdline=data), 8000, across=dict(group, head="10.0.0.1"))
+    assert rank is None
+    alone = refusal(info(L.NOHUP, cmdline=VLLM + ["--headless"]), 8000, across=dict(group, head="10.0.0.1"))
+    assert alone.startswith("this host runs, as a headless rank joined to 10.0.0.1, the vLLM server PID 5000")
+    assert "a server across hosts (--headless)" in alone
+
+
+def test_the_headless_rank_to_take_over_is_the_one_joined_to_the_head():
+    serve = ["vllm", "serve", "m", "--headless", "--nnodes", "2", "--node-rank", "1"]
+    rows = [Row(1, 0, "init"), Row(10, 1, "bash"), Row(11, 10, "vllm", serve + ["--master-addr", "10.0.0.1"]),
+            Row(12, 11, "vllm", serve + ["--master-addr", "10.0.0.1"]),  # a child with its parent's words: not the rank
+            Row(20, 1, "vllm", serve + ["--master-addr", "10.9.9.9"]),  # joined to another head
+            Row(30, 1, "python3", ["python3", "train.py", "--headless", "--master-addr", "10.0.0.1"])]  # not vLLM-shaped
+    psutil = FakePsutil(rows, FakeClock())
+    looks = lambda name, cmdline: "serve" in cmdline  # noqa: E731
+    assert T.find_rank(psutil, "10.0.0.1", looks) == 11
+    assert T.find_rank(psutil, "10.0.0.2", looks) is None
+    twice = FakePsutil(rows + [Row(40, 1, "vllm", serve + ["--master-addr", "10.0.0.1"])], FakeClock())
+    assert T.find_rank(twice, "10.0.0.1", looks) is None  # two candidates: none is taken over
+
+
 def inspect_answer(cid, name, image, pid, policy):
     return C.CliAnswer(0, json.dumps([{"Id": cid, "Name": name, "ImageName": image, "State": {"Running": True, "Pid": pid},
                                       "HostConfig": {"RestartPolicy": {"Name": policy}}}]))
