@@ -28,6 +28,8 @@ export PYTHONPATH=$root/simulator
 
 gpusim() { "$py" -m gpusim "$@"; }
 hosts=(gpu-node-01 gpu-node-02 gpu-node-03)
+# one server across two more hosts (step 10), in an inventory of their own
+group_hosts=(gpu-node-04 gpu-node-05)
 
 # gpu-node-03's containers: by the names the demo gives them, its image and CDI spec by theirs
 image=localhost/gpuops-demo:latest
@@ -42,7 +44,7 @@ cleanup() {
     podman rmi "$image" >/dev/null 2>&1 || true
     rm -f "$cdi"
   fi
-  for h in "${hosts[@]}"; do
+  for h in "${hosts[@]}" "${group_hosts[@]}"; do
     if [ -d "$demo/$h" ]; then gpusim cleanup --state "$demo/$h" >/dev/null || true; fi
   done
 }
@@ -174,6 +176,31 @@ ansible-playbook -i "$demo/inventory.json" playbooks/gpu_report.yml -e gpu_repor
 cat "$fleet_report/summary.md"
 echo
 echo "page: $fleet_report/index.html (open it in a browser; gpus.csv, holders.csv, report.json next to it)"
+
+banner "10. One server across two hosts: an inventory group in rank order, changed whole or not at all"
+for h in "${group_hosts[@]}"; do gpusim create --state "$demo/$h" >/dev/null; done
+"$py" - "$demo" <<'PY'
+import json, sys
+from pathlib import Path
+from gpusim.inventory import host_vars, role_inventory
+demo = Path(sys.argv[1])
+hosts = {name: host_vars(demo / name, 18004) for name in ("gpu-node-04", "gpu-node-05")}
+inventory = role_inventory(hosts)
+# gpu-node-04 is rank 0 (the head, its API on 18004), gpu-node-05 rank 1 (headless); TP 4 x PP 2, 4 GPUs on each
+inventory["all"]["children"]["glm5_a"] = {"hosts": {name: {} for name in hosts}, "vars": {
+    "vllm_server_nodes_group": "glm5_a", "vllm_server_node_address": "127.0.0.1", "vllm_server_nodes_port": 18504,
+    "vllm_server_tensor_parallel_size": 4, "vllm_server_pipeline_parallel_size": 2}}
+(demo / "across.json").write_text(json.dumps(inventory, indent=2))
+PY
+echo "inventory: $demo/across.json (group glm5_a: gpu-node-04 the head, gpu-node-05 headless)"
+ansible-playbook -i "$demo/across.json" playbooks/restart_vllm.yml >"$demo/across.log" 2>&1 || { tail -40 "$demo/across.log"; exit 1; }
+sed -n '/One line per host/,/PLAY RECAP/p' "$demo/across.log" | grep -E "gpu-node-0[45]:" || true
+rank=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["pid"])' "$demo/gpu-node-05/role/vllm-18004.json")
+echo
+echo "gpu-node-05's headless rank (PID $rank) killed -9: the head answers 503; the same command replaces the whole server"
+kill -9 "$rank"
+ansible-playbook -i "$demo/across.json" playbooks/restart_vllm.yml >"$demo/across-heal.log" 2>&1 || { tail -40 "$demo/across-heal.log"; exit 1; }
+sed -n '/One line per host/,/PLAY RECAP/p' "$demo/across-heal.log" | grep -E "gpu-node-0[45]: (RESTARTED|STARTED|ready)" || true
 
 banner "Done"
 if [ "${KEEP:-0}" = 1 ]; then

@@ -57,9 +57,11 @@ options:
   server:
     description:
       - With O(step=host), the host's new configuration - C(name), C(port), C(tensor_parallel_size), C(state) (the role's
-        variables of those names) - and C(host), the inventory name.
+        variables of those names), C(group) (the name of its server across hosts, the role's C(vllm_server_nodes_group); empty
+        for one host) - and C(host), the inventory name.
       - The step fails, naming the host, when the host cannot be rolled out - no last known-good configuration to roll back to,
-        or a new port, a new size or a stop, which a rollout does not do.
+        or a new port, a new size or a stop, which a rollout does not do, or a host of a server across hosts, which it does not
+        roll out yet.
     type: dict
     default: {}
   last_good:

@@ -18,12 +18,17 @@ import typing as t
 import psutil
 import pytest
 
-from ansible_run import BIN, flat, recap, RESTART, run_playbook
+from ansible_run import BIN, flat, recap, REPO, RESTART, run_playbook
 from gpusim.api import FakeVllm, free_port, pid_alive, role_host_vars, role_inventory, starttime, wait_for
 from readings import health, holders, listening_pid
+from report_fleet import console_errors, dump_dom
 from simhost import hosts_with_ports
 
 GROUP = "glm5_a"
+CLEANUP = REPO / "playbooks" / "gpu_cleanup.yml"
+ROLLOUT = REPO / "playbooks" / "rollout_vllm.yml"
+REPORT = REPO / "playbooks" / "gpu_report.yml"
+FAST = ("-e", "gpu_reclaim_timeout=10 gpu_reclaim_grace=2")
 
 
 def group_inventory(tmp_path, nodes, group_vars=None, per_host=None, extra_groups=None, **all_vars: t.Any):
@@ -31,8 +36,9 @@ def group_inventory(tmp_path, nodes, group_vars=None, per_host=None, extra_group
     on that group; the head's port on every node."""
     port = nodes[0].port
     hosts = {n.name: role_host_vars(n.state, port, **(per_host or {}).get(n.name, {})) for n in nodes}
-    common = {"vllm_restart_serial": "100%", "vllm_restart_max_fail_percentage": 100}
-    common.update(all_vars)
+    # restart_vllm.yml's defaults: one host first, then a quarter, halting at the first failed batch; its batches are
+    # grown to hold the group whole
+    common = dict(all_vars)
     inventory = role_inventory(hosts, python=str(BIN / "python3"), **common)
     server = {"vllm_server_nodes_group": GROUP, "vllm_server_node_address": "127.0.0.1", "vllm_server_nodes_port": free_port(),
               "vllm_server_tensor_parallel_size": 1, "vllm_server_pipeline_parallel_size": 2}
@@ -90,6 +96,21 @@ def test_one_engine_across_two_hosts_launch_rerun_drift_and_a_killed_rank(make_h
     assert {host: counts["changed"] for host, counts in recap(again.stdout).items()} == {"gpu-node-01": 0, "gpu-node-02": 0}, again.stdout[-3000:]
     assert assert_whole(nodes, server) == (head_pid, headless)
 
+    # the fleet page, as a person sees it in a browser: the group is one server, whole, its ranks by host; the headless
+    # host's server is healthy (its /health is its head's), and no host has a problem
+    out = tmp_path / "report"
+    shown = run_playbook(REPORT, inventory, "-e", "gpu_report_dir=%s" % out)
+    assert shown.returncode == 0, shown.stdout[-4000:]
+    dom, _raw, stderr = dump_dom(out / "index.html")
+    assert not console_errors(stderr), console_errors(stderr)
+    row = dom.find("tr", class_="group")
+    assert row.attrs["data-group"] == "glm5_a" and row.attrs["data-whole"] == "yes", row.text()
+    assert [(r.attrs["data-rank"], r.attrs["data-host"]) for r in row.find_all("span", class_="rank")] == [("0", "gpu-node-01"), ("1", "gpu-node-02")]
+    assert "PID %d" % head_pid in row.text() and "PID %d" % headless in row.text()
+    assert not dom.find_all("li", class_="problem"), [li.text() for li in dom.find_all("li", class_="problem")]
+    rank_row = dom.find("section", id="host-gpu-node-02").find("tr", class_="server")
+    assert "rank 1 of 2 of glm5_a (headless" in rank_row.text() and "HTTP 200" in rank_row.text(), rank_row.text()
+
     # a headless rank killed -9 (its workers orphaned, holding node 2's GPU): the head answers 503; an unforced run
     # replaces the whole server, and the orphans are reclaimed
     os.kill(headless, signal.SIGKILL)
@@ -102,6 +123,12 @@ def test_one_engine_across_two_hosts_launch_rerun_drift_and_a_killed_rank(make_h
     assert "gpu-node-02: STARTED (no managed server ran)" in text and "gpu-node-02: stopped 1 process(es)" in text, text[-3000:]
     new_head, new_headless = assert_whole(nodes, server)
     assert new_head != head_pid and not pid_alive(head_pid)  # the head was replaced too: a server is one
+
+    # rollout_vllm.yml does not roll out a server across hosts yet: refused before anything is touched
+    rollout = run_playbook(ROLLOUT, inventory, "-e", '{"vllm_server_env_overrides": {"NCCL_PROTO": "LL"}}',
+                           "-e", "vllm_rollout_results_dir=%s" % (tmp_path / "rollout"))
+    assert rollout.returncode != 0 and "it is a host of server group glm5_a, one server across hosts" in flat(rollout.stdout)
+    assert assert_whole(nodes, server) == (new_head, new_headless)
 
     # drift on the group's variables: both hosts restart with it
     drifted, _same = group_inventory(tmp_path, nodes, dict(server, vllm_server_args=["--max-model-len", "4096"]))
@@ -250,3 +277,25 @@ def test_a_hand_started_server_across_more_hosts_than_the_group_is_refused(make_
     finally:
         for shell in shells:
             end(shell)
+
+
+def test_fleet_cleanup_leaves_a_live_headless_rank_and_takes_one_whose_head_is_gone(make_host, tmp_path):
+    """gpu_cleanup.yml on the headless node: while its head serves, the rank's workers are a live server's (nothing
+    ended); once the head's host lost its server (killed -9, whole tree), the rank retries for ever holding its GPU:
+    its workers are orphans, ended, and the GPU verified free by the simulator."""
+    nodes = hosts_with_ports(make_host, "gpu-node-01", "gpu-node-02")
+    inventory, server = group_inventory(tmp_path, nodes)
+    assert run_playbook(RESTART, inventory).returncode == 0
+    head_pid, headless = assert_whole(nodes, server)
+    workers = tree(headless) - {headless}
+    kept = run_playbook(CLEANUP, inventory, "--limit", "gpu-node-02", *FAST)
+    assert kept.returncode == 0, kept.stdout[-4000:]
+    assert all(pid_alive(pid) for pid in workers) and set(holders(nodes[1])[0]) <= workers
+    for pid in sorted(tree(head_pid), reverse=True):  # the head's host lost its server: every process of it
+        os.kill(pid, signal.SIGKILL)
+    assert wait_for(lambda: rank_pid(server["vllm_server_nodes_port"]) is None, 20, 0.2), "the rank never saw its head go"
+    assert pid_alive(headless) and set(holders(nodes[1])[0]) <= workers  # it keeps its workers and retries
+    cleaned = run_playbook(CLEANUP, inventory, "--limit", "gpu-node-02", *FAST)
+    text = flat(cleaned.stdout)
+    assert cleaned.returncode == 0, text[-4000:]
+    assert not any(pid_alive(pid) for pid in workers) and not holders(nodes[1])[0], holders(nodes[1])

@@ -117,6 +117,39 @@ def _gpu(raw: t.Mapping[str, t.Any], owners: t.Mapping[int, t.Mapping[str, t.Any
     }
 
 
+def _group_of(raw: t.Any) -> t.Optional[t.Dict[str, t.Any]]:
+    """A server's place in a server across hosts (its group's name, its rank, the group's size and head)."""
+    if not isinstance(raw, t.Mapping) or not _text(raw.get("name")):
+        return None
+    rank, size = raw.get("rank"), raw.get("size")
+    return {"name": _text(raw.get("name")), "rank": rank if isinstance(rank, int) else None,
+            "size": size if isinstance(size, int) else None, "head": _text(raw.get("head"))}
+
+
+def server_groups(hosts: t.Sequence[t.Mapping[str, t.Any]]) -> t.List[t.Dict[str, t.Any]]:
+    """Each server across hosts as one: its name, its hosts by rank (each rank's PID, whether it runs, its health: a
+    headless rank's is its head's), and whether it is whole (every rank seen, running, and the head healthy)."""
+    found: t.Dict[str, t.Dict[str, t.Any]] = {}
+    for host in hosts:
+        for server in host.get("servers") or []:
+            group = server.get("group")
+            if not group:
+                continue
+            entry = found.setdefault(group["name"], {"name": group["name"], "size": group["size"], "head": group["head"],
+                                                     "model": server.get("model"), "ranks": []})
+            entry["ranks"].append({"host": host["name"], "rank": group["rank"], "server": server["name"], "pid": server["pid"],
+                                   "running": server["running"], "health": server["health"], "healthy": server["healthy"]})
+    groups = []
+    for name in sorted(found):
+        entry = found[name]
+        entry["ranks"].sort(key=lambda r: (r["rank"] is None, r["rank"]))
+        seen = {r["rank"] for r in entry["ranks"]}
+        entry["whole"] = (entry["size"] is not None and seen == set(range(entry["size"]))
+                          and all(r["running"] and r["healthy"] for r in entry["ranks"]))
+        groups.append(entry)
+    return groups
+
+
 def _server(raw: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
     argv = raw.get("argv")
     return {
@@ -134,6 +167,7 @@ def _server(raw: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
         "container": _container(raw.get("container")),
         "argv": masked_text(argv) if isinstance(argv, list) else None,
         "error": _text(raw.get("error")),
+        "group": _group_of(raw.get("group")),
     }
 
 
@@ -249,4 +283,5 @@ def build_report(results: t.Sequence[t.Tuple[str, t.Any]], threshold_mib: int = 
         "summary": summary,
         "problems": problems,
         "hosts": hosts,
+        "groups": server_groups(hosts),
     }

@@ -54,8 +54,25 @@ HttpGet = t.Callable[[str, float], Reply]
 EMPTY_SERVER: t.Dict[str, t.Any] = {
     "name": None, "record": None, "pid": None, "create_time": None, "running": False, "model": None, "port": None, "gpus": None,
     "config_hash": None, "launched_at": None, "argv": None, "health": None, "healthy": None, "error": None, "unit": None,
-    "container": None,
+    "container": None, "group": None,
 }
+
+
+def _group(meta: t.Mapping[str, t.Any]) -> t.Optional[t.Dict[str, t.Any]]:
+    """The server across hosts a record's server is a rank of (the role's metadata: name, rank, size, head, head_url)."""
+    group = meta.get("group")
+    if not isinstance(group, dict) or not group.get("name"):
+        return None
+    return {key: group.get(key) for key in ("name", "rank", "size", "head", "head_url")}
+
+
+def _health_url(meta: t.Mapping[str, t.Any], health_host: str) -> t.Optional[str]:
+    """Where a record's server answers /health: its port here, or for a headless rank (which serves no API) its head's."""
+    group = _group(meta)
+    if group and group.get("rank") and group.get("head_url"):
+        return "%s/health" % group["head_url"]
+    port = meta.get("port")
+    return None if port in (None, "") else "http://%s:%s/health" % (health_host, port)
 
 
 def _server(path: str, psutil: t.Any, health_host: str, health_timeout: float, get: HttpGet) -> t.Dict[str, t.Any]:
@@ -84,9 +101,10 @@ def _server(path: str, psutil: t.Any, health_host: str, health_timeout: float, g
         argv=masked_argv(record.get("argv") or []) or None,
     )
     entry["running"] = recorded_process(psutil, record) is not None
-    port = meta.get("port")
-    if entry["running"] and port not in (None, ""):
-        reply = get("http://%s:%s/health" % (health_host, port), health_timeout)
+    entry["group"] = _group(meta)
+    url = _health_url(meta, health_host)
+    if entry["running"] and url:
+        reply = get(url, health_timeout)
         entry.update(health=reply.describe(), healthy=reply.status == 200)
     return entry
 
@@ -114,9 +132,10 @@ def _container_server(entry: t.Dict[str, t.Any], box: t.Mapping[str, t.Any], psu
             entry["create_time"] = psutil.Process(state.pid).create_time()
         except psutil.Error:
             entry["running"] = False
-    port = meta.get("port")
-    if entry["running"] and port not in (None, ""):
-        reply = get("http://%s:%s/health" % (health_host, port), health_timeout)
+    entry["group"] = _group(meta)
+    url = _health_url(meta, health_host)
+    if entry["running"] and url:
+        reply = get(url, health_timeout)
         entry.update(health=reply.describe(), healthy=reply.status == 200)
     return entry
 

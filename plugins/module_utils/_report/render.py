@@ -174,6 +174,7 @@ def _servers_html(host: t.Mapping[str, t.Any]) -> str:
             state = "running"
         else:
             state = "NOT RUNNING" if server["running"] is False else "unknown"
+        state += _rank_words(server.get("group"))
         rows.append('<tr class="server" data-server="%s"><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>' % (
             esc(server["name"]), esc(server["name"]), _na(server["model"]), _na((server["config_hash"] or "")[:12] or None),
             _na(server["pid"]), esc(state), _na(server["health"]), _na(server["up_since"]),
@@ -182,6 +183,35 @@ def _servers_html(host: t.Mapping[str, t.Any]) -> str:
             rows.append('<tr><td colspan="8" class="reason">%s</td></tr>' % esc(server["error"]))
     return ('<table class="servers"><thead><tr><th>Managed server</th><th>Model</th><th>Config hash</th><th>PID</th><th>State</th>'
             '<th>/health</th><th>Up since</th><th>GPUs</th></tr></thead><tbody>%s</tbody></table>' % "".join(rows))
+
+
+def _rank_words(group: t.Optional[t.Mapping[str, t.Any]]) -> str:
+    """A rank of a server across hosts, in words: ', rank R of N of GROUP' (the head, or headless, its /health the head's)."""
+    if not group:
+        return ""
+    return ", rank %s of %s of %s (%s)" % (_na_text(group.get("rank")), _na_text(group.get("size")), group["name"],
+                                            "the head" if group.get("rank") == 0 else "headless; /health is its head's, %s" % (group.get("head") or "?"))
+
+
+def _na_text(value: t.Any) -> str:
+    return "?" if value is None else str(value)
+
+
+def _groups_html(groups: t.Sequence[t.Mapping[str, t.Any]]) -> str:
+    """One row per server across hosts, its hosts by rank: whether it is whole."""
+    if not groups:
+        return ""
+    rows = []
+    for group in groups:
+        ranks = ", ".join('<span class="rank" data-rank="%s" data-host="%s">%s: %s</span>' % (
+            esc(_na_text(r["rank"])), esc(r["host"]), esc(_na_text(r["rank"])),
+            esc("%s (PID %s, %s)" % (r["host"], _na_text(r["pid"]), "running" if r["running"] else "NOT RUNNING"))) for r in group["ranks"])
+        rows.append('<tr class="group" data-group="%s" data-whole="%s"><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>' % (
+            esc(group["name"]), "yes" if group["whole"] else "no", esc(group["name"]), _na(group["model"]),
+            esc("%d of %s" % (len(group["ranks"]), _na_text(group["size"]))), ranks,
+            "whole" if group["whole"] else "NOT WHOLE (a rank missing or down, or its head unhealthy)"))
+    return ('<section id="groups"><h2>Servers across hosts (%d)</h2><table id="group-table"><thead><tr><th>Server group</th><th>Model</th>'
+            '<th>Ranks seen</th><th>Rank: host</th><th>State</th></tr></thead><tbody>%s</tbody></table></section>' % (len(groups), "".join(rows)))
 
 
 def _filter_classes(host: t.Mapping[str, t.Any]) -> t.List[str]:
@@ -246,6 +276,7 @@ def render_html(report: t.Mapping[str, t.Any]) -> str:
             esc(report["title"]), esc(report["generated_at"] or "N/A"), esc(_mib(report["threshold_mib"]))),
         '<section id="numbers"><h2>The fleet in numbers</h2><dl class="numbers">%s</dl></section>' % numbers,
         '<section id="problems"><h2>Problems (%d)</h2>%s</section>' % (len(report["problems"]), problems),
+        _groups_html(report.get("groups") or []),
         '<input type="radio" name="show" id="f-all" checked><input type="radio" name="show" id="f-problems">'
         '<input type="radio" name="show" id="f-free"><input type="radio" name="show" id="f-containers">',
         '<p class="filters">Show: <label for="f-all">all hosts</label><label for="f-problems">hosts with problems</label>'
@@ -308,6 +339,10 @@ def render_summary_md(report: t.Mapping[str, t.Any]) -> str:
         "",
     ]
     lines += ["- **%s** `%s`: %s" % (p["kind"], p["host"], p["text"].replace("`", "'")) for p in report["problems"]] or ["None."]
+    groups = ["`%s`: %s - %s" % (g["name"], ", ".join("rank %s on `%s`" % (_na_text(r["rank"]), r["host"]) for r in g["ranks"]),
+                                 "whole" if g["whole"] else "NOT WHOLE") for g in report.get("groups") or []]
+    if groups:
+        lines += ["", "## Servers across hosts", ""] + ["- " + entry for entry in groups]
     free = ["`%s`: %s" % (h["name"], ",".join(str(i) for i in h["free_gpus"])) for h in report["hosts"] if h["free_gpus"]]
     lines += ["", "## Free GPUs", ""] + (["- " + entry for entry in free] or ["None."])
     return "\n".join(lines) + "\n"

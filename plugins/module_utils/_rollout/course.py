@@ -20,8 +20,12 @@ Failure = t.Mapping[str, t.Any]
 
 def cannot_roll_out(host: str, server: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.Any]]) -> str:
     """Why ``host`` cannot be rolled out, '' when it can (``server``: name, port, tensor_parallel_size and state of the new
-    configuration; ``good``: the summary of its last known-good configuration, None when none is kept)."""
-    if not good:
+    configuration, and group, the server group of a server across hosts; ``good``: the summary of its last known-good configuration, None when none is kept)."""
+    if server.get("group"):
+        why = ("it is a host of server group %s, one server across hosts, which rollout_vllm.yml does not roll out yet (its"
+               " batches, benchmark gate and rollback act on one host's server): change that server with restart_vllm.yml,"
+               " which changes the whole group or nothing" % server["group"])
+    elif not good:
         why = ("no last known-good configuration is kept for %s, so a rollback would have nothing to launch; restart it once with"
                " restart_vllm.yml (a launch that passes ready and the check keeps one)" % server.get("name"))
     elif str(good.get("port")) != str(server.get("port")):

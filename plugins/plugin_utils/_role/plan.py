@@ -262,6 +262,10 @@ def build(variables: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.An
         "group": node,
         # a server across two or more hosts: each step's gate reads every host's result (gate.py)
         "whole": whole,
+        "group_name": node["name"] if whole else "",
+        # kept in the server's record (its metadata): the fleet page shows the group's hosts as one server
+        "record_group": {"name": node["name"], "rank": node["rank"], "size": node["size"], "head": node["head"],
+                         "head_url": "http://%s:%d" % (node["addresses"][0], port)} if whole else {},
         "model": text(good.get("model")) if good else text(variables.get("vllm_server_model")),
         "served_name": served,
         "argv": argv,

@@ -19,6 +19,8 @@ GOOD = {"port": 8000, "gpus": [0, 1]}
     (dict(SERVER, port=8001), GOOD, "vllm_server_port=8001 but the server listens on 8000: a rollout changes a configuration"),
     (dict(SERVER, tensor_parallel_size=4), GOOD, "vllm_server_tensor_parallel_size=4 but the server runs on 2 GPU(s)"),
     (dict(SERVER, state="stopped"), GOOD, "vllm_server_state=stopped: a rollout starts servers"),
+    (dict(SERVER, group="glm5_a"), GOOD, "it is a host of server group glm5_a, one server across hosts, which rollout_vllm.yml does not"),
+    (dict(SERVER, group=""), GOOD, ""),
 ])
 def test_who_can_be_rolled_out(server, good, words):
     said = cannot_roll_out("node-1", server, good)
