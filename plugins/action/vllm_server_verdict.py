@@ -41,6 +41,8 @@ class ActionModule(ActionBase):
             return dict(result, failed=True, msg="step: expected one of %s, got %r" % (", ".join(STEPS), step))
         if not isinstance(plan, dict) or "gpus" not in plan:
             return dict(result, failed=True, msg="plan: expected the role's plan (vllm_server_plan), got %s" % type(plan).__name__)
+        if step == "group_ready":
+            return dict(result, **dict({"changed": False}, **self._whole_ready(plan, task_vars or {})))
         if step in GATES:
             return dict(result, changed=False, **self._gate(step, plan, task_vars or {}))
         steps = {key: (value if isinstance(value, dict) and not value.get("skipped") else None) for key, value in steps.items()}
@@ -90,6 +92,20 @@ class ActionModule(ActionBase):
             own = task_vars.get(name)
             return gate.reading(plan, own if isinstance(own, dict) and not own.get("skipped") else None, results, active)
         return (gate.preflight if step == "group_preflight" else gate.ready)(plan, results, active)
+
+    def _whole_ready(self, plan, task_vars):
+        """group_ready, then (when every host is ready and the plan keeps it) this host's last known-good mark, in the
+        same task: a mark the group's readiness held back."""
+        judged = self._gate("group_ready", plan, task_vars)
+        if judged["failed"] or not plan.get("mark_good_whole") or self._task.check_mode:
+            return judged
+        marked = self._module("gpuops.fleet.vllm_last_good", {"state": "marked", "state_file": plan["state_file"],
+                                                              "secret_env": plan["secret_env"], "config": plan["good_config"]},
+                              task_vars, check_mode=False)
+        if marked.get("failed"):
+            return {"failed": True, "msg": "every host of server group %s is ready, but keeping this host's configuration as its"
+                                           " last known-good one failed: %s" % (plan["group"]["name"], marked.get("msg"))}
+        return dict(judged, marked=True, changed=bool(marked.get("changed")))
 
     def _module(self, name, module_args, task_vars, check_mode):
         """Run ``name`` on the host, in check mode or not, whatever this task's mode."""
