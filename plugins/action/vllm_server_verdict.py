@@ -14,9 +14,10 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.preflight import reading_args, reclaim_args
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role import gate, outcome, preflight, verify
 
-STEPS = ("preflight", "reclaim", "verify", "result", "failure", "rollback", "group_read", "group_preflight", "group_ready")
-# a server across hosts: each gate reads what every node registered at one step (gate.py)
-GATES = {"group_read": "read", "group_preflight": "preflight", "group_ready": "ready"}
+STEPS = ("preflight", "reclaim", "verify", "result", "failure", "rollback", "group_read", "group_ready")
+# a server across hosts: each gate reads what every node registered at one step (gate.py); the preflight's reads every
+# node's lock (each lock's module run made that node's preflight reading)
+GATES = {"group_read": "read", "group_ready": "ready"}
 # the results the vllm_server role registers, read when the task gives no ``steps`` (the role's tasks and this action
 # are one collection's: these names are private to both)
 REGISTERED = {"lock": "__vllm_server_lock", "read": "__vllm_server_read", "preflight": "__vllm_server_preflight",
@@ -50,6 +51,8 @@ class ActionModule(ActionBase):
         host = (task_vars or {}).get("inventory_hostname", "?")
         if step == "preflight":
             result.update(self._preflight(plan, steps.get("status") or {}, steps.get("lock"), task_vars))
+            if not result.get("failed") and gate.nodes(plan):
+                result.update(self._whole_preflight(plan, task_vars or {}))
         elif step == "reclaim":
             # the reclaim's own result, changed included: the stop's module run reclaimed (vllm_process's reclaim)
             return dict(result, **self._reclaim(steps, task_vars))
@@ -83,15 +86,33 @@ class ActionModule(ActionBase):
             check = (results[node] or {}).get("check")
             if step == "group_ready" and isinstance(check, dict) and not check.get("ok"):
                 results[node] = dict(results[node], failed=True, msg=check.get("msg"))  # its check failed after ready
-            if step == "group_preflight" and results[node] is None:
-                # a node whose lock failed never reached its preflight: its lock says why
-                lock = (hostvars.get(node) or {}).get(REGISTERED["lock"])
-                results[node] = dict(lock, msg="its lock: %s" % lock.get("msg")) if isinstance(lock, dict) and lock.get("failed") else None
         active = list(task_vars.get("ansible_play_batch") or [])
         if step == "group_read":
             own = task_vars.get(name)
             return gate.reading(plan, own if isinstance(own, dict) and not own.get("skipped") else None, results, active)
-        return (gate.preflight if step == "group_preflight" else gate.ready)(plan, results, active)
+        return gate.ready(plan, results, active)
+
+    @staticmethod
+    def _whole_preflight(plan, task_vars):
+        """Nothing stops on any node of a server across hosts unless every node may stop: each other node's preflight
+        judged here, in this node's preflight task, on the reading that node's lock made (its plan and lock, hostvars)."""
+        hostvars = task_vars.get("hostvars") or {}
+        results = {}
+        for node in gate.nodes(plan):
+            if node == plan.get("host"):
+                continue
+            theirs = hostvars.get(node) or {}
+            lock, their_plan = theirs.get(REGISTERED["lock"]), theirs.get("vllm_server_plan")
+            if not isinstance(lock, dict) or not isinstance(their_plan, dict):
+                results[node] = None
+            elif lock.get("failed") or lock.get("unreachable"):
+                results[node] = {"failed": True, "msg": "its lock: %s" % (lock.get("msg") or "failed")}
+            elif not isinstance(lock.get("preflight"), dict):
+                results[node] = {"failed": True, "msg": "its lock made no preflight reading"}
+            else:
+                refused = preflight.refusal(their_plan, lock["preflight"])
+                results[node] = {"failed": bool(refused), "msg": refused}
+        return gate.preflight(plan, results, list(task_vars.get("ansible_play_batch") or []))
 
     def _whole_ready(self, plan, task_vars):
         """group_ready, then (when every host is ready and the plan keeps it) this host's last known-good mark, in the

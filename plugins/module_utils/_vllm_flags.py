@@ -85,3 +85,9 @@ def head_address(argv: t.Sequence[t.Any]) -> t.Optional[str]:
     ``--data-parallel-address``), None when it names none."""
     words = [str(word) for word in argv]
     return _value(words, "--master-addr") or _value(words, "--data-parallel-address") or _value(words, "-dpa")
+
+
+def head_port(argv: t.Sequence[t.Any]) -> t.Optional[int]:
+    """The port a rank of a server across hosts joins its head on (``--master-port``, else ``--data-parallel-rpc-port``),
+    None when it names none."""
+    return _number([str(word) for word in argv], ("--master-port", "--data-parallel-rpc-port", "-dpp"))

@@ -173,7 +173,7 @@ options:
               - This host's node of a server across hosts (the role's C(vllm_server_nodes_group)). A rank of a server across as many
                 hosts as the group is then taken over, not refused; a rank of a server across another number of hosts is refused.
               - With O(listener.across.head) (a headless node, which serves no API), the server to take over is not the listener on the
-                port but the vLLM-shaped process with C(--headless) joined to that head (its C(--master-addr) or C(--data-parallel-address));
+                port but the vLLM-shaped process with C(--headless) joined to that head and port (C(--master-addr) and C(--master-port), or the data-parallel address and RPC port);
                 none when there is none or more than one.
             type: dict
             suboptions:
@@ -188,6 +188,9 @@ options:
               head:
                 description: On a headless node, the head's address.
                 type: str
+              port:
+                description: On a headless node, the port its ranks join the head on (C(--master-port) or C(--data-parallel-rpc-port)).
+                type: int
       generate:
         description:
           - The generation check asked for when the server runs with O(status.config_hash) and answers

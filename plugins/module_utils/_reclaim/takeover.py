@@ -23,7 +23,7 @@ from __future__ import annotations
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
-from ansible_collections.gpuops.fleet.plugins.module_utils._vllm_flags import head_address, node_count, runs_on_ray, spans_hosts
+from ansible_collections.gpuops.fleet.plugins.module_utils._vllm_flags import head_address, head_port, node_count, runs_on_ray, spans_hosts
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import listener as _listener
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import KUBERNETES, container_of, is_port_publisher, starts_again
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.procfs import PROC
@@ -46,15 +46,17 @@ def read_listener(psutil: t.Any, port: int, match: t.Sequence[str] = tuple(DEFAU
                     lambda name, cmdline: matches_any(adopters, name, cmdline), unit, stop_units, across=across)
 
 
-def find_rank(psutil: t.Any, head: str, is_vllm: Looks) -> t.Optional[int]:
-    """The headless rank of a server across hosts that runs on this host joined to ``head`` (its --master-addr or
-    --data-parallel-address): a vLLM-shaped process with --headless whose parent is not one too. None when there is no
-    such process, or more than one (then none is taken over: the preflight names what holds the GPUs)."""
+def find_rank(psutil: t.Any, head: str, port: t.Optional[int], is_vllm: Looks) -> t.Optional[int]:
+    """The headless rank of a server across hosts that runs on this host joined to ``head`` on ``port`` (its
+    --master-addr and --master-port, or --data-parallel-address and --data-parallel-rpc-port): a vLLM-shaped process with
+    --headless whose parent is not one too. None when there is no such process, or more than one (then none is taken
+    over: the preflight names what holds the GPUs)."""
     found: t.Dict[int, int] = {}
     for proc in psutil.process_iter(["ppid", "name", "cmdline"]):
         info = proc.info
         cmdline = [str(word) for word in info.get("cmdline") or []]
-        if "--headless" in cmdline and head_address(cmdline) == head and is_vllm(info.get("name") or "", cmdline):
+        if ("--headless" in cmdline and head_address(cmdline) == head and head_port(cmdline) == port
+                and is_vllm(info.get("name") or "", cmdline)):
             found[proc.pid] = info.get("ppid") or 0
     tops = [pid for pid, parent in found.items() if parent not in found]
     return tops[0] if len(tops) == 1 else None
@@ -159,11 +161,12 @@ def describe(psutil: t.Any, port: int, is_vllm: Looks, adopts: Looks, own_unit: 
     process that serves in it (``pid``), even when the runtime's process holds its published port
     (``container.port_held_by``). Raises ListenerError when unrelated processes share the port.
 
-    ``across``: this host's node of a server across hosts (``group``, its name; ``size``, its hosts; ``head``, the head's
-    address on a headless node): there the server to take over is the headless rank joined to that head (find_rank),
+    ``across``: this host's node of a server across hosts (``group``, its name; ``size``, its hosts; on a headless node
+    ``head`` and ``port``, where its ranks join the head): there the server to take over is the headless rank joined to
+    that head (find_rank),
     not a listener; and a rank of a server across as many hosts as the group is taken over, not refused."""
     head = (across or {}).get("head")
-    pid = find_rank(psutil, head, is_vllm) if head else _listener.listening_pid(psutil, port)
+    pid = find_rank(psutil, head, (across or {}).get("port"), is_vllm) if head else _listener.listening_pid(psutil, port)
     if pid is None:
         return None
     seen = _process(psutil, pid)

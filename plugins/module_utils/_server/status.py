@@ -44,6 +44,7 @@ def listener_options(default_match: t.Sequence[str]) -> t.Dict[str, t.Dict[str, 
             "group": {"type": "str", "required": True},
             "size": {"type": "int", "required": True},
             "head": {"type": "str"},
+            "port": {"type": "int"},
         }},
     }
 

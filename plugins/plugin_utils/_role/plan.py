@@ -195,7 +195,8 @@ def status_args(variables: t.Mapping[str, t.Any], where: t.Mapping[str, str], di
     completion (a headless node: its head's)."""
     across = None
     if node and node["size"] > 1:
-        across = {"group": node["name"], "size": node["size"], "head": node["addresses"][0] if node["headless"] else None}
+        across = {"group": node["name"], "size": node["size"], "head": node["addresses"][0] if node["headless"] else None,
+                  "port": to_int(variables.get(groups.NODES_PORT)) if node["headless"] else None}
     return {
         "mode": text(variables.get("vllm_server_launch_mode")) or "auto",
         "unit": where["unit"],

@@ -88,16 +88,19 @@ def test_a_rank_of_a_server_across_as_many_hosts_as_the_group_is_taken_over():
 
 def test_the_headless_rank_to_take_over_is_the_one_joined_to_the_head():
     serve = ["vllm", "serve", "m", "--headless", "--nnodes", "2", "--node-rank", "1"]
-    rows = [Row(1, 0, "init"), Row(10, 1, "bash"), Row(11, 10, "vllm", serve + ["--master-addr", "10.0.0.1"]),
-            Row(12, 11, "vllm", serve + ["--master-addr", "10.0.0.1"]),  # a child with its parent's words: not the rank
-            Row(20, 1, "vllm", serve + ["--master-addr", "10.9.9.9"]),  # joined to another head
-            Row(30, 1, "python3", ["python3", "train.py", "--headless", "--master-addr", "10.0.0.1"])]  # not vLLM-shaped
+    joined = ["--master-addr", "10.0.0.1", "--master-port", "29500"]
+    rows = [Row(1, 0, "init"), Row(10, 1, "bash"), Row(11, 10, "vllm", serve + joined),
+            Row(12, 11, "vllm", serve + joined),  # a child with its parent's words: not the rank
+            Row(20, 1, "vllm", serve + ["--master-addr", "10.9.9.9", "--master-port", "29500"]),  # joined to another head
+            Row(21, 1, "vllm", serve + ["--master-addr", "10.0.0.1", "--master-port", "29600"]),  # another server of that head
+            Row(30, 1, "python3", ["python3", "train.py", "--headless"] + joined)]  # not vLLM-shaped
     psutil = FakePsutil(rows, FakeClock())
     looks = lambda name, cmdline: "serve" in cmdline  # noqa: E731
-    assert T.find_rank(psutil, "10.0.0.1", looks) == 11
-    assert T.find_rank(psutil, "10.0.0.2", looks) is None
-    twice = FakePsutil(rows + [Row(40, 1, "vllm", serve + ["--master-addr", "10.0.0.1"])], FakeClock())
-    assert T.find_rank(twice, "10.0.0.1", looks) is None  # two candidates: none is taken over
+    assert T.find_rank(psutil, "10.0.0.1", 29500, looks) == 11
+    assert T.find_rank(psutil, "10.0.0.1", 29600, looks) == 21
+    assert T.find_rank(psutil, "10.0.0.2", 29500, looks) is None
+    twice = FakePsutil(rows + [Row(40, 1, "vllm", serve + joined)], FakeClock())
+    assert T.find_rank(twice, "10.0.0.1", 29500, looks) is None  # two candidates: none is taken over
 
 
 def inspect_answer(cid, name, image, pid, policy):

@@ -33,8 +33,8 @@ def test_one_engine_across_two_hosts_each_rank_its_flags_and_the_heads_api(varia
     # the head is read on its own host; the headless rank waits on the head's API, serves none (no listener on the
     # port is its server), and stops once the head stopped, with nothing to drain
     assert head["url"] == "http://127.0.0.1:8000" and rank["url"] == "http://10.0.0.1:8000"
-    assert head["status"]["listener"]["across"] == {"group": "glm5_a", "size": 2, "head": None}
-    assert rank["status"]["listener"]["across"] == {"group": "glm5_a", "size": 2, "head": "10.0.0.1"}
+    assert head["status"]["listener"]["across"] == {"group": "glm5_a", "size": 2, "head": None, "port": None}
+    assert rank["status"]["listener"]["across"] == {"group": "glm5_a", "size": 2, "head": "10.0.0.1", "port": 29501}
     assert (head["stop_after"], rank["stop_after"]) == ("", "http://10.0.0.1:8000/health") and head["drain"] and not rank["drain"]
     # kept as good only once every host is ready; the lock is kept until then too
     assert head["whole"] and not head["mark_good"] and head["mark_good_whole"] and not head["release_in_ready"]
