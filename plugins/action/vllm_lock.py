@@ -18,6 +18,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import who
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._lock_controller import controller_identity, holder_verdict, leftover_workers
+from ansible_collections.gpuops.fleet.plugins.plugin_utils._role import gate
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.preflight import plan_inputs
 
 display = Display()
@@ -27,6 +28,8 @@ MODULE = "gpuops.fleet.vllm_lock"
 # in the same run, so its payload is built once on the controller for the three (a module's AnsiballZ build is most of
 # a task's CPU on the controller)
 READING_MODULE = "gpuops.fleet.vllm_process"
+# the role's reading of what runs, registered on each host before its lock (read here for every host of a server group)
+READ = "__vllm_server_read"
 # how long a takeover waits for the task workers that a killed ansible-playbook left running (each ends after its task)
 LEFTOVER_WAIT_S = 120.0
 
@@ -58,6 +61,12 @@ class ActionModule(ActionBase):
                 return result
             result.update(self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars))
             return result
+        if isinstance(args.get("preflight"), dict) and gate.nodes(args["preflight"]):
+            # a server across hosts: changed whole or left alone whole, judged on every host's reading before any lock
+            whole = self._whole(args["preflight"], task_vars or {})
+            if whole["failed"] or whole["unchanged"]:
+                result.update(whole, changed=False, acquired=False)
+                return result
         if isinstance(args.get("preflight"), dict):
             # the role's plan: only what the preflight's reading uses goes to the host (never the plan's secrets)
             args["preflight"] = plan_inputs(args["preflight"])
@@ -86,6 +95,18 @@ class ActionModule(ActionBase):
                 reply["msg"] = "%s Not taken over automatically: %s." % (reply.get("msg", ""), why)
         result.update(reply)
         return result
+
+    @staticmethod
+    def _whole(plan, task_vars):
+        """gate.reading over the role's readings (``__vllm_server_read``) of every host of the plan's server group."""
+        hostvars = task_vars.get("hostvars") or {}
+        readings = {}
+        for node in gate.nodes(plan):
+            value = (hostvars.get(node) or {}).get(READ)
+            readings[node] = {"reason": None} if isinstance(value, dict) and value.get("skipped") else (dict(value) if isinstance(value, dict) else None)
+        own = task_vars.get(READ)
+        return gate.reading(plan, own if isinstance(own, dict) and not own.get("skipped") else None, readings,
+                            list(task_vars.get("ansible_play_batch") or []))
 
     def _lock(self, args, task_vars):
         """vllm_lock's module run with ``args`` (state locked): through vllm_process's lock when it reads what runs."""

@@ -14,10 +14,9 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.preflight import reading_args, reclaim_args
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role import gate, outcome, preflight, verify
 
-STEPS = ("preflight", "reclaim", "verify", "result", "failure", "rollback", "group_read", "group_ready")
-# a server across hosts: each gate reads what every node registered at one step (gate.py); the preflight's reads every
-# node's lock (each lock's module run made that node's preflight reading)
-GATES = {"group_read": "read", "group_ready": "ready"}
+STEPS = ("preflight", "reclaim", "verify", "result", "failure", "rollback", "group_ready")
+# a server across hosts: the ready gate reads what every node's ready step registered (gate.py); the preflight's reads
+# every node's lock (each lock's module run made that node's preflight reading); vllm_lock's action judges the readings
 # the results the vllm_server role registers, read when the task gives no ``steps`` (the role's tasks and this action
 # are one collection's: these names are private to both)
 REGISTERED = {"lock": "__vllm_server_lock", "read": "__vllm_server_read", "preflight": "__vllm_server_preflight",
@@ -44,8 +43,6 @@ class ActionModule(ActionBase):
             return dict(result, failed=True, msg="plan: expected the role's plan (vllm_server_plan), got %s" % type(plan).__name__)
         if step == "group_ready":
             return dict(result, **dict({"changed": False}, **self._whole_ready(plan, task_vars or {})))
-        if step in GATES:
-            return dict(result, changed=False, **self._gate(step, plan, task_vars or {}))
         steps = {key: (value if isinstance(value, dict) and not value.get("skipped") else None) for key, value in steps.items()}
         steps.setdefault("status", outcome.status_of(steps.get("lock"), steps.get("read")))
         host = (task_vars or {}).get("inventory_hostname", "?")
@@ -73,24 +70,17 @@ class ActionModule(ActionBase):
         return {step: task_vars[name] for step, name in REGISTERED.items() if isinstance(task_vars.get(name), dict)}
 
     @staticmethod
-    def _gate(step, plan, task_vars):
-        """A verdict over every node of a server across hosts, from what each registered (hostvars)."""
+    def _ready_gate(plan, task_vars):
+        """gate.ready over what every node's ready step registered (hostvars); a check that failed after ready fails it."""
         hostvars = task_vars.get("hostvars") or {}
-        name = REGISTERED[GATES[step]]
         results = {}
         for node in gate.nodes(plan):
-            value = (hostvars.get(node) or {}).get(name)
-            if isinstance(value, dict) and value.get("skipped"):
-                value = {"reason": None}  # a reading skipped: a forced restart or a stop
-            results[node] = dict(value) if isinstance(value, dict) else None
+            value = (hostvars.get(node) or {}).get(REGISTERED["ready"])
+            results[node] = dict(value) if isinstance(value, dict) and not value.get("skipped") else None
             check = (results[node] or {}).get("check")
-            if step == "group_ready" and isinstance(check, dict) and not check.get("ok"):
-                results[node] = dict(results[node], failed=True, msg=check.get("msg"))  # its check failed after ready
-        active = list(task_vars.get("ansible_play_batch") or [])
-        if step == "group_read":
-            own = task_vars.get(name)
-            return gate.reading(plan, own if isinstance(own, dict) and not own.get("skipped") else None, results, active)
-        return gate.ready(plan, results, active)
+            if isinstance(check, dict) and not check.get("ok"):
+                results[node] = dict(results[node], failed=True, msg=check.get("msg"))
+        return gate.ready(plan, results, list(task_vars.get("ansible_play_batch") or []))
 
     @staticmethod
     def _whole_preflight(plan, task_vars):
@@ -117,7 +107,7 @@ class ActionModule(ActionBase):
     def _whole_ready(self, plan, task_vars):
         """group_ready, then (when every host is ready and the plan keeps it) this host's last known-good mark, in the
         same task: a mark the group's readiness held back."""
-        judged = self._gate("group_ready", plan, task_vars)
+        judged = self._ready_gate(plan, task_vars)
         if judged["failed"] or not plan.get("mark_good_whole") or self._task.check_mode:
             return judged
         marked = self._module("gpuops.fleet.vllm_last_good", {"state": "marked", "state_file": plan["state_file"],

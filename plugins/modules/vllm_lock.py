@@ -251,6 +251,10 @@ options:
         reach the host.
       - A reading that fails (a setting gpu_reclaim refuses, a missing library, no driver) does not fail this task;
         C(failed) in RV(preflight) says so.
+      - "For a server across hosts (the plan's C(group) of two hosts or more), the action first reads what the role's reading
+        registered on every host of the group (C(hostvars)): when every host runs this configuration it locks nothing and
+        returns RV(unchanged); when a host of the group is not in the play's batch it fails, naming the host - nothing is
+        locked or stopped anywhere. Otherwise every host goes on, whatever its own reading said."
     type: dict
 requirements:
   - psutil on the managed host, with O(status).
@@ -274,6 +278,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+unchanged:
+  description: With O(preflight) for a server across hosts, true when every host of its group runs this configuration (nothing was locked).
+  returned: with O(preflight) for a server across hosts, when it is left alone
+  type: bool
 token:
   description: The run's token (O(token), or the one made for this run when none was given).
   returned: always

@@ -32,10 +32,9 @@ description:
   - For a server across hosts (the plan's C(group)), O(step=preflight) also judges every other host of the group on the
     reading its lock made (its plan and lock, read through C(hostvars)) and fails, naming each host and why, unless every
     host may stop - nothing stops anywhere.
-  - O(step=group_read) and O(step=group_ready) judge a server across hosts as a whole, from what every host of its group
-    registered at that step and which of them are still in the play's batch. C(group_read) returns RV(unchanged) - true
-    only when every host reads that it runs this configuration (for a server of one host, its own reading) - and fails
-    when a host of the group is not in the run. C(group_ready) fails unless every other host's new rank is ready and held its check, and each host then
+  - O(step=group_ready) judges a server across hosts as a whole, from what every host of its group registered at its
+    ready step and which of them are still in the play's batch (M(gpuops.fleet.vllm_lock)'s action judges their readings
+    before any lock). It fails unless every other host's new rank is ready and held its check, and each host then
     undoes its own launch; when it passes, it keeps this host's configuration as its last known-good one (the plan's
     C(mark_good_whole), as M(gpuops.fleet.vllm_last_good) does with O(gpuops.fleet.vllm_last_good#module:state=marked)).
   - This module is an action plugin; it runs on the controller and sends to the host only the reading of its step.
@@ -53,7 +52,7 @@ options:
     description: The step to judge.
     type: str
     required: true
-    choices: [preflight, reclaim, verify, result, failure, rollback, group_read, group_ready]
+    choices: [preflight, reclaim, verify, result, failure, rollback, group_ready]
   plan:
     description: The run's plan, as M(gpuops.fleet.vllm_server_plan) returns it.
     type: dict
@@ -82,14 +81,6 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-unchanged:
-  description: With O(step=group_read), whether the server is left alone (every host of its group runs this configuration).
-  returned: with O(step=group_read)
-  type: bool
-nodes:
-  description: With O(step=group_read), each host of the group that changes, and why (its reading's reason).
-  returned: with O(step=group_read)
-  type: dict
 refused:
   description: With O(step=preflight) or O(step=group_ready) when it fails for another host of the group, one line per host that refused or failed.
   returned: on such a failure
