@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -18,7 +19,7 @@ import typing as t
 import psutil
 import pytest
 
-from ansible_run import BIN, flat, recap, REPO, RESTART, run_playbook
+from ansible_run import BIN, flat, recap, REPO, RESTART, run_playbook, start_playbook
 from gpusim.api import FakeVllm, free_port, pid_alive, role_host_vars, role_inventory, starttime, wait_for
 from readings import health, holders, listening_pid
 from report_fleet import console_errors, dump_dom
@@ -300,3 +301,34 @@ def test_fleet_cleanup_leaves_a_live_headless_rank_and_takes_one_whose_head_is_g
     text = flat(cleaned.stdout)
     assert cleaned.returncode == 0, text[-4000:]
     assert not any(pid_alive(pid) for pid in workers) and not holders(nodes[1])[0], holders(nodes[1])
+
+
+def test_a_group_run_killed_after_its_head_stopped_is_finished_by_the_next_run(make_host, tmp_path):
+    """ansible-playbook SIGKILLed (with its task workers) once the head of the group had stopped: each host's lock is
+    left by a dead run; the next, unforced run takes both locks over and starts the whole server again."""
+    nodes = hosts_with_ports(make_host, "gpu-node-01", "gpu-node-02")
+    inventory, server = group_inventory(tmp_path, nodes)
+    assert run_playbook(RESTART, inventory).returncode == 0
+    head_pid, headless = assert_whole(nodes, server)
+    proc = start_playbook(RESTART, inventory, "-e", "vllm_server_state=restarted", stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert wait_for(lambda: not pid_alive(head_pid), 120, 0.05), "the forced run never stopped the head"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # this test's own ansible-playbook, its session and workers
+        proc.wait(30)
+    assert list((nodes[0].state / "role").glob("*.lock")), "the killed run left no lock to take over"
+    rerun = run_playbook(RESTART, inventory)
+    assert rerun.returncode == 0, rerun.stdout[-5000:]
+    assert "took over the lock" in flat(rerun.stdout + rerun.stderr), flat(rerun.stdout + rerun.stderr)[-3000:]
+    new_head, new_headless = assert_whole(nodes, server)
+    assert new_head != head_pid and not pid_alive(headless)
+
+    # and a stop: the head first, then the headless rank; every GPU of both hosts free, by the simulator
+    stopped = run_playbook(RESTART, inventory, "-e", "vllm_server_state=stopped", "-v")
+    assert stopped.returncode == 0, stopped.stdout[-4000:]
+    said = flat(stopped.stdout)
+    # the headless host's stop waited until its head no longer answered (vllm_process's head_stopped)
+    assert re.search(r"head_stopped: gone: true url: http://127\.0\.0\.1:%d/health" % nodes[0].port, said), said[-4000:]
+    assert not pid_alive(new_head) and not pid_alive(new_headless)
+    assert not any(holders(nodes[0]).values()) and not any(holders(nodes[1]).values())
