@@ -172,8 +172,9 @@ options:
             description:
               - This host's node of a server across hosts (the role's C(vllm_server_nodes_group)). A rank of a server across as many
                 hosts as the group is then taken over, not refused; a rank of a server across another number of hosts is refused.
-              - With O(listener.across.head) (a headless node, which serves no API), the server to take over is not the listener on the
-                port but the vLLM-shaped process with C(--headless) joined to that head and port (C(--master-addr) and C(--master-port), or the data-parallel address and RPC port);
+              - With C(head) (a headless node, which serves no API), the server to take over is not the listener on
+                the port but the vLLM-shaped process with C(--headless) joined to that head and port (C(--master-addr) and
+                C(--master-port), or the data-parallel address and RPC port);
                 none when there is none or more than one.
             type: dict
             suboptions:

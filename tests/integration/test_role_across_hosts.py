@@ -108,7 +108,7 @@ def test_one_engine_across_two_hosts_launch_rerun_drift_and_a_killed_rank(make_h
     row = dom.find("tr", class_="group")
     assert row.attrs["data-group"] == "glm5_a" and row.attrs["data-whole"] == "yes", row.text()
     assert [(r.attrs["data-rank"], r.attrs["data-host"]) for r in row.find_all("span", class_="rank")] == [("0", "gpu-node-01"), ("1", "gpu-node-02")]
-    assert "PID %d" % head_pid in row.text() and "PID %d" % headless in row.text()
+    assert "PID %s" % head_pid in row.text() and "PID %s" % headless in row.text()
     assert not dom.find_all("li", class_="problem"), [li.text() for li in dom.find_all("li", class_="problem")]
     rank_row = dom.find("section", id="host-gpu-node-02").find("tr", class_="server")
     assert "rank 1 of 2 of glm5_a (headless" in rank_row.text() and "HTTP 200" in rank_row.text(), rank_row.text()
@@ -251,7 +251,7 @@ def test_a_server_across_two_hosts_started_by_hand_is_taken_over_as_one(make_hos
         assert all(shell.poll() is None for shell in shells), "a shell of a server taken over was ended"
         new_head, new_rank = assert_whole(nodes, server)
         assert not {new_head, new_rank} & old
-        assert "taken over: PID %d" % old_head in text and "taken over: PID %d" % old_rank in text, text[-4000:]
+        assert "taken over: PID %s" % old_head in text and "taken over: PID %s" % old_rank in text, text[-4000:]
     finally:
         for shell in shells:
             end(shell)

@@ -189,8 +189,8 @@ def _rank_words(group: t.Optional[t.Mapping[str, t.Any]]) -> str:
     """A rank of a server across hosts, in words: ', rank R of N of GROUP' (the head, or headless, its /health the head's)."""
     if not group:
         return ""
-    return ", rank %s of %s of %s (%s)" % (_na_text(group.get("rank")), _na_text(group.get("size")), group["name"],
-                                            "the head" if group.get("rank") == 0 else "headless; /health is its head's, %s" % (group.get("head") or "?"))
+    role = "the head" if group.get("rank") == 0 else "headless; /health is its head's, %s" % (group.get("head") or "?")
+    return ", rank %s of %s of %s (%s)" % (_na_text(group.get("rank")), _na_text(group.get("size")), group["name"], role)
 
 
 def _na_text(value: t.Any) -> str:

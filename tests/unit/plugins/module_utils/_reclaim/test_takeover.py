@@ -95,7 +95,10 @@ def test_the_headless_rank_to_take_over_is_the_one_joined_to_the_head():
             Row(21, 1, "vllm", serve + ["--master-addr", "10.0.0.1", "--master-port", "29600"]),  # another server of that head
             Row(30, 1, "python3", ["python3", "train.py", "--headless"] + joined)]  # not vLLM-shaped
     psutil = FakePsutil(rows, FakeClock())
-    looks = lambda name, cmdline: "serve" in cmdline  # noqa: E731
+
+    def looks(_name, cmdline):
+        return "serve" in cmdline
+
     assert T.find_rank(psutil, "10.0.0.1", 29500, looks) == 11
     assert T.find_rank(psutil, "10.0.0.1", 29600, looks) == 21
     assert T.find_rank(psutil, "10.0.0.2", 29500, looks) is None
