@@ -57,11 +57,10 @@ options:
   server:
     description:
       - With O(step=host), the host's new configuration - C(name), C(port), C(tensor_parallel_size), C(state) (the role's
-        variables of those names), C(group) (the name of its server across hosts, the role's C(vllm_server_nodes_group); empty
-        for one host) - and C(host), the inventory name.
+        variables of those names), C(workers) (the server's workers on this host, one GPU each; default the tensor-parallel
+        size) - and C(host), the inventory name.
       - The step fails, naming the host, when the host cannot be rolled out - no last known-good configuration to roll back to,
-        or a new port, a new size or a stop, which a rollout does not do, or a host of a server across hosts, which it does not
-        roll out yet.
+        or a new port, a new size or a stop, which a rollout does not do.
     type: dict
     default: {}
   last_good:
@@ -96,6 +95,13 @@ options:
     type: list
     elements: str
     default: []
+  measured:
+    description:
+      - With O(step=judge), the hosts of the batch whose server is measured by the gate; default O(hosts). A host of a
+        server across hosts that is not its head serves no API of its own (its head's figures are the server's): it is
+        judged only by whether it failed.
+    type: list
+    elements: str
   failures:
     description: With O(step=judge), each host of the batch that failed before it could be judged, as C({host, task, msg}).
     type: list
@@ -209,6 +215,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "settings": {"type": "dict", "default": {}},
     "batch": {"type": "int", "default": 1},
     "hosts": {"type": "list", "elements": "str", "default": []},
+    "measured": {"type": "list", "elements": "str"},
     "failures": {"type": "list", "elements": "dict", "default": []},
     "plan": {"type": "dict", "default": {}},
     "fleet": {"type": "list", "elements": "dict", "default": []},
@@ -273,7 +280,8 @@ def _judge(path: str, params: t.Mapping[str, t.Any], check_mode: bool) -> t.Dict
     verdict = None
     gated = params.get("gated", True)
     if gated:
-        verdict = rollout_report.judge(path, params["batch"], params["hosts"], params["failures"], settings)
+        measured = params["hosts"] if params.get("measured") is None else params["measured"]
+        verdict = rollout_report.judge(path, params["batch"], measured, params["failures"], settings, params["hosts"])
         target = os.path.join(path, "batches", "%02d.json" % params["batch"])
         judged.update(changed=rollout_report.write(target, json.dumps(verdict, indent=2, sort_keys=True) + "\n", check_mode),
                       reason=verdict["reason"], hosts=verdict["hosts"], files=[target])

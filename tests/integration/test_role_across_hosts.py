@@ -126,12 +126,6 @@ def test_one_engine_across_two_hosts_launch_rerun_drift_and_a_killed_rank(make_h
     new_head, new_headless = assert_whole(nodes, server)
     assert new_head != head_pid and not pid_alive(head_pid)  # the head was replaced too: a server is one
 
-    # rollout_vllm.yml does not roll out a server across hosts yet: refused before anything is touched
-    rollout = run_playbook(ROLLOUT, inventory, "-e", '{"vllm_server_env_overrides": {"NCCL_PROTO": "LL"}}',
-                           "-e", "vllm_rollout_results_dir=%s" % (tmp_path / "rollout"))
-    assert rollout.returncode != 0 and "it is a host of server group glm5_a, one server across hosts" in flat(rollout.stdout)
-    assert assert_whole(nodes, server) == (new_head, new_headless)
-
     # drift on the group's variables: both hosts restart with it
     drifted, _same = group_inventory(tmp_path, nodes, dict(server, vllm_server_args=["--max-model-len", "4096"]))
     moved = run_playbook(RESTART, drifted)
@@ -332,3 +326,59 @@ def test_a_group_run_killed_after_its_head_stopped_is_finished_by_the_next_run(m
     assert re.search(r"head_stopped: gone: true url: http://127\.0\.0\.1:%d/health" % nodes[0].port, said), said[-4000:]
     assert not pid_alive(new_head) and not pid_alive(new_headless)
     assert not any(holders(nodes[0]).values()) and not any(holders(nodes[1]).values())
+
+
+ROLLOUT_LOAD = {"vllm_server_benchmark_input_len": 16, "vllm_server_benchmark_output_len": 64, "vllm_server_benchmark_num_requests": 4,
+                "vllm_server_benchmark_concurrency": 2, "vllm_server_benchmark_warmup_requests": 1, "vllm_server_benchmark_repeats": 3}
+
+
+def two_groups(tmp_path, nodes):
+    """glm5_a on the first two hosts, glm5_b on the last two: each group's port is its head's, each its own nodes port."""
+    groups = {"glm5_a": nodes[:2], "glm5_b": nodes[2:]}
+    hosts = {n.name: role_host_vars(n.state, members[0].port) for members in groups.values() for n in members}
+    inventory = role_inventory(hosts, python=str(BIN / "python3"), **ROLLOUT_LOAD)
+    for name, members in groups.items():
+        inventory["all"]["children"][name] = {"hosts": {n.name: {} for n in members}, "vars": {
+            "vllm_server_nodes_group": name, "vllm_server_node_address": "127.0.0.1", "vllm_server_nodes_port": free_port(),
+            "vllm_server_tensor_parallel_size": 1, "vllm_server_pipeline_parallel_size": 2}}
+    path = tmp_path / "inventory.json"
+    path.write_text(json.dumps(inventory, indent=2))
+    return path, {name: members[0].port for name, members in groups.items()}
+
+
+def group_pids(nodes, ports) -> t.Dict[str, t.Optional[int]]:
+    """Each host's server: the listener of its group's head, or the process holding its GPU 0's top (a headless rank)."""
+    found: t.Dict[str, t.Optional[int]] = {}
+    for node in nodes:
+        held = holders(node)[0]
+        found[node.name] = psutil.Process(held[0]).ppid() if held else None
+    return found
+
+
+def test_a_rollout_over_two_groups_measures_each_head_and_rolls_a_regressing_group_back_whole(make_host, tmp_path):
+    """restart_vllm.yml's default batches (one host, then a quarter) grow to whole groups; rollout_vllm.yml's canary is
+    the whole first group, measured on its head: LL128 regresses, so both of its hosts are rolled back, and the second
+    group is never touched."""
+    nodes = hosts_with_ports(make_host, "gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04")
+    inventory, ports = two_groups(tmp_path, nodes)
+    launched = run_playbook(RESTART, inventory)
+    assert launched.returncode == 0, launched.stdout[-5000:]
+    assert all(health(port) == 200 for port in ports.values())
+    before = group_pids(nodes, ports)
+    assert all(before.values()), before
+    run = run_playbook(ROLLOUT, inventory, "-e", '{"vllm_server_env_overrides": {"NCCL_PROTO": "LL128"}}',
+                       "-e", "vllm_rollout_threshold_pct=2", "-e", "vllm_rollout_results_dir=%s" % (tmp_path / "results"),
+                       timeout=900)
+    text = flat(run.stdout)
+    assert run.returncode != 0 and "rollout halted" in text and "REGRESSION" in text, text[-4000:]
+    after = group_pids(nodes, ports)
+    for node in nodes[:2]:  # the canary group: rolled back whole, its old environment, serving again
+        assert after[node.name] and after[node.name] != before[node.name], (node.name, before, after)
+        assert "NCCL_PROTO" not in psutil.Process(after[node.name]).environ()
+    assert health(ports["glm5_a"]) == 200
+    for node in nodes[2:]:  # the next group: never touched
+        assert after[node.name] == before[node.name], node.name
+    data = json.loads((tmp_path / "results" / "report.json").read_text())
+    assert [h["host"] for h in data["batches"][0]["hosts"]] == ["gpu-node-01"]  # the head, measured for its group
+    assert data["batches"][0]["hosts"][0]["verdict"] == "regression"
+    assert sorted((r["host"], r["status"]) for r in data["rollbacks"]) == [("gpu-node-01", "ok"), ("gpu-node-02", "ok")]

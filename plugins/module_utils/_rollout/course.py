@@ -20,20 +20,18 @@ Failure = t.Mapping[str, t.Any]
 
 def cannot_roll_out(host: str, server: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.Any]]) -> str:
     """Why ``host`` cannot be rolled out, '' when it can (``server``: name, port, tensor_parallel_size and state of the new
-    configuration, and group, the server group of a server across hosts; ``good``: the summary of its last known-good configuration, None when none is kept)."""
-    if server.get("group"):
-        why = ("it is a host of server group %s, one server across hosts, which rollout_vllm.yml does not roll out yet (its"
-               " batches, benchmark gate and rollback act on one host's server): change that server with restart_vllm.yml,"
-               " which changes the whole group or nothing" % server["group"])
-    elif not good:
+    configuration, and workers, its workers on this host (a server across hosts runs a share of them on each); ``good``: the summary of its last known-good configuration, None when none is kept)."""
+    workers = int(server.get("workers") or server.get("tensor_parallel_size") or 0)
+    if not good:
         why = ("no last known-good configuration is kept for %s, so a rollback would have nothing to launch; restart it once with"
                " restart_vllm.yml (a launch that passes ready and the check keeps one)" % server.get("name"))
     elif str(good.get("port")) != str(server.get("port")):
         why = ("vllm_server_port=%s but the server listens on %s: a rollout changes a configuration, it does not move a server"
                " (use restart_vllm.yml)" % (server.get("port"), good.get("port")))
-    elif len(good.get("gpus") or []) != int(server.get("tensor_parallel_size") or 0):
-        why = ("vllm_server_tensor_parallel_size=%s but the server runs on %d GPU(s): a rollout keeps the size (use restart_vllm.yml)"
-               % (server.get("tensor_parallel_size"), len(good.get("gpus") or [])))
+    elif len(good.get("gpus") or []) != workers:
+        share = "" if workers == int(server.get("tensor_parallel_size") or 0) else " (%d worker(s) on this host)" % workers
+        why = ("vllm_server_tensor_parallel_size=%s%s but the server runs on %d GPU(s): a rollout keeps the size (use restart_vllm.yml)"
+               % (server.get("tensor_parallel_size"), share, len(good.get("gpus") or [])))
     elif server.get("state") == "stopped":
         why = "vllm_server_state=stopped: a rollout starts servers"
     else:

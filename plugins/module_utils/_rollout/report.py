@@ -44,12 +44,16 @@ def write(path: str, content: t.Union[str, bytes], check_mode: bool) -> bool:
 
 
 def judge(run_dir: str, batch: int, hosts: t.Sequence[str], failures: t.Sequence[t.Mapping[str, t.Any]],
-          settings: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
-    """The verdicts of one gated batch, from its measurement files and the failures the playbook passes."""
+          settings: t.Mapping[str, t.Any], batch_hosts: t.Optional[t.Sequence[str]] = None) -> t.Dict[str, t.Any]:
+    """The verdicts of one gated batch, from its measurement files and the failures the playbook passes. ``hosts``: the
+    measured ones; ``batch_hosts``: all of the batch (default ``hosts``), a host not measured (a headless node of a
+    server across hosts) judged only when it failed."""
+    every = list(batch_hosts) if batch_hosts is not None else list(hosts)
+    failed = {str(f.get("host")): f for f in failures if f.get("host") in every}
+    judged = list(hosts) + [h for h in every if h not in hosts and h in failed]
     baselines = {h: read_json(_file(run_dir, "baseline", h)) for h in hosts}
     canaries = {h: read_json(_file(run_dir, "canary", h)) for h in hosts}
-    failed = {str(f.get("host")): f for f in failures if f.get("host") in hosts}
-    verdict = judge_batch(hosts, baselines, canaries, failed, settings)
+    verdict = judge_batch(judged, baselines, canaries, failed, settings)
     verdict.update(batch=batch, settings=dict(settings), baselines=baselines, canaries=canaries)
     return verdict
 

@@ -264,6 +264,9 @@ def build(variables: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.An
         # a server across two or more hosts: each step's gate reads every host's result (gate.py)
         "whole": whole,
         "group_name": node["name"] if whole else "",
+        # who a benchmark of this server measures: the head of a server across hosts (the others serve no API of their own)
+        "measured_by": node["head"] if whole else host,
+        "measures": not (whole and node["headless"]),
         # kept in the server's record (its metadata): the fleet page shows the group's hosts as one server
         "record_group": {"name": node["name"], "rank": node["rank"], "size": node["size"], "head": node["head"],
                          "head_url": "http://%s:%d" % (node["addresses"][0], port)} if whole else {},

@@ -19,8 +19,8 @@ GOOD = {"port": 8000, "gpus": [0, 1]}
     (dict(SERVER, port=8001), GOOD, "vllm_server_port=8001 but the server listens on 8000: a rollout changes a configuration"),
     (dict(SERVER, tensor_parallel_size=4), GOOD, "vllm_server_tensor_parallel_size=4 but the server runs on 2 GPU(s)"),
     (dict(SERVER, state="stopped"), GOOD, "vllm_server_state=stopped: a rollout starts servers"),
-    (dict(SERVER, group="glm5_a"), GOOD, "it is a host of server group glm5_a, one server across hosts, which rollout_vllm.yml does not"),
-    (dict(SERVER, group=""), GOOD, ""),
+    (dict(SERVER, tensor_parallel_size=4, workers=2), GOOD, ""),  # a host's share of a server across hosts
+    (dict(SERVER, workers=1), GOOD, "vllm_server_tensor_parallel_size=2 (1 worker(s) on this host) but the server runs on 2 GPU(s)"),
 ])
 def test_who_can_be_rolled_out(server, good, words):
     said = cannot_roll_out("node-1", server, good)
