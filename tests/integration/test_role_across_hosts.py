@@ -130,7 +130,9 @@ def test_one_engine_across_two_hosts_launch_rerun_drift_and_a_killed_rank(make_h
     drifted, _same = group_inventory(tmp_path, nodes, dict(server, vllm_server_args=["--max-model-len", "4096"]))
     preview = run_playbook(RESTART, drifted, "--check")  # check mode: says what it would do, changes nothing anywhere
     assert preview.returncode == 0, preview.stdout[-5000:]
-    assert "would launch" in flat(preview.stdout) and assert_whole(nodes, server) == (new_head, new_headless)
+    said = flat(preview.stdout)
+    assert "would stop PID %s and launch" % new_head in said and "would stop PID %s and launch" % new_headless in said, said[-3000:]
+    assert assert_whole(nodes, server) == (new_head, new_headless)
     moved = run_playbook(RESTART, drifted)
     assert moved.returncode == 0, moved.stdout[-5000:]
     final_head, final_headless = assert_whole(nodes, server)
