@@ -98,7 +98,7 @@ options:
   measured:
     description:
       - With O(step=judge), the hosts of the batch whose server is measured by the gate; default O(hosts). A host of a
-        server across hosts that is not its head serves no API of its own (its head's figures are the server's): it is
+        server across hosts that is not its head serves no API of its own (its head's figures are the server's), so it is
         judged only by whether it failed.
     type: list
     elements: str

@@ -20,7 +20,8 @@ Failure = t.Mapping[str, t.Any]
 
 def cannot_roll_out(host: str, server: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.Any]]) -> str:
     """Why ``host`` cannot be rolled out, '' when it can (``server``: name, port, tensor_parallel_size and state of the new
-    configuration, and workers, its workers on this host (a server across hosts runs a share of them on each); ``good``: the summary of its last known-good configuration, None when none is kept)."""
+    configuration, and workers, its workers on this host (a server across hosts runs a share of them on each); ``good``:
+    the summary of its last known-good configuration, None when none is kept)."""
     workers = int(server.get("workers") or server.get("tensor_parallel_size") or 0)
     if not good:
         why = ("no last known-good configuration is kept for %s, so a rollback would have nothing to launch; restart it once with"
