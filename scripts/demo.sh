@@ -200,7 +200,7 @@ echo
 echo "gpu-node-05's headless rank (PID $rank) killed -9: the head answers 503; the same command replaces the whole server"
 kill -9 "$rank"
 ansible-playbook -i "$demo/across.json" playbooks/restart_vllm.yml >"$demo/across-heal.log" 2>&1 || { tail -40 "$demo/across-heal.log"; exit 1; }
-sed -n '/One line per host/,/PLAY RECAP/p' "$demo/across-heal.log" | grep -E "gpu-node-0[45]: (RESTARTED|STARTED|ready)" || true
+sed -n '/One line per host/,/PLAY RECAP/p' "$demo/across-heal.log" | grep -E "gpu-node-0[45]: +(RESTARTED|STARTED|ready)" || true
 
 banner "Done"
 if [ "${KEEP:-0}" = 1 ]; then
