@@ -387,3 +387,26 @@ def test_a_rollout_over_two_groups_measures_each_head_and_rolls_a_regressing_gro
     assert [h["host"] for h in data["batches"][0]["hosts"]] == ["gpu-node-01"]  # the head, measured for its group
     assert data["batches"][0]["hosts"][0]["verdict"] == "regression"
     assert sorted((r["host"], r["status"]) for r in data["rollbacks"]) == [("gpu-node-01", "ok"), ("gpu-node-02", "ok")]
+
+
+def test_a_launch_that_fails_on_one_host_is_undone_on_every_host(make_host, tmp_path):
+    """The new configuration's headless rank crashes at start on gpu-node-02: its head never serves, so the group cannot
+    come up; every host fails, each undoes its own launch (no server process, every GPU free by the simulator), and
+    neither host's last known-good configuration changes."""
+    nodes = hosts_with_ports(make_host, "gpu-node-01", "gpu-node-02")
+    inventory, server = group_inventory(tmp_path, nodes)
+    assert run_playbook(RESTART, inventory).returncode == 0
+    assert_whole(nodes, server)
+    good = {node.name: sorted((node.state / "role").glob("*.last-good"))[0].read_bytes() for node in nodes}
+    crash = {"GPUOPS_SIM_FAIL_AT_START": "crash", "GPUOPS_SIM_FAIL_AFTER_S": "0.3"}
+    bad, _same = group_inventory(tmp_path, nodes, dict(server, vllm_server_args=["--max-model-len", "4096"],
+                                                       vllm_server_ready_timeout=20),
+                                 per_host={"gpu-node-02": {"vllm_server_host_env": dict(crash, GPUOPS_SIM_STATE=str(nodes[1].state))}})
+    run = run_playbook(RESTART, bad)
+    text = flat(run.stdout)
+    assert run.returncode != 0, text[-4000:]
+    assert "gpu-node-01: FAILED" in text and "gpu-node-02: FAILED" in text, text[-4000:]
+    assert listening_pid(nodes[0].port) is None and rank_pid(server["vllm_server_nodes_port"]) is None
+    for node in nodes:
+        assert not any(holders(node).values()), (node.name, holders(node))
+        assert sorted((node.state / "role").glob("*.last-good"))[0].read_bytes() == good[node.name], node.name
