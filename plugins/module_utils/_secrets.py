@@ -74,6 +74,19 @@ def argv_secrets(argv: t.Sequence[t.Any]) -> t.List[Secret]:
     return found
 
 
+def api_key_of(argv: t.Sequence[t.Any], env: t.Optional[t.Mapping[str, t.Any]] = None) -> str:
+    """The key a client must send, as vLLM settles it: the first value of the last --api-key, else VLLM_API_KEY."""
+    key = ""
+    for secret in argv_secrets(argv):
+        if secret.option == API_KEY_OPTION[2:]:
+            word = str(argv[secret.index])
+            if secret.start or str(argv[secret.index - 1]) == API_KEY_OPTION:
+                key = word[secret.start:]
+    if not key and env:
+        key = str(env.get(API_KEY_ENV) or "")
+    return key
+
+
 def secret_argv_values(argv: t.Sequence[t.Any]) -> t.List[str]:
     return [str(argv[secret.index])[secret.start:] for secret in argv_secrets(argv)]
 
