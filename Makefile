@@ -176,6 +176,8 @@ integration: venv tools browser container-tools sim collection-path
 	@$(call ensure_command,tmux,tmux)
 	@# test_example_first_day.py runs examples/ as shipped: its inventory becomes root with sudo (ansible_become)
 	@$(call ensure_command,sudo,sudo)
+	@# test_watch_rules.py checks and tests the Prometheus alert rules (extensions/prometheus) with the real promtool
+	@$(call ensure_command,promtool,prometheus)
 	$(PYTEST) $(INTEGRATION_XDIST) --durations=20 tests/integration --junitxml=$(JUNIT)/integration.xml
 
 # the role's molecule scenario (extensions/molecule/default): one simulated host, converge, idempotence, verify
