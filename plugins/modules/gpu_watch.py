@@ -145,6 +145,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import failure, finish
 from ansible_collections.gpuops.fleet.plugins.module_utils._io import write_if_changed
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.unit import ALIVE_STATES, ENABLED_STATES, parse_show, show_argv
 from ansible_collections.gpuops.fleet.plugins.module_utils._watch import install
 from ansible_collections.gpuops.fleet.plugins.module_utils._watch.serve import SettingsError, check
 
@@ -178,9 +179,13 @@ def _run_service(module: AnsibleModule, unit_changed: bool, code_changed: bool) 
     steps = []
     if unit_changed:
         steps.append(("daemon_reload", ["daemon-reload"]))
-    if _systemctl(module, "is-enabled", "--quiet", install.UNIT_NAME)[0] != 0:
+    rc, out, err = module.run_command(show_argv(module.get_bin_path("systemctl", required=True), install.UNIT_NAME))
+    if rc != 0:
+        raise install.InstallError("systemctl show %s failed (rc %d): %s" % (install.UNIT_NAME, rc, (err or out).strip()))
+    props = parse_show(out)
+    if props.get("UnitFileState", "") not in ENABLED_STATES:
         steps.append(("enabled", ["enable", install.UNIT_NAME]))
-    if _systemctl(module, "is-active", "--quiet", install.UNIT_NAME)[0] != 0:
+    if props.get("ActiveState", "") not in ALIVE_STATES:
         steps.append(("started", ["start", install.UNIT_NAME]))
     elif unit_changed or code_changed:
         steps.append(("restarted", ["restart", install.UNIT_NAME]))
