@@ -25,7 +25,7 @@ author:
 attributes:
   check_mode:
     support: full
-    description: Nothing is written, started or removed; RV(changed) says whether it would be.
+    description: Nothing is written, started or removed; the task says whether it would change anything.
   diff_mode:
     support: none
     description: Nothing to show as a diff.
