@@ -2,14 +2,14 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The metrics endpoint (module_utils/_watch, docs/watch.md) as a real process on a simulated host, scraped over real
 HTTP, judged against the simulator's own state (MiB per GPU, holder PIDs) and the fake vLLM's own records (its log
-and request counts): a server of ours, an orphan left by a killed server, someone else's job,
-memory held by no process, a lost GPU, and an engine that dies behind a live /health."""
+and request counts): a server of ours, an orphan left by a killed server, someone else's job, a
+vLLM in a podman container, memory held by no process, a lost GPU, and an engine that dies behind a live /health."""
 
 from __future__ import annotations
 
 import http.client
+import contextlib
 import json
-import math
 import os
 import subprocess
 import sys
@@ -20,7 +20,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gpusim.api import FakeVllm, pid_alive, wait_for
+from gpusim.api import FakeVllm, wait_for
+from fake_container import in_cgroup, podman_cgroup, write_fake_podman
 from ansible_run import REPO
 from simhost import free_port
 
@@ -28,6 +29,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._http.prometheus impo
 
 SERVE = "ansible_collections.gpuops.fleet.plugins.module_utils._watch.serve"
 INTERVAL = 6.0
+CTR_ID = "5d1e0f2a9b3c4d6e8f0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c1d2e"
 
 
 def scrape(port: int) -> t.Dict[t.Tuple[str, t.FrozenSet[t.Tuple[str, str]]], float]:
@@ -56,9 +58,11 @@ def series(samples, name: str, **labels: t.Any) -> t.List[t.Tuple[t.Dict[str, st
 
 
 class Exporter:
-    def __init__(self, host, state_dir: Path, log: Path) -> None:
+    def __init__(self, host, state_dir: Path, log: Path, path_first: t.Optional[Path] = None) -> None:
         self.port = free_port()
         env = host.process_env()
+        if path_first is not None:
+            env["PATH"] = os.pathsep.join([str(path_first), env["PATH"]])
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / ".collections"), env.get("PYTHONPATH", "")])
         self.proc = subprocess.Popen([sys.executable, "-m", SERVE, "--listen", "127.0.0.1", "--port", str(self.port),
                                       "--interval", str(INTERVAL), "--host", host.name, "--state-dir", str(state_dir),
@@ -82,8 +86,8 @@ class Exporter:
 def exporter():
     started: t.List[Exporter] = []
 
-    def start(host, state_dir: Path, log: Path) -> Exporter:
-        found = Exporter(host, state_dir, log)
+    def start(host, state_dir: Path, log: Path, path_first: t.Optional[Path] = None) -> Exporter:
+        found = Exporter(host, state_dir, log, path_first)
         started.append(found)
         return found
 
@@ -112,6 +116,7 @@ def test_holders_servers_and_a_dead_engine(make_host, tmp_path, exporter):
     # GPUs 0-1: our server (its record in the state folder); its engine dies after one generation request, /health lives on
     server = FakeVllm(host, tmp_path / "server.log", gpus="0,1", args=["--api-key", "sk-watch-canary"],
                       env={"GPUOPS_SIM_ENGINE_DEAD_AFTER_REQUESTS": "1"}).start()
+    stack = contextlib.ExitStack()
     try:
         server.wait_ready()
         write_record(state_dir, server, "vllm-main")
@@ -120,16 +125,24 @@ def test_holders_servers_and_a_dead_engine(make_host, tmp_path, exporter):
         host.gpusim("incident", "--parent", str(tree["parent"]))
         # GPU 4: someone's job under a live shell; GPU 6: memory of no process; GPU 7: lost. (A PID of another namespace
         # is left out here: with one on the host, NVML's PIDs are not trusted for holders without an NVIDIA device file
-        # open, as the fake vLLM's workers are; the container class is unit-tested in test_metrics.py.)
+        # open, as the fake vLLM's workers are; that class is unit-tested in test_metrics.py.)
         job = host.spawn_tree({"key": "shell", "title": "bash run-training.sh",
                                "children": [{"key": "job", "title": "python3 train.py", "hold": [{"gpu": 4, "mib": 3000}]}]})["job"]
+        # GPU 5: a vLLM in a podman container, below its conmon, in the cgroup podman makes (podman: a stand-in that answers
+        # `podman inspect` for it)
+        ctr = host.spawn_tree({"key": "conmon", "title": "/usr/bin/conmon --api-version 1 -c %s -n vllm-qwen" % CTR_ID, "comm": "conmon",
+                               "children": [{"key": "ctr", "title": "python3 -m vllm.entrypoints.openai.api_server --model Qwen/Qwen3-8B",
+                                             "hold": [{"gpu": 5, "mib": 20000}]}]})["ctr"]
+        stack.enter_context(in_cgroup([ctr], podman_cgroup(CTR_ID)))
+        podman_bin = write_fake_podman(tmp_path / "podman-bin", CTR_ID, "vllm-qwen", "docker.io/vllm/vllm-openai:v0.11.0").parent
         host.orphan(6, 4096)
         host.lose_gpu(7)
-        assert wait_for(lambda: len(host.holders(3)) == 1 and host.holders(2) == [] and host.holders(4) == [job], timeout=60)
+        assert wait_for(lambda: len(host.holders(3)) == 1 and host.holders(2) == [] and host.holders(4) == [job]
+                        and host.holders(5) == [ctr], timeout=60)
         orphan = host.holders(3)[0]
         assert orphan == tree["workers"][1]
 
-        watch = exporter(host, state_dir, tmp_path / "watch.log")
+        watch = exporter(host, state_dir, tmp_path / "watch.log", podman_bin)
         first = scrape(watch.port)
         sim = {g["index"]: g for g in host.status()["gpus"]}
         nvml = {g["index"]: g for g in host.nvml_gpus()}
@@ -153,6 +166,8 @@ def test_holders_servers_and_a_dead_engine(make_host, tmp_path, exporter):
         ((labels, mib),) = series(first, "gpuops_gpu_holder_memory_mib", gpu=4)
         assert labels["class"] == "foreign" and int(labels["pid"]) == job and mib == 3000
         assert labels["name"] == psutil.Process(job).name()
+        ((labels, mib),) = series(first, "gpuops_gpu_holder_memory_mib", gpu=5)
+        assert labels["class"] == "container" and int(labels["pid"]) == ctr and mib == 20000
         assert value(first, "gpuops_gpu_memory_by_class_mib", gpu=6, **{"class": "none"}) == 4096
         for index in range(7):  # every class of every GPU is a series, and only where the simulator has memory is it > 0
             total = sum(value(first, "gpuops_gpu_memory_by_class_mib", gpu=index, **{"class": c})
@@ -194,4 +209,5 @@ def test_holders_servers_and_a_dead_engine(make_host, tmp_path, exporter):
         assert series(fourth, "gpuops_server_start_time_seconds", **ids) == []
         assert watch.proc.poll() is None
     finally:
+        stack.close()
         server.stop()
