@@ -7,8 +7,8 @@ vLLM in a podman container, memory held by no process, a lost GPU, and an engine
 
 from __future__ import annotations
 
-import http.client
 import contextlib
+import http.client
 import json
 import os
 import subprocess

@@ -34,7 +34,7 @@ def unit_command(unit: Path) -> t.Tuple[t.List[str], t.Dict[str, str]]:
         if line.startswith("ExecStart="):
             argv = shlex.split(line[len("ExecStart="):])
         elif line.startswith("Environment="):
-            key, _, value = line[len("Environment="):].partition("=")
+            key, _sep, value = line[len("Environment="):].partition("=")
             env[key] = value
     return argv, env
 

@@ -29,6 +29,7 @@ Private to this collection: the API may change without notice.
 from __future__ import annotations
 
 import json
+import sys
 import time
 import typing as t
 
@@ -40,6 +41,11 @@ PERSON = "person"
 # the condition of an event -> the playbook that remediates it (a condition not here needs a person)
 PLAYBOOKS = {"orphaned_gpu_memory": "gpuops.fleet.gpu_cleanup", "engine_dead": "gpuops.fleet.restart_vllm",
              "server_down": "gpuops.fleet.restart_vllm"}
+
+
+def _stdout(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 class Policy(t.NamedTuple):
@@ -79,7 +85,7 @@ class Budget:
                  audit: t.Optional[t.Callable[[str], None]] = None) -> None:
         self.policy = policy.check()
         self._clock = clock
-        self._audit = audit or (lambda line: print(line, flush=True))
+        self._audit = audit or _stdout
         self.running: t.Dict[str, float] = {}
         self.started: t.Dict[str, float] = {}
         self.failures: t.Dict[str, t.List[float]] = {}

@@ -76,12 +76,12 @@ class Sample(t.NamedTuple):
     value: float
 
 
-def sample(name: str, value: t.Any, /, **labels: t.Any) -> Sample:
-    """One sample; a label whose value is None is left out, a value that is None becomes NaN."""
-    if name not in FAMILIES:
-        raise ValueError("no metric family %s" % name)
+def sample(metric: str, value: t.Any, **labels: t.Any) -> Sample:
+    """One sample of the family ``metric``; a label whose value is None is left out, a value that is None becomes NaN."""
+    if metric not in FAMILIES:
+        raise ValueError("no metric family %s" % metric)
     number = float("nan") if value is None else float(value)
-    return Sample(name, tuple((key, str(labels[key])) for key in labels if labels[key] is not None), number)
+    return Sample(metric, tuple((key, str(labels[key])) for key in labels if labels[key] is not None), number)
 
 
 def escape(value: str) -> str:

@@ -125,13 +125,13 @@ def main(argv: t.Optional[t.Sequence[str]] = None) -> int:
     try:
         check(args)
     except SettingsError as exc:
-        print("gpuops-watch: %s" % exc, file=sys.stderr)
+        sys.stderr.write("gpuops-watch: %s\n" % exc)
         return 2
     # pylint: disable=import-outside-toplevel
     try:
         import psutil
     except ImportError:
-        print("gpuops-watch: psutil is not installed in %s (run playbooks/prepare_hosts.yml)" % sys.executable, file=sys.stderr)
+        sys.stderr.write("gpuops-watch: psutil is not installed in %s (run playbooks/prepare_hosts.yml)\n" % sys.executable)
         return 2
     try:
         import pynvml
@@ -143,9 +143,10 @@ def main(argv: t.Optional[t.Sequence[str]] = None) -> int:
     try:
         server = make_server(listen_address(args.listen), args.port, watch)
     except OSError as exc:
-        print("gpuops-watch: cannot listen on %s port %d: %s" % (args.listen, args.port, exc), file=sys.stderr)
+        sys.stderr.write("gpuops-watch: cannot listen on %s port %d: %s\n" % (args.listen, args.port, exc))
         return 1
-    print("gpuops-watch: serving http://%s:%d/metrics for host %s" % (args.listen, args.port, args.host), flush=True)
+    sys.stdout.write("gpuops-watch: serving http://%s:%d/metrics for host %s\n" % (args.listen, args.port, args.host))
+    sys.stdout.flush()
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -156,4 +157,4 @@ def main(argv: t.Optional[t.Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

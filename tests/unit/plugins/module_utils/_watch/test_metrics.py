@@ -72,7 +72,7 @@ def test_servers():
     assert {labels["server"]: value for labels, value in found["gpuops_server_up"]} == {"vllm-8000": 1, "vllm-9000": 0}
     assert found["gpuops_server_restarts"] == [({"host": "n1", "server": "vllm-9000"}, 4.0)]
     assert found["gpuops_server_start_time_seconds"] == [({"host": "n1", "server": "vllm-8000"}, 1.7e9)]
-    (info, _one), (other, _) = found["gpuops_server_info"]
+    (info, _one), (other, _also_one) = found["gpuops_server_info"]
     assert info == {"host": "n1", "server": "vllm-8000", "model": "org/m", "port": "8000", "mode": "process", "pid": "40"}
     assert "model" not in other and other["mode"] == "systemd"
 
