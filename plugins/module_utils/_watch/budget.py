@@ -29,6 +29,7 @@ Private to this collection: the API may change without notice.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 import typing as t
@@ -59,7 +60,7 @@ class Policy(t.NamedTuple):
         """This policy, or ValueError naming the field and its value."""
         for name in ("window_s", "failure_window_s"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise ValueError("%s: %r must be a number of seconds above 0" % (name, value))
         for name in ("max_hosts", "max_failures"):
             value = getattr(self, name)
