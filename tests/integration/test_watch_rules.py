@@ -3,10 +3,11 @@
 """The alert rules shipped for Prometheus (extensions/prometheus/gpuops-fleet.rules.yml) with the real promtool
 (Debian's prometheus package, which `make integration` installs): they load, their tests pass, each rule's test fails
 when the rule is loosened (so each test can fail), every metric they name is one the endpoint writes, and the
-endpoint's text passes `promtool check metrics`."""
+endpoint's text passes `promtool check metrics`; the Grafana dashboard's queries parse."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -96,3 +97,21 @@ def test_the_endpoints_text_passes_promtool_check_metrics(promtool):
     problems = [line for line in (checked.stdout + checked.stderr).splitlines()
                 if line.strip() and "use base unit" not in line and "should not" not in line.lower()]
     assert checked.returncode in (0, 3) and not problems, checked.stdout + checked.stderr
+
+
+def test_the_dashboards_queries_parse_and_name_the_endpoints_metrics(promtool, tmp_path):
+    """Every query of the Grafana dashboard (extensions/prometheus/gpuops-fleet.dashboard.json) is valid PromQL (promtool
+    checks it as a recording rule, $host given a value) and names only metrics the endpoint writes."""
+    dashboard = json.loads((HERE / "gpuops-fleet.dashboard.json").read_text())
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    assert len(exprs) == len(dashboard["panels"]) >= 5
+    rules = {"groups": [{"name": "dashboard", "rules": [{"record": "dashboard:query_%d" % i, "expr": expr.replace("$host", ".*")}
+                                                        for i, expr in enumerate(exprs)]}]}
+    (tmp_path / "dashboard.rules.yml").write_text(yaml.safe_dump(rules))
+    checked = run(promtool, "check", "rules", str(tmp_path / "dashboard.rules.yml"))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    named = {name for expr in exprs for name in re.findall(r"\b(gpuops_[a-z_]+)", expr)}
+    assert named <= set(metrics.FAMILIES), named - set(metrics.FAMILIES)
+    # a canary: a query that does not parse is refused
+    (tmp_path / "bad.rules.yml").write_text(yaml.safe_dump({"groups": [{"name": "x", "rules": [{"record": "x:y", "expr": "sum by (host gpuops_gpus"}]}]}))
+    assert run(promtool, "check", "rules", str(tmp_path / "bad.rules.yml")).returncode != 0
