@@ -135,8 +135,6 @@ def server_state(entry: t.Mapping[str, t.Any], settings: Settings, psutil: t.Any
     pid, up, healthy, restarts = entry.get("pid"), bool(entry.get("running")), bool(entry.get("healthy")), None
     created = entry.get("create_time")
     port = entry.get("port")
-    if mode == "container":
-        restarts = 0
     if mode == "systemd":
         rc, out, _err = run(show_argv("systemctl", str(entry["unit"])))
         props = parse_show(out) if rc == 0 else {}
@@ -186,16 +184,26 @@ class Watch:
         settings = self.settings
         with self._lock:  # one reading at a time: two scrapes at once share the prober and the counts
             began, at = time.monotonic(), time.time()
-            params = {"state_dir": settings.state_dir, "health_host": settings.health_host, "health_timeout": settings.health_timeout}
-            result, _warnings, failed = run_reading(params, self.pynvml, self.psutil, lambda name: None, self.find_smi, self.run)
-            if failed:
-                return metrics.reading_samples(settings.host, False, result.get("msg"), time.monotonic() - began, at)
-            host = host_entry(settings.host, result, settings.threshold_mib)
-            servers = [server_state(entry, settings, self.psutil, self.prober, self.startups, self.run, self._health)
-                       for entry in result.get("servers") or []]
-            self.prober.forget(server.name for server in servers)
-            found = metrics.gpu_samples(settings.host, host["gpus"]) + metrics.server_samples(settings.host, servers)
-            return metrics.reading_samples(settings.host, True, None, time.monotonic() - began, at) + found
+            try:
+                found, error = self._read(), None
+            except Exception as exc:  # pylint: disable=broad-except  # a reading that breaks is a reading that failed, with why
+                found, error = [], "%s: %s" % (type(exc).__name__, exc)
+            if isinstance(found, str):
+                found, error = [], found
+            return metrics.reading_samples(settings.host, error is None, error, time.monotonic() - began, at) + found
+
+    def _read(self) -> t.Union[t.List[metrics.Sample], str]:
+        """The host's samples, or why the reading failed."""
+        settings = self.settings
+        params = {"state_dir": settings.state_dir, "health_host": settings.health_host, "health_timeout": settings.health_timeout}
+        result, _warnings, failed = run_reading(params, self.pynvml, self.psutil, lambda name: None, self.find_smi, self.run)
+        if failed:
+            return str(result.get("msg") or "the reading failed without a message")
+        host = host_entry(settings.host, result, settings.threshold_mib)
+        servers = [server_state(entry, settings, self.psutil, self.prober, self.startups, self.run, self._health)
+                   for entry in result.get("servers") or []]
+        self.prober.forget(server.name for server in servers)
+        return metrics.gpu_samples(settings.host, host["gpus"]) + metrics.server_samples(settings.host, servers)
 
     def text(self) -> str:
         return metrics.exposition(self.samples())

@@ -137,3 +137,18 @@ def test_good_settings_pass():
     serve.check(args())
     serve.check(args(listen="::1", port=9835, interval=5.0))
     assert isinstance(args(), argparse.Namespace)
+
+
+def test_a_reading_that_fails_or_breaks_is_a_sample_saying_why(monkeypatch):
+    watch = reading.Watch(SETTINGS, None, FakePsutil({}))
+    monkeypatch.setattr(reading, "run_reading", lambda *a, **k: ({"msg": "NVML: driver not loaded"}, [], True))
+    text = watch.text()
+    assert 'gpuops_watch_reading_ok{host="n1"} 0' in text and 'error="NVML: driver not loaded"' in text
+    assert "gpuops_gpus{" not in text
+
+    def broken(*_args, **_kwargs):
+        raise KeyError("gpus")
+    monkeypatch.setattr(reading, "run_reading", broken)
+    text = watch.text()
+    assert 'gpuops_watch_reading_ok{host="n1"} 0' in text and "error=\"KeyError: 'gpus'\"" in text
+    assert 'gpuops_watch_reading_duration_seconds{host="n1"}' in text
