@@ -20,7 +20,7 @@ from nspawn import INSIDE_PYTHON, REPO, Container
 
 PLAYBOOK = REPO / "playbooks" / "watch_setup.yml"
 PLUGINS = Path(__file__).resolve().parent / "connection_plugins"
-HOST = "gpu-node-03"
+HOST = "gpu-node-05"
 STATE = "/srv/gpusim/%s" % HOST
 UNIT = "gpuops-watch.service"
 SCRAPE = ("import sys, urllib.request\n"
@@ -69,8 +69,8 @@ def test_the_endpoint_as_a_systemd_service(container: Container, inventory: Path
     assert unit["FragmentPath"] == "/etc/systemd/system/" + UNIT
     main = unit["MainPID"]
     text = scrape(container, 9835)
-    assert 'gpuops_gpus{host="gpu-node-03"} 8' in text, text[:2000]
-    assert 'gpuops_gpu_memory_by_class_mib{host="gpu-node-03",gpu="1"' in text
+    assert 'gpuops_gpus{host="gpu-node-05"} 8' in text, text[:2000]
+    assert 'gpuops_gpu_memory_by_class_mib{host="gpu-node-05",gpu="1"' in text
     none = [line for line in text.splitlines() if line.startswith("gpuops_gpu_memory_by_class_mib{") and 'gpu="1"' in line
             and 'class="none"' in line]
     assert none and none[0].endswith(" 4096"), none
@@ -85,7 +85,7 @@ def test_the_endpoint_as_a_systemd_service(container: Container, inventory: Path
     assert moved.returncode == 0 and recap(moved.stdout)[HOST]["changed"] == 1, moved.stdout[-3000:]
     after = show(container)
     assert after["ActiveState"] == "active" and after["MainPID"] != main
-    assert 'gpuops_gpus{host="gpu-node-03"} 8' in scrape(container, 9836)
+    assert 'gpuops_gpus{host="gpu-node-05"} 8' in scrape(container, 9836)
 
     gone = playbook(inventory, "-e", "gpuops_watch_state=absent")
     assert gone.returncode == 0 and recap(gone.stdout)[HOST]["changed"] == 1, gone.stdout[-3000:]
