@@ -39,8 +39,8 @@ def scrape(box: Container, port: int, timeout: float = 60) -> str:
         if done.returncode == 0:
             return done.stdout
         if time.monotonic() > deadline:
-            raise AssertionError("no answer on port %d: %s\n%s" % (port, done.stderr, box.run(["journalctl", "-u", UNIT, "--no-pager"],
-                                                                                                check=False).stdout[-3000:]))
+            journal = box.run(["journalctl", "-u", UNIT, "--no-pager"], check=False).stdout[-3000:]
+            raise AssertionError("no answer on port %d: %s\n%s" % (port, done.stderr, journal))
         time.sleep(0.5)
 
 
