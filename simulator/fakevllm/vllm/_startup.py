@@ -154,7 +154,7 @@ class Startup:
         self._say("backends.py:1069", f"Using cache directory: {ranks[0]} for vLLM's torch.compile")
         hit = all((rank / CACHE_ENTRY_FILE).is_file() for rank in ranks)
         if hit:
-            seconds = knobs.compile_load_s if knobs.compile_load_s is not None else knobs.compile_s / 10
+            seconds = knobs.compile_load_s if knobs.compile_load_s is not None else knobs.compile_s / 20
             time.sleep(seconds)
             self._say("backends.py:286", f"Directly load the compiled graph(s) for compile range (1, {COMPILE_RANGE_END})"
                                          f" from the cache, took {seconds:.3f} s")
