@@ -149,8 +149,8 @@ def main() -> int:
     print("cold: " + runs["cold"][-1]["line"])
     print("warm: " + runs["warm"][-1]["line"])
     ok = ratio <= TARGET_WARM and all(run["compiled"] for run in runs["cold"]) and not any(run["compiled"] for run in runs["warm"])
-    print("%s: warm start-up %.2fx cold (target <= %.2fx); whole restart %.2fx" % ("PASS" if ok else "FAIL", ratio, TARGET_WARM,
-                                                                                     warm["wall_s"] / cold["wall_s"]))
+    verdict = "PASS" if ok else "FAIL"
+    print("%s: warm start-up %.2fx cold (target <= %.2fx); whole restart %.2fx" % (verdict, ratio, TARGET_WARM, warm["wall_s"] / cold["wall_s"]))
     figures: Dict[str, Any] = {"knobs": env, "restarts": runs, "cold": cold, "warm": warm, "warm_vs_cold": ratio}
     if matrix is not None:
         before, after = matrix["before"]["wall_s"], matrix["after"]["wall_s"]

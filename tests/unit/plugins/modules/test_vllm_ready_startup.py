@@ -77,7 +77,7 @@ def test_a_hang_fails_at_twice_the_last_startup_naming_the_last_phase(server, tm
     loop, state = server
     state["status"] = 503
     log = tmp_path / "vllm.log"
-    log.write_text(NEW.split("INFO 01-01 01:00:03")[0])  # the weights, then nothing
+    log.write_text(NEW.split("INFO 01-01 01:00:03", maxsplit=1)[0])  # the weights, then nothing
     state_file = record(tmp_path, 0)
     (tmp_path / "vllm-8000.startups").write_text(json.dumps({"abc": [{"total_s": 0.6, "at": 1.0}], "other": [{"total_s": 0.1, "at": 2.0}]}))
     me = psutil.Process(os.getpid())
