@@ -93,3 +93,11 @@ def test_hang_after_weights_from_the_second_start(simhost: SimHost, servers: Fak
     assert server.health() == 503
     assert "Loading weights took" in server.log_text() and "torch.compile" not in server.log_text()
     assert server.stop(signal.SIGTERM) == 0
+
+
+def test_the_v0_format_has_no_torch_compile(simhost: SimHost, servers: FakeServers, tmp_path: Path) -> None:
+    _took, log = run_once(servers, dict(PHASES, VLLM_CACHE_ROOT=str(tmp_path / "cache"), GPUOPS_SIM_STARTUP_LOG="v0"))
+    assert "Loading model weights took 0.2300 GB" in log and "Starting vLLM API server on http://" in log
+    assert "torch.compile" not in log and "Model loading took" not in log
+    record = records(simhost)[0]
+    assert record["compiled"] is None and [phase["name"] for phase in record["phases"]] == ["weights", "graphs", "engine_init", "api"]
