@@ -49,7 +49,7 @@ class ActionModule(ActionBase):
             args["since"] = reply["since"]
             display.display("  [%s] waiting for %s/health: %s after %.0f s (timeout %s s)"
                             % (host, str(args.get("url", "")).rstrip("/"), reply.get("status"), reply.get("elapsed_s", 0),
-                               args.get("timeout", 900)))
+                               reply.get("timeout_s", args.get("timeout", 900))))
             reply = None
 
     def _wait(self, args, task_vars):

@@ -119,6 +119,13 @@ running_is_good:
   description: Whether the record's configuration hash is the last known-good one.
   returned: always
   type: bool
+running_startup:
+  description:
+    - The last start-up of the record's configuration that the ready step kept beside the record (C(NAME.startups)), with
+      C(total_s), C(at) (seconds since the epoch) and C(phases) (each with C(name), C(seconds) and C(cache), as
+      M(gpuops.fleet.vllm_ready) returns them in RV(gpuops.fleet.vllm_ready#module:startup)); null when none was kept.
+  returned: always
+  type: dict
 """
 
 import json
@@ -132,7 +139,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import failu
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import hide_only_secrets, masked_argv, secret_argv_values, secret_env_names
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.mode import MODES, resolve_mode
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import (
-    GOOD_KEYS, RecordError, good_config, good_summary, mark_good, read_last_good, same_process,
+    GOOD_KEYS, RecordError, good_config, good_summary, mark_good, read_last_good, read_startups, same_process,
 )
 
 ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
@@ -166,6 +173,12 @@ def _config(raw: t.Optional[t.Mapping[str, t.Any]]) -> t.Dict[str, t.Any]:
     if not raw:
         raise RecordError("config: state=marked needs the configuration to keep, got %r" % (raw,))
     return good_config(raw, "config")
+
+
+def _last_startup(state_file: str, config_hash: t.Optional[str]) -> t.Optional[t.Dict[str, t.Any]]:
+    """The last start-up of ``config_hash`` kept beside the record, or None."""
+    kept = read_startups(state_file).get(config_hash) if config_hash else None
+    return kept[-1] if isinstance(kept, list) and kept and isinstance(kept[-1], dict) else None
 
 
 def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
@@ -205,6 +218,7 @@ def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]
         "changed": changed, "mode": mode, "present": good is not None, "summary": good_summary(good, masked_argv),
         "running": runs, "running_pid": pid, "running_config_hash": running_hash,
         "running_is_good": good is not None and running_hash is not None and running_hash == good["config_hash"],
+        "running_startup": _last_startup(state_file, running_hash),
     }
     if params["include_values"]:
         result["config"] = good

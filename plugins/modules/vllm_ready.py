@@ -178,6 +178,31 @@ options:
         description: The run's token; only a lock it holds is released.
         type: str
         required: true
+  startup:
+    description:
+      - With O(state_file), the timeout follows the last start-ups of this configuration on this host, kept beside the record
+        (C(NAME.startups), by configuration hash, the last five of each), and this start-up is kept there once ready.
+      - The task then fails after O(startup.factor) times the slowest of those start-ups, at least O(startup.floor) seconds and at
+        most O(timeout) (the ceiling, and the timeout while none is known), so a start-up that hangs is reported at twice its
+        usual time; the message names the last start-up phase the server's log reached.
+    type: dict
+    suboptions:
+      config_hash:
+        description: The configuration's hash (the role's C(vllm_server_plan.config_hash)).
+        type: str
+        required: true
+      factor:
+        description: The multiple of the slowest known start-up; V(0) keeps O(timeout).
+        type: float
+        default: 2
+      floor:
+        description: The least timeout, in seconds.
+        type: float
+        default: 60
+      remember:
+        description: Keep this start-up in the history once ready (V(false) for a server that was not just launched).
+        type: bool
+        default: true
 requirements:
   - psutil on the managed host, to watch O(pid).
   - nvidia-ml-py and the NVIDIA driver's C(libnvidia-ml.so.1), with O(check).
@@ -219,6 +244,28 @@ since:
   description: The start of the wait (seconds since the epoch on the managed host); pass it to the next call.
   returned: always
   type: float
+timeout_s:
+  description: The timeout this wait runs under, in seconds from O(since) (O(timeout), or less from O(startup)).
+  returned: when the server was polled
+  type: float
+startup:
+  description:
+    - The start-up by phase, read from this start-up's lines of the server's log as vLLM prints them (the log file from the
+      launch on, the unit's journal since O(since), the container's output).
+    - C(total_s) (seconds from O(since) until ready, or until the failure), C(phases) (in order, only those the log printed, each
+      with C(name) V(weights), V(compile), V(graphs), V(engine_init) or V(api), C(seconds), C(gib) and, for V(compile),
+      C(cache) V(hit) when vLLM loaded its compiled graphs from its cache or V(miss) when it compiled; null where the log
+      does not say), C(last_phase) (the last phase the log reached, null when none) and C(line) (all of it in one line).
+    - A log in a format that names no phase gives the total only.
+  returned: when the server became ready, died while starting or timed out
+  type: dict
+  sample:
+    total_s: 37.4
+    phases:
+      - {name: weights, seconds: 8.0, gib: 0.23, cache: null}
+      - {name: compile, seconds: 2.0, gib: null, cache: hit}
+    last_phase: compile
+    line: "start-up 37 s: weights 8.0 s (0.23 GiB), compile: cache hit, 2.0 s"
 alive:
   description: Whether the watched server still ran at the last poll (null when nothing is watched).
   returned: always

@@ -247,7 +247,15 @@ def test_matrix_leaves_the_baseline_and_a_null_removes_an_inventory_variable(fle
     report = json.loads((results / "report.json").read_text())
     assert report["fleet"]["dies"]["decode_tok_s"] is None and report["fleet"]["dies"]["failed"] == 1
     with open(results / "results.csv", newline="") as handle:
-        assert {row["config"]: row["status"] for row in csv.DictReader(handle)}["dies"] == "requests failed"
+        rows = {row["config"]: row for row in csv.DictReader(handle)}
+    assert rows["dies"]["status"] == "requests failed"
+    # each configuration's start-up: the three differ in their environment only, so the fake compiled once (its own
+    # record), and the report says which launch compiled and which loaded vLLM's compile cache
+    compiled = [json.loads(line)["compiled"] for line in (node.state / "startups.jsonl").read_text().splitlines()]
+    assert compiled == [True, False, False, False], compiled  # the fourth: the baseline left running
+    assert [rows[name]["compile_cache"] for name in ("unset", "dies", "LL")] == ["miss", "hit", "hit"]
+    assert all(float(rows[name]["startup_s"]) > 0 for name in ("unset", "dies", "LL"))
+    assert report["fleet"]["LL"]["startup"]["cache_hits"] == 1 and "| start-up |" in summary
     assert_page_as_seen(results, [node.name], ["unset", "dies", "LL"])
     shown = dump_dom(results / "report.html")[0].find("table", id="failures-table").text()
     assert "dies" in shown and "3 of 4 requests failed" in shown, shown

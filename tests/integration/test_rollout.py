@@ -297,6 +297,10 @@ def test_ll128_canary_is_rolled_back_and_the_fleet_untouched(make_fleet, tmp_pat
     assert data["rollbacks"][0]["checks"]
     assert {e["host"]: e["runs"] for e in data["fleet"]} == dict.fromkeys(sim.names, "good")
     assert len(data["batches"]) == 1
+    # the canary's start-up (read by its ready step) against the baseline's (kept by the ready step that launched it)
+    canary = data["batches"][0]["canaries"]["gpu-node-01"]["startup"]
+    assert canary["total_s"] > 0 and [phase["name"] for phase in canary["phases"]][:1] == ["weights"]
+    assert "- gpu-node-01: start-up: baseline " in (tmp_path / "results" / "summary.md").read_text()
     assert (tmp_path / "results" / "chart.png").read_bytes()[:4] == b"\x89PNG"
     assert_page_as_seen(tmp_path)
     assert dom_rollbacks(tmp_path) == [("gpu-node-01", "ok")]

@@ -203,11 +203,39 @@ def workloads(cells: t.Sequence[Cell]) -> t.List[t.Dict[str, t.Any]]:
     return found
 
 
+def startup(cells: t.Sequence[Cell]) -> t.Optional[t.Dict[str, t.Any]]:
+    """The start-ups of the servers measured (the role's vllm_server_result.startup, kept in each cell's server):
+    the median total and compile seconds, and how many compiled or loaded their graphs from vLLM's cache; None when no
+    cell carries one."""
+    ups = [(c.get("server") or {}).get("startup") for c in cells]
+    ups = [up for up in ups if isinstance(up, dict)]
+    if not ups:
+        return None
+    compiles = [phase for up in ups for phase in up.get("phases") or [] if isinstance(phase, dict) and phase.get("name") == "compile"]
+    return {"startups": len(ups), "total_s": _median(up.get("total_s") for up in ups),
+            "compile_s": _median(phase.get("seconds") for phase in compiles),
+            "compiled": sum(1 for phase in compiles if phase.get("cache") == "miss"),
+            "cache_hits": sum(1 for phase in compiles if phase.get("cache") == "hit")}
+
+
+def startup_words(figures: t.Optional[t.Mapping[str, t.Any]]) -> str:
+    """'35.1 s (compiled)', '16.0 s (cache hit)', '22.4 s (1 compiled, 2 cache hits)'; 'n/a' without a start-up."""
+    if not figures or figures.get("total_s") is None:
+        return "n/a"
+    text = "%.1f s" % figures["total_s"]
+    compiled, hits = figures.get("compiled") or 0, figures.get("cache_hits") or 0
+    if compiled and hits:
+        return text + " (%d compiled, %d cache hit%s)" % (compiled, hits, "" if hits == 1 else "s")
+    if compiled or hits:
+        return text + (" (compiled)" if compiled else " (cache hit)")
+    return text
+
+
 def extras(cells: t.Sequence[Cell]) -> t.Dict[str, t.Any]:
-    """The figures beyond decode tok/s: latency percentiles, and what a workload's results carry (per_turn,
-    schedule_slip_ms, prefix_cache; None when they carry none)."""
+    """The figures beyond decode tok/s: latency percentiles, what a workload's results carry (per_turn,
+    schedule_slip_ms, prefix_cache; None when they carry none), and the servers' start-ups (startup)."""
     return {"latency": latency(cells), "per_turn": per_turn(cells), "schedule_slip_ms": schedule_slip(cells),
-            "prefix_cache": prefix_cache(cells)}
+            "prefix_cache": prefix_cache(cells), "startup": startup(cells)}
 
 
 def change(value: t.Optional[float], base: t.Optional[float]) -> t.Optional[float]:

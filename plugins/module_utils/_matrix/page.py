@@ -21,7 +21,7 @@ from __future__ import annotations
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._html import document, esc
-from ansible_collections.gpuops.fleet.plugins.module_utils._matrix.analysis import LATENCIES, PERCENTILES, SLIP_FIGURES, TURN_FIGURES, number
+from ansible_collections.gpuops.fleet.plugins.module_utils._matrix.analysis import LATENCIES, PERCENTILES, SLIP_FIGURES, TURN_FIGURES, number, startup_words
 from ansible_collections.gpuops.fleet.plugins.module_utils._matrix.chart_svg import Bar, bar_chart
 from ansible_collections.gpuops.fleet.plugins.module_utils._matrix.render import env_text, fmt, winner_line
 
@@ -185,14 +185,15 @@ def _config_rows(report: t.Mapping[str, t.Any], configs: t.Mapping[str, t.Any], 
         cells = ([text(host)] if host else []) + [
             text(label), "<td><code>%s</code></td>" % esc(env[name]), "<td>%d / %d</td>" % (s["ok"], s["runs"]),
             num(s["decode_tok_s"]), num(s["decode_tok_s_min"]), num(s["decode_tok_s_max"]), num(s["change_decode_pct"], 1, True, "%"),
-            num(s["median_tpot_ms"]), num(s["change_tpot_pct"], 1, True, "%"), num(s["spread_tok_s"])]
+            num(s["median_tpot_ms"]), num(s["change_tpot_pct"], 1, True, "%"), num(s["spread_tok_s"]),
+            '<td class="startup">%s</td>' % esc(startup_words(s.get("startup")))]
         rows.append('<tr class="%s" data-config="%s"%s>%s</tr>' % (
             "failed" if s["failed"] else "ok", esc(name), ' data-host="%s"' % esc(host) if host else "", "".join(cells)))
     return rows
 
 
 CONFIG_HEAD = ("configuration", "environment / args", "ok / runs", "median decode tok/s", "min", "max", "vs baseline",
-               "median TPOT ms", "vs baseline", "spread tok/s")
+               "median TPOT ms", "vs baseline", "spread tok/s", "start-up")
 
 
 def _decode_section(report: t.Mapping[str, t.Any], env: t.Mapping[str, str]) -> str:

@@ -18,12 +18,12 @@ import io
 import json
 import typing as t
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._matrix.analysis import REQUESTS_FAILED, requests_failed, runs_of, status
+from ansible_collections.gpuops.fleet.plugins.module_utils._matrix.analysis import REQUESTS_FAILED, requests_failed, runs_of, startup_words, status
 
 CSV_COLUMNS = [
     "host", "config", "round", "order", "status", "decode_tok_s", "median_tpot_ms", "median_ttft_ms",
     "median_itl_ms", "output_throughput", "request_throughput", "completed", "failed", "server_pid",
-    "env", "args", "started", "finished", "stage", "error", "raw_file",
+    "env", "args", "started", "finished", "stage", "error", "raw_file", "startup_s", "compile_cache",
 ]
 NCCL_NOTE = (
     "NCCL's documentation discourages setting `NCCL_PROTO` in production: NCCL picks the protocol per "
@@ -48,6 +48,9 @@ def csv_row(cell: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
         "env": json.dumps(cell.get("env") or {}, sort_keys=True), "args": json.dumps(cell.get("args") or []),
         "stage": cell.get("stage", ""), "error": " ".join(str(cell.get("error") or "").split()),
     })
+    up = server.get("startup") if isinstance(server.get("startup"), dict) else {}
+    compiled = [phase.get("cache") for phase in up.get("phases") or [] if isinstance(phase, dict) and phase.get("name") == "compile"]
+    row.update(startup_s=up.get("total_s"), compile_cache=compiled[0] if compiled else None)
     if status(cell) == REQUESTS_FAILED:
         row.update(status=REQUESTS_FAILED, stage=cell.get("stage") or "benchmark", error=requests_failed(runs_of(cell)))
     return {key: ("" if value is None else value) for key, value in row.items()}
@@ -90,16 +93,16 @@ def table(report: Report, configs: Configs, env: t.Dict[str, str]) -> t.List[str
     """The Markdown table of one host's (or the fleet's) figures per configuration."""
     lines = [
         "| configuration | environment / args | ok / runs | median decode tok/s | min - max | vs baseline"
-        " | median TPOT ms | vs baseline | spread tok/s |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        " | median TPOT ms | vs baseline | spread tok/s | start-up |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name in report["names"]:
         s = configs[name]
         label = "%s (baseline)" % name if name == report["baseline"] else name
-        lines.append("| %s | %s | %d / %d | %s | %s - %s | %s | %s | %s | %s |" % (
+        lines.append("| %s | %s | %d / %d | %s | %s - %s | %s | %s | %s | %s | %s |" % (
             label, env[name], s["ok"], s["runs"], fmt(s["decode_tok_s"]), fmt(s["decode_tok_s_min"]),
             fmt(s["decode_tok_s_max"]), _pct(s["change_decode_pct"]), fmt(s["median_tpot_ms"]), _pct(s["change_tpot_pct"]),
-            fmt(s["spread_tok_s"])))
+            fmt(s["spread_tok_s"]), startup_words(s.get("startup"))))
     return lines
 
 

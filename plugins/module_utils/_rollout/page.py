@@ -22,7 +22,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._matrix.analysis impo
 from ansible_collections.gpuops.fleet.plugins.module_utils._matrix.chart_svg import Bar, bar_chart
 from ansible_collections.gpuops.fleet.plugins.module_utils._matrix.page import (
     STYLE, latency_section, num, optional_sections, row, section, short_hash, table, text, workload_section)
-from ansible_collections.gpuops.fleet.plugins.module_utils._rollout.report import rollback_text, runs_text
+from ansible_collections.gpuops.fleet.plugins.module_utils._rollout.report import rollback_text, runs_text, startup_lines
 
 PAGE = "report.html"
 SIDES = ("baseline", "canary")
@@ -65,6 +65,8 @@ def _gate_rows(verdict: t.Mapping[str, t.Any]) -> t.List[str]:
 def _batch_section(verdict: t.Mapping[str, t.Any]) -> str:
     verdicts = "".join('<li data-host="%s" data-verdict="%s"><b>%s</b>: %s</li>' % (
         esc(h["host"]), esc(h["verdict"]), esc(h["verdict"].upper()), esc(h["reason"])) for h in verdict["hosts"])
+    ups = "".join('<li data-host="%s">%s</li>' % (esc(name), esc(words)) for name, words in startup_lines(verdict))
+    verdicts += '</ul><ul class="startups">%s' % ups if ups else ""
     return section("batch-%s" % verdict["batch"], "Batch %s: %s" % (verdict["batch"], "HALT" if verdict["halt"] else "pass"), "".join((
         _gate_chart(verdict, "decode_tok_s"), _gate_chart(verdict, "median_ttft_ms"),
         table("gate-table-%s" % verdict["batch"], GATE_HEAD, _gate_rows(verdict)), "<ul class=\"verdicts\">%s</ul>" % verdicts)))

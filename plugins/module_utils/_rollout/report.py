@@ -64,6 +64,31 @@ def batches(run_dir: str) -> t.List[t.Dict[str, t.Any]]:
     return [read_json(os.path.join(folder, n)) for n in names]
 
 
+def startup_words(startup: t.Any) -> str:
+    """A start-up in a few words: '35.0 s (compiled, 20 s)', '16.0 s (compile: cache hit, 1.0 s)'; 'n/a' when none
+    was kept (a server started before start-ups were kept, or one this run did not launch)."""
+    if not isinstance(startup, dict) or startup.get("total_s") is None:
+        return "n/a"
+    text = "%.1f s" % float(startup["total_s"])
+    for phase in startup.get("phases") or []:
+        if isinstance(phase, dict) and phase.get("name") == "compile" and phase.get("cache") in ("hit", "miss"):
+            how = "compile: cache hit" if phase["cache"] == "hit" else "compiled"
+            text += " (%s%s)" % (how, ", %s s" % fmt(phase["seconds"], 1) if phase.get("seconds") is not None else "")
+    return text
+
+
+def startup_lines(verdict: t.Mapping[str, t.Any]) -> t.List[t.Tuple[str, str]]:
+    """(host, 'start-up: baseline ... -> canary ...') for each measured host of a gated batch that has either."""
+    lines = []
+    for host in verdict.get("hosts") or []:
+        name = host.get("host")
+        base = ((verdict.get("baselines") or {}).get(name) or {}).get("startup")
+        canary = ((verdict.get("canaries") or {}).get(name) or {}).get("startup")
+        if base or canary:
+            lines.append((str(name), "start-up: baseline %s -> canary %s" % (startup_words(base), startup_words(canary))))
+    return lines
+
+
 def _metric_rows(verdict: t.Mapping[str, t.Any]) -> t.List[str]:
     rows = []
     for host in verdict["hosts"]:
@@ -104,6 +129,7 @@ def screen(report: t.Mapping[str, t.Any]) -> t.List[str]:
                     fmt(decode["change_pct"], 1, True), fmt(decode["spread"]), fmt(ttft["baseline"], 1), fmt(ttft["canary"], 1)))
             else:
                 lines.append("  batch %s %s: %s  %s" % (verdict["batch"], host["host"], host["verdict"].upper(), host["reason"]))
+        lines.extend("  batch %s %s: %s" % (verdict["batch"], name, words) for name, words in startup_lines(verdict))
     for rollback in report["rollbacks"]:
         lines.append("  rollback %s: %s" % (rollback.get("host"), rollback_text(rollback)))
     for entry in report["fleet"]:
@@ -154,6 +180,9 @@ def markdown(report: t.Mapping[str, t.Any]) -> str:
                 "| host | metric | baseline | canary | change | spread | threshold | verdict |",
                 "|---|---|---:|---:|---:|---:|---:|---|"] + _metric_rows(verdict)
         out += ["", verdict["reason"]]
+        ups = startup_lines(verdict)
+        if ups:
+            out += [""] + ["- %s: %s" % (name, words) for name, words in ups]
     out += ["", "## Rollback", ""]
     if report["rollbacks"]:
         out += ["- %s: %s" % (r.get("host"), rollback_text(r)) for r in report["rollbacks"]]

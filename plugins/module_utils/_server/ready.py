@@ -21,7 +21,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, failure, http_url
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.log_tail import file_tail, journal_tail
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.log_tail import file_since, file_tail, journal_since, journal_tail
 from ansible_collections.gpuops.fleet.plugins.module_utils._http.request import http_get
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.answers import listed_models
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import hide_only_secrets, secret_argv_values, secret_env_names
@@ -30,7 +30,9 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation im
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import release
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.mode import MODES, resolve_mode
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import ServerError
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError, good_config, mark_good, read_record, same_process
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import (
+    RecordError, good_config, mark_good, read_record, read_startups, same_process, write_startups)
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.startup import adaptive_timeout, parse_startup, remember, totals
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.unit import main_pid, parse_show, show_argv, start_time, watch_unit
 
 
@@ -66,7 +68,16 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
         "path": {"type": "path", "required": True},
         "token": {"type": "str", "required": True, "no_log": False},
     }},
+    # the timeout from the last start-ups of this configuration (kept beside the record at state_file), this one kept
+    "startup": {"type": "dict", "options": {
+        "config_hash": {"type": "str", "required": True},
+        "factor": {"type": "float", "default": 2.0},
+        "floor": {"type": "float", "default": 60.0},
+        "remember": {"type": "bool", "default": True},
+    }},
 }
+# lines of a container's output read for its start-up (its own container: only this start-up's)
+STARTUP_LINES = 5000
 MUTUALLY_EXCLUSIVE = [("pid", "unit")]
 REQUIRED_BY = {"create_time": "pid"}
 
@@ -77,6 +88,9 @@ def check_params(params: t.Mapping[str, t.Any]) -> str:
     for option, low, high in (("timeout", 0, 86400), ("poll_for", 0, 86400), ("generate_timeout", 0, GENERATE_TIMEOUT_MAX_S),
                               ("interval", 0.01, 60), ("log_lines", 0, 10000)):
         between(option, params[option], low, high)
+    if params.get("startup"):
+        between("startup.factor", params["startup"]["factor"], 0, 100)
+        between("startup.floor", params["startup"]["floor"], 0, 86400)
     return url
 
 
@@ -129,6 +143,7 @@ def _poll(module, params, url, since):
     runtime_cli, container_name = _container_server(module, params)
     watcher, created = _watcher(module, params)
     headers = {"Authorization": "Bearer %s" % params["api_key"]} if params["api_key"] else {}
+    timeout, timeout_why = _timeout(params)
 
     def log_tail():
         if runtime_cli and container_name:
@@ -138,7 +153,10 @@ def _poll(module, params, url, since):
             return journal_tail(module.run_command, params["unit"], params["log_lines"])
         return file_tail(params["log_file"], params["log_lines"]) if params["log_file"] else []
 
-    deadline = since + params["timeout"]
+    def startup():
+        return parse_startup(_startup_lines(module, params, runtime_cli, container_name, since), time.time() - since)
+
+    deadline = since + timeout
     call_end = time.time() + params["poll_for"] if params["poll_for"] > 0 else deadline
     status = "not polled yet"
     alive = None
@@ -160,7 +178,10 @@ def _poll(module, params, url, since):
                 ready = False
                 status = "HTTP 200 on /health, but /v1/models lists %s, not %s" % (", ".join(listed) or "nothing", params["model"])
         current = time.time()
-        result = {"changed": False, "status": status, "since": since, "elapsed_s": round(current - since, 2)}
+        result = {"changed": False, "status": status, "since": since, "elapsed_s": round(current - since, 2), "timeout_s": round(timeout, 1)}
+        if ready:
+            result["startup"] = startup()
+            _remember(params, result["startup"])
         if ready and params["generate_timeout"] > 0:
             _generates(params, url, result, log_tail)
         if ready:
@@ -170,15 +191,68 @@ def _poll(module, params, url, since):
         if watcher is not None:
             alive, why = watcher()
             if not alive:
-                return failure("the server %s while starting, after %.1f s (last /health: %s)%s; see log_tail"
-                               % (why, current - since, status, _port_taken(url)),
+                result["startup"] = startup()
+                return failure("the server %s while starting, after %.1f s (last /health: %s)%s%s; see log_tail"
+                               % (why, current - since, status, _port_taken(url), _reached(result["startup"])),
                                ready=False, alive=False, log_tail=log_tail(), **result)
         if current >= deadline:
-            return failure("%s was not ready after %g s (last /health: %s); see log_tail" % (url, params["timeout"], status),
+            result["startup"] = startup()
+            return failure("%s was not ready after %g s (%slast /health: %s)%s; see log_tail"
+                           % (url, round(timeout, 1), timeout_why + "; " if timeout_why else "", status, _reached(result["startup"])),
                            ready=False, alive=alive, log_tail=log_tail(), **result)
         if current >= call_end:
             return dict(result, ready=False, alive=alive, msg="still waiting for %s (%s)" % (url, status)), [], False
         time.sleep(min(params["interval"], max(0.0, min(deadline, call_end) - current)))
+
+
+def _timeout(params):
+    """(seconds from ``since`` the server has to become ready, why): with O(startup), a multiple of what the last
+    start-ups of this configuration took on this host, between its floor and O(timeout); else O(timeout)."""
+    wanted = params.get("startup")
+    if not wanted or not params["state_file"]:
+        return float(params["timeout"]), ""
+    history = totals(read_startups(params["state_file"]), wanted["config_hash"])
+    timeout, why = adaptive_timeout(history, params["timeout"], wanted["factor"], wanted["floor"])
+    return timeout, why if history and why != "vllm_server_ready_timeout" else ""
+
+
+def _remember(params, startup):
+    """Keep this start-up beside the record (O(startup.remember)); a history that cannot be written changes nothing."""
+    wanted = params.get("startup")
+    if not wanted or not wanted["remember"] or not params["state_file"]:
+        return
+    try:
+        write_startups(params["state_file"], remember(read_startups(params["state_file"]), wanted["config_hash"], startup, time.time()))
+    except (OSError, RecordError):
+        pass
+
+
+def _reached(startup):
+    """', the log's last start-up phase: weights' (vLLM's own lines), or '' when the log names none."""
+    if not startup.get("last_phase"):
+        return ""
+    return ", the log's last start-up phase: %s (%s)" % (startup["last_phase"], startup["line"])
+
+
+def _startup_lines(module, params, runtime_cli, container_name, since):
+    """This start-up's lines of the server's log, by launch mode: the container's output, the unit's journal since
+    ``since``, or the log file from the offset the launch recorded."""
+    if runtime_cli and container_name:
+        from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.container import logs_tail  # pylint: disable=import-outside-toplevel
+        return logs_tail(module.run_command, runtime_cli, container_name, STARTUP_LINES)
+    if params["unit"]:
+        return journal_since(module.run_command, params["unit"], since)
+    if not params["log_file"]:
+        return []
+    offset = None
+    if params["state_file"]:
+        try:
+            record = read_record(params["state_file"]) or {}
+        except RecordError:
+            record = {}
+        if record.get("pid") == params["pid"] and isinstance(record.get("log_offset"), int):
+            offset = record["log_offset"]
+    return file_since(params["log_file"], offset)
 
 
 def _leaves(value):

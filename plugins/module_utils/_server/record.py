@@ -209,3 +209,31 @@ def carry_last_good(state_file: str) -> t.Optional[t.Dict[str, t.Any]]:
     if good is None:
         return None
     return {"config_hash": good["config_hash"], "since": good.get("since")}
+
+
+# ---- the last start-ups ------------------------------------------------------------------------------------------
+# What the last start-ups of each configuration took (the ready step's startup, by configuration hash: total and
+# phases), beside the record as NAME.startups, so that it outlives the server as the last known-good configuration
+# does: the ready step's timeout follows it (_server/startup.py). No value of the configuration is kept.
+
+STARTUPS_SUFFIX = ".startups"
+
+
+def startups_path(state_file: str) -> str:
+    """Where the last start-ups of the server recorded at ``state_file`` are kept."""
+    base = state_file[:-len(".json")] if state_file.endswith(".json") else state_file
+    return base + STARTUPS_SUFFIX
+
+
+def read_startups(state_file: str) -> t.Dict[str, t.Any]:
+    """{config_hash: [{total_s, at, phases}, ...]}; empty when none is kept or the file cannot be read (a launch never
+    depends on it)."""
+    try:
+        data = _read_json(startups_path(state_file), "start-up history")
+    except RecordError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_startups(state_file: str, history: t.Mapping[str, t.Any]) -> None:
+    _write_json(startups_path(state_file), history, 0o600, ".startups.")

@@ -96,6 +96,8 @@ def result(host: str, plan: Result, steps: t.Mapping[str, t.Optional[Result]], c
         "stopped": [proc.get("name") for proc in stopped], "stopped_pids": [proc.get("pid") for proc in stopped],
         "freed_mib": max(before - after, 0),
         "ready_s": ready.get("elapsed_s"),
+        # the start-up by phase, read from the server's log by the ready step (_server/startup.py); None without a wait
+        "startup": ready.get("startup"),
         "pid": ready.get("pid") if ready.get("pid") is not None else launched.get("pid"),
         "workers": check.get("workers") or [], "checks": check.get("checks") or [],
         "url": plan["url"],
@@ -144,5 +146,5 @@ def rollback(host: str, plan: Result, steps: t.Mapping[str, t.Optional[Result]])
     return {"host": host, "name": plan["name"], "action": done.get("action"), "config_hash": plan["config_hash"],
             "good_since": good.get("since"), "env_shown": plan["env_shown"],
             "pid": ready.get("pid") if ready.get("pid") is not None else done.get("pid"),
-            "ready_s": ready.get("elapsed_s"), "checks": check.get("checks") or [], "workers": check.get("workers") or [],
-            "stopped_pids": done.get("stopped_pids") or []}
+            "ready_s": ready.get("elapsed_s"), "startup": ready.get("startup"), "checks": check.get("checks") or [],
+            "workers": check.get("workers") or [], "stopped_pids": done.get("stopped_pids") or []}

@@ -36,6 +36,7 @@ VARIABLES = (
     "vllm_server_state", "vllm_server_model", "vllm_server_served_model_name", "vllm_server_tensor_parallel_size",
     "vllm_server_port", "vllm_server_gpus", "vllm_server_env", "vllm_server_host_env", "vllm_server_env_overrides",
     "vllm_server_args", "vllm_server_command", "vllm_server_launch_mode", "vllm_server_ready_timeout",
+    "vllm_server_ready_timeout_factor", "vllm_server_ready_timeout_floor",
     "vllm_server_ready_generate_timeout", "vllm_server_name", "vllm_server_state_dir",
     "vllm_server_log_dir", "vllm_server_health_host", "vllm_server_drain", "vllm_server_drain_timeout",
     "vllm_server_stop_timeout", "vllm_server_reclaim_all_holders", "vllm_server_reclaim_match", "vllm_server_reclaim_grace",

@@ -233,6 +233,8 @@ RULES: t.Tuple[Rule, ...] = (
     _env_names,
     _env_values,
     _above("vllm_server_ready_timeout", 0, None, "must be positive"),
+    _between("vllm_server_ready_timeout_factor", 0, 100, "must be 0 (off) to 100"),
+    _between("vllm_server_ready_timeout_floor", 0, 86400, "must be 0 to 86400 seconds"),
     _generate_timeout,
     _between("vllm_server_drain_timeout", 0, float("inf"), "must be 0 or more seconds"),
     _between("vllm_server_stop_timeout", 0, 3600, "must be 0 to 3600 seconds"),

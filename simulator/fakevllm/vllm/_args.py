@@ -30,6 +30,11 @@ class ServerArgs:  # pylint: disable=too-many-instance-attributes
     num_gpu_blocks_override: Optional[int] = None
     # one server across hosts (_multinode.py): its shape, this node's place in it, and where its head is
     nodes: Optional["NodeArgs"] = None
+    # what vLLM's torch.compile cache key covers besides the model, sizes and length (_startup.py)
+    pipeline_parallel_size: int = 1
+    dtype: str = "auto"
+    compilation_config: str = ""
+    enforce_eager: bool = False
 
     @property
     def local_workers(self) -> int:
@@ -78,6 +83,9 @@ def _parser(prog: str, positional_model: bool) -> argparse.ArgumentParser:
     parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--num-gpu-blocks-override", type=int, default=None)
     parser.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--compilation-config", "-O", default="")
+    parser.add_argument("--enforce-eager", action="store_true")
     parser.add_argument("--headless", action="store_true")
     parser.add_argument("--nnodes", type=int, default=1)
     parser.add_argument("--node-rank", type=int, default=0)
@@ -147,4 +155,6 @@ def parse_server_args(argv: List[str], prog: str, positional_model: bool,
     return ServerArgs(model, known.tensor_parallel_size, known.gpu_memory_utilization, known.host, known.port,
                       names, known.max_model_len, api_keys(known.api_key, os.environ if env is None else env),
                       block_size=known.block_size, enable_prefix_caching=known.enable_prefix_caching,
-                      num_gpu_blocks_override=known.num_gpu_blocks_override, nodes=node_args(known, parser.error))
+                      num_gpu_blocks_override=known.num_gpu_blocks_override, nodes=node_args(known, parser.error),
+                      pipeline_parallel_size=known.pipeline_parallel_size, dtype=known.dtype,
+                      compilation_config=known.compilation_config, enforce_eager=known.enforce_eager)

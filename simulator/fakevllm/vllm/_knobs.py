@@ -31,8 +31,19 @@ NATURAL_LEN_ENV = "GPUOPS_SIM_NATURAL_LEN"
 FAULT_AFTER_ENV = "GPUOPS_SIM_FAULT_AFTER_TOKENS"
 ENGINE_DEAD_AFTER_ENV = "GPUOPS_SIM_ENGINE_DEAD_AFTER_REQUESTS"
 NCCL_PROTO_ENV = "NCCL_PROTO"
+WEIGHTS_S_ENV = "GPUOPS_SIM_WEIGHTS_S"
+WEIGHTS_GIB_ENV = "GPUOPS_SIM_WEIGHTS_GIB"
+COMPILE_S_ENV = "GPUOPS_SIM_COMPILE_S"
+COMPILE_LOAD_S_ENV = "GPUOPS_SIM_COMPILE_LOAD_S"
+GRAPHS_S_ENV = "GPUOPS_SIM_GRAPHS_S"
+INIT_S_ENV = "GPUOPS_SIM_INIT_S"
+STARTUP_LOG_ENV = "GPUOPS_SIM_STARTUP_LOG"
+HANG_AFTER_ENV = "GPUOPS_SIM_HANG_AFTER_PHASE"
+HANG_FROM_ENV = "GPUOPS_SIM_HANG_FROM_STARTUP"
 
 FAIL_MODES = ("crash", "hang")
+STARTUP_LOGS = ("v1", "v0", "none")  # vLLM V1's start-up lines, V0's (0.6), or none of them (an unknown format)
+PHASES = ("weights", "compile", "graphs", "engine_init")
 DEFAULT_FAIL_MESSAGE = "CUDA error: an illegal memory access was encountered"
 
 T = TypeVar("T", int, float)
@@ -60,6 +71,16 @@ class Knobs:  # pylint: disable=too-many-instance-attributes  # one field per do
     fault_after_tokens: int
     engine_dead_after: Optional[int]  # generation requests served before the engine core dies; None: it never does
     chat_only: bool = False  # POST /v1/completions answers 404, as a server that serves only chat
+    # the start-up's phases (_startup.py): seconds each takes, the weights' size, the log's format, a hang after a phase
+    weights_s: float = 0.0
+    weights_gib: float = 0.23
+    compile_s: float = 0.0
+    compile_load_s: Optional[float] = None  # loading compiled graphs from the cache; None: a twentieth of compile_s
+    graphs_s: float = 0.0
+    init_s: float = 0.0
+    startup_log: str = "v1"
+    hang_after: Optional[str] = None
+    hang_from: int = 1  # the hang hits the Nth start-up recorded in the state directory and every later one
 
 
 def _number(env: Mapping[str, str], name: str, default: T, kind: Callable[[str], T], minimum: T,
@@ -98,7 +119,22 @@ def read_knobs(env: Optional[Mapping[str, str]] = None) -> Knobs:
     else:
         pace = base_pace(nccl_proto)
         source = NCCL_PROTO_ENV
+    log_format = env.get(STARTUP_LOG_ENV, "").strip().lower() or "v1"
+    if log_format not in STARTUP_LOGS:
+        raise KnobError(f"{STARTUP_LOG_ENV} must be one of {', '.join(STARTUP_LOGS)} (or empty), not {log_format!r}")
+    hang_after = env.get(HANG_AFTER_ENV, "").strip().lower() or None
+    if hang_after is not None and hang_after not in PHASES:
+        raise KnobError(f"{HANG_AFTER_ENV} must be one of {', '.join(PHASES)} (or empty), not {hang_after!r}")
     return Knobs(
+        weights_s=_number(env, WEIGHTS_S_ENV, 0.0, float, 0.0),
+        weights_gib=_number(env, WEIGHTS_GIB_ENV, 0.23, float, 0.0),
+        compile_s=_number(env, COMPILE_S_ENV, 0.0, float, 0.0),
+        compile_load_s=_number(env, COMPILE_LOAD_S_ENV, 0.0, float, 0.0) if env.get(COMPILE_LOAD_S_ENV, "").strip() else None,
+        graphs_s=_number(env, GRAPHS_S_ENV, 0.0, float, 0.0),
+        init_s=_number(env, INIT_S_ENV, 0.0, float, 0.0),
+        startup_log=log_format,
+        hang_after=hang_after,
+        hang_from=_number(env, HANG_FROM_ENV, 1, int, 1),
         startup_delay_s=_number(env, STARTUP_DELAY_ENV, 0.0, float, 0.0),
         fail_at_start=fail,
         fail_after_s=_number(env, FAIL_AFTER_ENV, 1.0, float, 0.0),

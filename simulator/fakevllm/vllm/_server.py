@@ -21,6 +21,7 @@ from vllm._http import Serving, start_http, stop_http
 from vllm._knobs import KnobError, Knobs, read_knobs
 from vllm._multinode import Rendezvous, join_head
 from vllm._proctree import Supervisor, log, start_child
+from vllm._startup import Startup
 from vllm.v1.engine.core import engine_core_args
 from vllm.v1.executor.multiproc_executor import start_workers
 
@@ -31,12 +32,14 @@ from gpusim.statedir import StateDir
 
 
 class Readiness:
-    """Ready = every worker of this tree holds its GPU, the start-up delay is over, no start-up fault, and, for a
-    server across hosts, every other rank joined and is still there."""
+    """Ready = every worker of this tree holds its GPU, the start-up delay is over, the start-up's phases ran (weights,
+    compile, graphs, engine init: _startup.py), no start-up fault, and, for a server across hosts, every other rank
+    joined and is still there."""
 
     def __init__(self, state: StateDir, args: ServerArgs, knobs: Knobs, started: float,
-                 rendezvous: Optional[Rendezvous] = None) -> None:
+                 rendezvous: Optional[Rendezvous] = None, startup: Optional[Startup] = None) -> None:
         self.state = state
+        self.startup = startup
         self.workers = args.local_workers
         self.ready_at = started + knobs.startup_delay_s
         self.never = knobs.fail_at_start is not None
@@ -44,6 +47,12 @@ class Readiness:
         self._held = False
 
     def __call__(self) -> bool:
+        if self.startup is not None and not self.startup.done.is_set():
+            return False
+        return self.rest()
+
+    def rest(self) -> bool:
+        """Ready but for the start-up's phases."""
         if self.never or time.monotonic() < self.ready_at:
             return False
         if self.rendezvous is not None and not self.rendezvous.complete():
@@ -116,11 +125,15 @@ def run_server(args: ServerArgs) -> int:
             return 1
         supervisor.on_stop(rendezvous.close)
         log(f"APIServer: waiting for ranks {list(nodes.peers)} at {nodes.address}:{nodes.port}")
+    startup = Startup(state, args, knobs)
     if nodes is not None and not nodes.head:
         # no API (the head serves it); the rank joins once its own workers are up
-        join_head(nodes.address, nodes.port, nodes.rank, Readiness(state, args, knobs, started), stopping)
-    elif args.port is not None:
-        serving = Serving(args, knobs, Readiness(state, args, knobs, started, rendezvous))
+        readiness = Readiness(state, args, knobs, started, startup=startup)
+        join_head(nodes.address, nodes.port, nodes.rank, readiness, stopping)
+    else:
+        readiness = Readiness(state, args, knobs, started, rendezvous, startup)
+    if args.port is not None and (nodes is None or nodes.head):
+        serving = Serving(args, knobs, readiness)
         if rendezvous is None:
             if not _serve(serving, args, supervisor):
                 return 1
@@ -132,6 +145,7 @@ def run_server(args: ServerArgs) -> int:
         supervisor.adopt([start_child("vllm.v1.engine.core", core_args)])
     else:
         supervisor.adopt(start_workers(args.local_workers, args.gpu_memory_utilization))
+    startup.start(readiness.rest, stopping)
     fail_at: Optional[float] = None
     if knobs.fail_at_start == "crash":
         fail_at = started + knobs.fail_after_s

@@ -208,6 +208,11 @@ def launch(module: t.Any, psutil: t.Any, target: Target, spec: LaunchSpec) -> t.
     if module.check_mode:
         result.update(running=True, msg="would launch %s" % " ".join(spec.shown_argv))
         return result
+    # this start-up's lines begin here: the ready step reads the log from this offset on (_server/startup.py)
+    try:
+        log_offset = os.path.getsize(spec.log_file)
+    except OSError:
+        log_offset = 0
     try:
         pid = launch_detached(spec.argv, _environment(spec.env), spec.log_file, spec.chdir, shown_argv=spec.shown_argv)
     except LaunchError as exc:
@@ -218,7 +223,8 @@ def launch(module: t.Any, psutil: t.Any, target: Target, spec: LaunchSpec) -> t.
         raise ServerError("the server (PID %d) exited at once; see %s" % (pid, spec.log_file), result) from None
     write_record(target.state_file, {
         "pid": pid, "create_time": create_time, "config_hash": wanted, "argv": list(spec.shown_argv),
-        "env_keys": sorted(spec.env), "log_file": spec.log_file, "launched_at": time.time(),
+        "env_keys": sorted(spec.env), "log_file": spec.log_file, "log_offset": log_offset,
+        "launched_at": time.time(),
         "metadata": dict(spec.metadata or {}),
         # the last known-good configuration (beside the record) by hash and since when: no value of it
         "last_good": carry_last_good(target.state_file),
