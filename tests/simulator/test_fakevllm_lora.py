@@ -80,7 +80,8 @@ def test_static_modules_are_served(servers: Dict[str, FakeServer], adapters: Pat
     # without VLLM_ALLOW_RUNTIME_LORA_UPDATING the endpoints do not exist
     assert call(servers["static"], "POST", "/v1/load_lora_adapter", {"lora_name": "m", "lora_path": str(adapters / "math")})[0] == 404
     events = json.loads(call(servers["static"], "GET", "/sim/lora")[1])["events"]
-    assert [(e["event"], e["name"], e["source"], e["ok"]) for e in events] == [("load", "sql", "start", True), ("load", "chat", "start", True)]
+    assert [(e["event"], e["name"], e["source"], e["ok"]) for e in events] == [
+        ("load", "sql", "start", True), ("load", "chat", "start", True), ("generate", "chat", "api", True)]
 
 
 def test_load_serve_unload(servers: Dict[str, FakeServer], adapters: Path) -> None:
@@ -111,7 +112,7 @@ def test_load_serve_unload(servers: Dict[str, FakeServer], adapters: Path) -> No
     # the record, on the endpoint and in the state directory
     report = json.loads(call(server, "GET", "/sim/lora")[1])
     assert report["loaded"] == [{"name": "chat", "path": str(adapters / "chat")}]
-    expected = [("load", "sql", True), ("load", "sql", False), ("load", "gone", False), ("load", "chat", True),
+    expected = [("load", "sql", True), ("generate", "sql", True), ("load", "sql", False), ("load", "gone", False), ("load", "chat", True),
                 ("load", "math", False), ("unload", "sql", True), ("unload", "sql", False)]
     assert [(e["event"], e["name"], e["ok"]) for e in report["events"]] == expected
     record = [e for e in read_record(servers["state"]) if e["pid"] == server.pid]  # type: ignore[arg-type]

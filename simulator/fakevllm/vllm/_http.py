@@ -204,6 +204,7 @@ class Handler(BaseHTTPRequestHandler):
         self._require_ready()
         request = parse_generation(raw, chat, serving.args.served_model_names + serving.lora.names(),
                                    serving.args.max_model_len, serving.knobs.natural_len)
+        serving.lora.generated(request.model)
         if not serving.engine_takes():  # as vLLM's API server once its EngineCore died: /health still 200, this 500
             log(f"APIServer: vllm.v1.engine.exceptions.EngineDeadError: {ENGINE_DEAD_MESSAGE}", level="ERROR")
             raise ApiError(500, ENGINE_DEAD_MESSAGE, "EngineDeadError")

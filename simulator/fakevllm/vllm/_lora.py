@@ -12,7 +12,8 @@ completion whose `model` is an adapter's name is answered, under that name.
 Stricter than vLLM (which keeps --max-cpu-loras adapters in an LRU cache and evicts the oldest): the fake refuses a
 load once --max-loras adapters are loaded (400), so that a client that loads before it unloads is caught.
 
-The fake's own record: every load and unload (at start, or through the API; answered or refused) is one JSON line in
+The fake's own record: every load and unload (at start, or through the API; answered or refused), and every completion
+asked of an adapter (event generate), is one JSON line in
 $GPUOPS_SIM_STATE/lora.jsonl (event, name, path, ok, status, pid, port, time), and GET /sim/lora answers this
 server's loaded adapters and events. Tests judge by them.
 """
@@ -139,6 +140,12 @@ class LoraAdapters:
             self._loaded[name] = path
             self._note("load", name, path, source, True, 200)
         return f"Success: LoRA adapter '{name}' added successfully."
+
+    def generated(self, model: str) -> None:
+        """A completion asked for ``model``: recorded when it is an adapter (event generate)."""
+        with self._lock:
+            if model in self._loaded:
+                self._note("generate", model, self._loaded[model], "api", True, 200)
 
     def unload(self, name: str) -> str:
         with self._lock:
