@@ -245,7 +245,9 @@ options:
             with C(--enable-lora) and C(VLLM_ALLOW_RUNTIME_LORA_UPDATING=True), also has its LoRA adapters read (C(GET /v1/models), where
             an entry with a C(parent) is an adapter, its C(root) the path) and compared with O(status.adapters.wanted); the reading
             returns C(adapters) (served, wanted, load, unload, change) and, when only they differ, a reason that says so.
-          - When only they differ, this task applies the difference (unload, then load, each load proven by a completion with the adapter's name), releases the lock and returns RV(adapted); in check mode it only says what it would do. See docs/adapters.md.
+          - When only they differ, this task applies the difference (unload, then load, each load proven by a completion with
+            the adapter's name), releases the lock and returns RV(adapted); in check mode it only says what it would do. See
+            docs/adapters.md.
         type: dict
         suboptions:
           url:
@@ -274,7 +276,9 @@ options:
             type: float
             default: 60
           result:
-            description: The fact C(vllm_server_result) that a change sets (with C(action=adapters)), as M(gpuops.fleet.vllm_process)'s O(gpuops.fleet.vllm_process#module:unchanged_result) for a server left alone.
+            description:
+              - The fact C(vllm_server_result) that a change sets (with C(action=adapters)), as M(gpuops.fleet.vllm_process)'s
+                O(gpuops.fleet.vllm_process#module:unchanged_result) for a server left alone.
             type: dict
             default: {}
           lock:

@@ -183,7 +183,9 @@ options:
         type: float
         default: 60
       result:
-        description: The fact C(vllm_server_result) that a change sets (with C(action=adapters)), as M(gpuops.fleet.vllm_process)'s O(gpuops.fleet.vllm_process#module:unchanged_result) for a server left alone.
+        description:
+          - The fact C(vllm_server_result) that a change sets (with C(action=adapters)), as M(gpuops.fleet.vllm_process)'s
+            O(gpuops.fleet.vllm_process#module:unchanged_result) for a server left alone.
         type: dict
         default: {}
       lock:

@@ -196,7 +196,7 @@ def test_without_runtime_updating_an_adapter_change_restarts(fleet, tmp_path):
     assert first.returncode == 0, first.stdout[-4000:]
     pid = server_pid(node)
     assert pid is not None and _served(node.port) == {"sql": paths["sql"]}
-    assert "--lora-modules" in Path("/proc/%d/cmdline" % pid).read_text()
+    assert "--lora-modules" in Path("/proc/%s/cmdline" % pid).read_text()
     start = starttime(pid)
 
     same = _run(inventory, _set(paths, "sql"))

@@ -7,7 +7,6 @@ every load and unload is in its record (GET /sim/lora and $GPUOPS_SIM_STATE/lora
 
 from __future__ import annotations
 
-import http.client
 import json
 import sys
 from pathlib import Path
