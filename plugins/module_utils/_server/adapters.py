@@ -28,7 +28,6 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._http.request import Reply, http_get, http_post_json
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import check_generation, shown_answer
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import LockHeld, acquire, release
 
 LOAD_PATH = "/v1/load_lora_adapter"
 UNLOAD_PATH = "/v1/unload_lora_adapter"
@@ -220,6 +219,8 @@ def change_locked(options: t.Mapping[str, t.Any], reread: t.Callable[[], t.Dict[
     returns), read again (``reread``) and, when only the adapters still differ, change them. Returns (the reading under
     the lock, change()'s fields or {} when it found another change, whether it failed); None when another run holds
     the lock (the caller then goes on as for any other change: the role's lock task waits its turn)."""
+    # only a change compiles the lock's code (a module run compiles what it imports: most readings change nothing)
+    from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import LockHeld, acquire, release  # pylint: disable=import-outside-toplevel
     lock = options.get("lock") or {}
     token = secrets.token_hex(10)
     try:
