@@ -17,7 +17,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 BENCHES = ("bench_gpu_facts.py", "bench_gpu_reclaim.py", "bench_vllm_benchmark.py", "bench_workloads.py", "bench_restart_vllm.py",
-           "bench_restart_cpu.py", "bench_fleet.py", "bench_gpu_report.py", "bench_startup.py")
+           "bench_restart_cpu.py", "bench_lora.py", "bench_fleet.py", "bench_gpu_report.py", "bench_startup.py")
 PATHS = (BENCH, REPO / "simulator", REPO / ".collections", REPO / "tests" / "support")
 
 

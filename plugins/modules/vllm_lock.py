@@ -239,6 +239,63 @@ options:
             description: The runtime; by default the record's, else podman, else docker, whichever is installed.
             type: str
             choices: [podman, docker]
+      adapters:
+        description:
+          - With O(status.decide), a server that needs no other change (it runs this configuration, answers /health and generates), started
+            with C(--enable-lora) and C(VLLM_ALLOW_RUNTIME_LORA_UPDATING=True), also has its LoRA adapters read (C(GET /v1/models), where
+            an entry with a C(parent) is an adapter, its C(root) the path) and compared with O(status.adapters.wanted); the reading
+            returns C(adapters) (served, wanted, load, unload, change) and, when only they differ, a reason that says so.
+          - When only they differ, this task applies the difference (unload, then load, each load proven by a completion with
+            the adapter's name), releases the lock and returns RV(adapted); in check mode it only says what it would do. See
+            docs/adapters.md.
+        type: dict
+        suboptions:
+          url:
+            description: Base URL of the server, for example V(http://127.0.0.1:8000).
+            type: str
+            required: true
+          api_key:
+            description: Sent as C(Authorization Bearer) with every request; never shown or returned.
+            type: str
+          wanted:
+            description: The adapters the server must serve, each a name and the path vLLM loads it from.
+            type: list
+            elements: dict
+            default: []
+            suboptions:
+              name:
+                description: The adapter's name (the C(model) of a completion that uses it).
+                type: str
+                required: true
+              path:
+                description: Where the server loads it from.
+                type: str
+                required: true
+          timeout:
+            description: Seconds each request may take (a load, an unload, the completion that proves a loaded adapter).
+            type: float
+            default: 60
+          result:
+            description:
+              - The fact C(vllm_server_result) that a change sets (with C(action=adapters)), as M(gpuops.fleet.vllm_process)'s
+                O(gpuops.fleet.vllm_process#module:unchanged_result) for a server left alone.
+            type: dict
+            default: {}
+          lock:
+            description:
+              - The server's lock. A reading (M(gpuops.fleet.vllm_process) with O(gpuops.fleet.vllm_process#module:state=status)) that
+                finds only the adapters different takes it when it is free (never taking over another run's), reads again under it,
+                changes them and releases it, in the same module run; with the lock held, it changes nothing and its C(reason) says
+                that the adapters differ. Not used by M(gpuops.fleet.vllm_lock), which holds its own lock.
+            type: dict
+            suboptions:
+              path:
+                description: The lock file.
+                type: path
+                required: true
+              play:
+                description: The play's name, kept in the lock's record for a run that finds it held.
+                type: str
   preflight:
     description:
       - With O(status), once the reading under the lock succeeded, also make the vllm_server role's preflight reading in the
@@ -311,6 +368,19 @@ status:
       C(generates), C(generation), C(record)); with O(status.listener), C(listener) as M(gpuops.fleet.vllm_listener)
       returns it and C(takeover); with O(status.decide), C(reason).
   returned: when O(status) is given and the lock was taken
+  type: dict
+adapted:
+  description:
+    - With O(status.adapters), true when only the server's LoRA adapters differed and this task changed them (in check mode, would
+      change them) through the server's API, without a restart; it released the lock itself (RV(acquired) false). A load that fails
+      is undone with the run's other steps and fails the task, naming the adapter and the server's answer.
+  returned: when only the adapters differ
+  type: bool
+adapters:
+  description:
+    - With RV(adapted), what was done - C(loaded) and C(unloaded) (names), C(proofs) (name to the proving completion's C(tokens)
+      and C(elapsed_s)), C(before) and C(after) (the names served), and on a failure C(undo_failed) (what could not be undone).
+  returned: when RV(adapted) is true
   type: dict
 preflight:
   description:

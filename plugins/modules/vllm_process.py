@@ -148,6 +148,61 @@ options:
         description: Seconds the completion may take; V(0) skips the check.
         type: float
         default: 60
+  adapters:
+    description:
+      - With O(decide), a server that needs no other change (it runs this configuration, answers /health and generates), started
+        with C(--enable-lora) and C(VLLM_ALLOW_RUNTIME_LORA_UPDATING=True), also has its LoRA adapters read (C(GET /v1/models), where
+        an entry with a C(parent) is an adapter, its C(root) the path) and compared with O(adapters.wanted); the reading
+        returns C(adapters) (served, wanted, load, unload, change) and, when only they differ, a reason that says so.
+      - M(gpuops.fleet.vllm_lock) with such a reading applies the difference under the lock, without a restart. See docs/adapters.md.
+    type: dict
+    suboptions:
+      url:
+        description: Base URL of the server, for example V(http://127.0.0.1:8000).
+        type: str
+        required: true
+      api_key:
+        description: Sent as C(Authorization Bearer) with every request; never shown or returned.
+        type: str
+      wanted:
+        description: The adapters the server must serve, each a name and the path vLLM loads it from.
+        type: list
+        elements: dict
+        default: []
+        suboptions:
+          name:
+            description: The adapter's name (the C(model) of a completion that uses it).
+            type: str
+            required: true
+          path:
+            description: Where the server loads it from.
+            type: str
+            required: true
+      timeout:
+        description: Seconds each request may take (a load, an unload, the completion that proves a loaded adapter).
+        type: float
+        default: 60
+      result:
+        description:
+          - The fact C(vllm_server_result) that a change sets (with C(action=adapters)), as M(gpuops.fleet.vllm_process)'s
+            O(gpuops.fleet.vllm_process#module:unchanged_result) for a server left alone.
+        type: dict
+        default: {}
+      lock:
+        description:
+          - The server's lock. A reading (M(gpuops.fleet.vllm_process) with O(gpuops.fleet.vllm_process#module:state=status)) that
+            finds only the adapters different takes it when it is free (never taking over another run's), reads again under it,
+            changes them and releases it, in the same module run; with the lock held, it changes nothing and its C(reason) says
+            that the adapters differ. Not used by M(gpuops.fleet.vllm_lock), which holds its own lock.
+        type: dict
+        suboptions:
+          path:
+            description: The lock file.
+            type: path
+            required: true
+          play:
+            description: The play's name, kept in the lock's record for a run that finds it held.
+            type: str
   listener:
     description:
       - With O(state=status), also read the process that listens on the server's port, as M(gpuops.fleet.vllm_listener)
@@ -552,6 +607,13 @@ takeover:
       running server's), the server to take over, to pass to O(takeover) of the stop. Null otherwise.
   returned: when O(listener) is given and O(state=status)
   type: dict
+adapters:
+  description:
+    - With O(adapters), for a server that needs no other change, its LoRA adapters - C(served) (name to path; null when
+      C(/v1/models) could not be read, then C(problem) says why), C(wanted), C(load) (a list of name and path), C(unload) (names),
+      C(change) (whether they differ).
+  returned: with O(state=status), O(decide) and O(adapters), when nothing else must change
+  type: dict
 reason:
   description:
     - With O(decide), why the server must change, the empty string when it is left alone. In this order V(a stop was asked
@@ -660,6 +722,7 @@ unit_changed:
   type: bool
 """
 
+import functools
 import json
 import typing as t
 
@@ -676,6 +739,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation im
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.mode import DEFAULT_CDI_KIND, HOST_NETWORK, MODES, RUNTIMES, backend, resolve_mode
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import LaunchSpec, ServerError, Target
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.takeover import stop_takeover
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.adapters import ADAPTER_OPTIONS, change, change_locked
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.status import (
     DECIDE_OPTIONS, check_options, listener_options, read_server,
@@ -699,6 +763,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "generate": {"type": "dict", "options": GENERATE_OPTIONS},
     "listener": {"type": "dict", "options": listener_options(DEFAULT_MATCH)},
     "decide": {"type": "dict", "options": DECIDE_OPTIONS},
+    "adapters": {"type": "dict", "options": ADAPTER_OPTIONS},
     "drain_url": {"type": "str"},
     "drain_timeout": {"type": "float", "default": 60},
     "stop_after": {"type": "str"},
@@ -799,9 +864,12 @@ def _status(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[s
     # imported by the state that uses it: each module run compiles what it imports from source (no bytecode cache in
     # the module's zip), and a launch or a stop never reads the listener
     from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import read_listener  # pylint: disable=import-outside-toplevel
-    options = {key: params[key] for key in ("state_file", "unit", "config_hash", "health_url", "generate", "listener", "decide", "container")}
+    options = {key: params[key] for key in ("state_file", "unit", "config_hash", "health_url", "generate", "listener", "decide", "container",
+                                            "adapters")}
     options["mode"] = mode
     result = dict(read_server(module, psutil, options, read_listener), changed=False)
+    if (result.get("adapters") or {}).get("change"):
+        result = _adapters(module, psutil, options, read_listener, result)
     wanted = (params["systemd"] or {}).get("enabled")
     if mode == "systemd" and wanted is not None and params["systemd"] is not None and result["running"] and result.get("reason") == "":
         # a unit that runs this configuration gets the enabled state asked for, without a restart
@@ -816,6 +884,23 @@ def _status(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[s
             said += ", and generates (%s tokens in %s s)" % (generation.get("tokens"), generation.get("elapsed_s"))
         result["ansible_facts"] = {"vllm_server_result": dict(params["unchanged_result"], action="unchanged", reason=said,
                                                               pid=result["pid"])}
+    return result
+
+
+def _adapters(module: AnsibleModule, psutil: t.Any, options: t.Dict[str, t.Any], read_listener: t.Any,
+              result: t.Dict[str, t.Any]) -> t.Dict[str, t.Any]:
+    """Only the LoRA adapters differ: previewed in check mode; otherwise changed under the server's lock, taken here when
+    free (read again under it), without a restart (adapted true). With the lock held by another run, the reading as it
+    is: the role's lock task then waits its turn and changes them. Raises ServerError when a change failed (undone)."""
+    if module.check_mode:
+        return dict(result, **change(options["adapters"], result, True)[0])
+    done = change_locked(options["adapters"], functools.partial(read_server, module, psutil, options, read_listener))
+    if done is None:
+        return result
+    reading, fields, failed = done
+    result = dict(reading, **dict({"changed": False}, **fields))
+    if failed:
+        raise ServerError(fields["msg"], result)
     return result
 
 

@@ -216,6 +216,17 @@ good_config:
   description: The configuration kept as the last known-good one.
   returned: success
   type: dict
+lora_adapters:
+  description: The LoRA adapters the server serves (C(vllm_server_lora_adapters), or the good configuration's), each C(name) and C(path).
+  returned: success
+  type: list
+  elements: dict
+lora_managed:
+  description:
+    - Whether they change at run time without a restart (C(--enable-lora) and C(VLLM_ALLOW_RUNTIME_LORA_UPDATING) on a server of
+      one host; then RV(config_hash) leaves them out and C(status.adapters) has the reading compare them). See docs/adapters.md.
+  returned: success
+  type: bool
 problems:
   description: On a failure, one message per broken rule.
   returned: failure

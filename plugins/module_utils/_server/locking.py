@@ -23,6 +23,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, failure
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import DEFAULT_MATCH, ListenerError
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.adapters import change
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import ServerError
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import LockHeld, acquire, release, who
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import RecordError
@@ -87,6 +88,16 @@ def _read(module: t.Any, options: t.Mapping[str, t.Any], read_listener: t.Callab
     return read_server(module, _deps.PSUTIL.module, options, read_listener)
 
 
+def adapt(module: t.Any, params: t.Mapping[str, t.Any], result: t.Dict[str, t.Any]) -> bool:
+    """Apply the reading's adapter difference (adapters.change; only previewed in check mode), release the lock, and say
+    so in ``result`` (adapted, acquired false, released, changed, adapters, msg, diff, the fact vllm_server_result).
+    Returns whether it failed (the server then serves the adapters it served before)."""
+    fields, failed = change(params["status"]["adapters"], result["status"], module.check_mode)
+    released = release(params["path"], params["token"]).released
+    result.update(fields, acquired=False, released=released)
+    return failed
+
+
 def run(module: t.Any, params: t.Dict[str, t.Any], read_listener: t.Callable[..., t.Any],
         preflight: Preflight) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
     """The options checked, then the lock taken (with status, what runs read under it) or released."""
@@ -124,7 +135,10 @@ def run(module: t.Any, params: t.Dict[str, t.Any], read_listener: t.Callable[...
             result.update(msg=str(exc), acquired=False,
                           released=release(params["path"], params["token"]).released if outcome.acquired else False)
             failed = True
-        if not failed and params["preflight"] is not None:
+        if not failed and (result["status"].get("adapters") or {}).get("change"):
+            # only the LoRA adapters differ: changed through the server's API under this lock, released here
+            failed = adapt(module, params, result)
+        elif not failed and params["preflight"] is not None:
             # the preflight's check-mode reclaim, whatever this task's mode: it changes nothing
             reading, warnings, unreadable = preflight(module, params["preflight"], result["status"])
             result["preflight"] = dict(reading, failed=unreadable, warnings=warnings)

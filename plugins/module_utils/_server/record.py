@@ -108,7 +108,8 @@ def recorded_process(psutil: t.Any, record: t.Optional[t.Mapping[str, t.Any]]) -
 # one.
 
 GOOD_SUFFIX = ".last-good"
-GOOD_KEYS = ("argv", "env", "gpus", "model", "served_name", "mode", "config_hash", "tensor_parallel_size", "port", "name", "container")
+GOOD_KEYS = ("argv", "env", "gpus", "model", "served_name", "mode", "config_hash", "tensor_parallel_size", "port", "name", "container",
+             "lora_adapters", "lora_managed")
 GOOD_MODE = 0o600
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, http_url
+from ansible_collections.gpuops.fleet.plugins.module_utils._server import adapters
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.decision import STATES, reason
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import GENERATE_OPTIONS, GENERATE_TIMEOUT_MAX_S
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.mode import MODES, RUNTIMES, backend, resolve_mode
@@ -73,6 +74,7 @@ def status_options(default_match: t.Sequence[str]) -> t.Dict[str, t.Dict[str, t.
         "listener": {"type": "dict", "options": listener_options(default_match)},
         "decide": {"type": "dict", "options": DECIDE_OPTIONS},
         "container": {"type": "dict", "options": CONTAINER_READ_OPTIONS},
+        "adapters": {"type": "dict", "options": adapters.ADAPTER_OPTIONS},
     }
 
 
@@ -82,6 +84,10 @@ def check_options(options: t.Mapping[str, t.Any], prefix: str = "") -> None:
     if generate:
         http_url(prefix + "generate.url", generate["url"])
         between(prefix + "generate.timeout", generate["timeout"], 0, GENERATE_TIMEOUT_MAX_S, "seconds")
+    wanted = options.get("adapters")
+    if wanted:
+        http_url(prefix + "adapters.url", wanted["url"])
+        between(prefix + "adapters.timeout", wanted["timeout"], 0.1, GENERATE_TIMEOUT_MAX_S, "seconds")
     listener = options.get("listener")
     if listener:
         between(prefix + "listener.port", listener["port"], 1, 65535, "")
@@ -116,7 +122,8 @@ def read_server(module: t.Any, psutil: t.Any, options: t.Mapping[str, t.Any],
     """What runs now, by ``options`` (status_options): the backend's reading (mode, running, pid, create_time,
     config_hash, config_matches, healthy, health, generates, generation, crash_loop, record); with ``listener``, also
     ``listener`` and ``takeover`` (the listener when it is not the managed server, else None); with ``decide``, also
-    ``reason`` (decision.reason; '' when nothing must change).
+    ``reason`` (decision.reason; '' when nothing must change); with ``decide`` and ``adapters``, a server that needs no
+    other change also has its LoRA adapters read (``adapters``: adapters.read) and ``reason`` says when only they differ.
 
     Raises RecordError for an unreadable record, ServerError when systemctl fails, ListenerError and SpecError as
     ``read_listener`` does, and TakeoverRefused (with the reading in its result) when the process to take over may not
@@ -138,6 +145,9 @@ def read_server(module: t.Any, psutil: t.Any, options: t.Mapping[str, t.Any],
     decide = options.get("decide")
     if decide:
         reading["reason"] = reason(decide.get("state") or "started", bool(decide.get("force")), reading)
+        if options.get("adapters") and reading["reason"] == "":
+            reading["adapters"] = adapters.read(options["adapters"])
+            reading["reason"] = adapters.reason(reading["adapters"])
     takeover = reading.get("takeover")
     if takeover is not None and takeover.get("refusal"):
         raise TakeoverRefused("vllm_server: nothing was stopped: %s" % takeover["refusal"], reading)

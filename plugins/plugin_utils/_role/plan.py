@@ -22,6 +22,7 @@ import typing as t
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._masked_env import masked_env
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._names import CHECK, IDLE_THRESHOLD, ROLE_OLD, STATE, settle
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role import group as groups
+from ansible_collections.gpuops.fleet.plugins.plugin_utils._role import lora
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.rules import broken
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.values import mapping, text, to_bool, to_float, to_int, words
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._secret_argv import argv_with_secrets
@@ -47,7 +48,7 @@ VARIABLES = (
     "vllm_server_container_runtime", "vllm_server_container_name", "vllm_server_container_cdi_kind",
     "vllm_server_container_network", "vllm_server_container_volumes", "vllm_server_container_run_options",
     "vllm_server_container_restart", "vllm_server_secret_env", "vllm_server_api_key", "vllm_server_allow_open",
-    "vllm_server_mark_good",
+    "vllm_server_mark_good", lora.VARIABLE,
 ) + groups.VARIABLES + ROLE_OLD
 
 
@@ -189,7 +190,7 @@ def _decided_state(variables: t.Mapping[str, t.Any]) -> str:
 
 def status_args(variables: t.Mapping[str, t.Any], where: t.Mapping[str, str], digest: str, url: str,
                 container: t.Optional[t.Mapping[str, t.Any]], generate: t.Optional[t.Mapping[str, t.Any]],
-                node: t.Optional[t.Mapping[str, t.Any]] = None) -> t.Dict[str, t.Any]:
+                node: t.Optional[t.Mapping[str, t.Any]] = None, adapters: t.Optional[t.Mapping[str, t.Any]] = None) -> t.Dict[str, t.Any]:
     """The reading of what runs (vllm_process state=status; vllm_lock's status): the managed server, the server to take
     over (the listener on the port; on a headless node of a server across hosts, which serves no API, the headless rank
     joined to its head), taken over or refused, the decision, and for a server that may be left alone one short
@@ -209,6 +210,8 @@ def status_args(variables: t.Mapping[str, t.Any], where: t.Mapping[str, str], di
                           "stop_units": to_bool(variables.get("vllm_server_takeover_units"))}, **({"across": across} if across else {})),
         "decide": {"state": _decided_state(variables), "force": _decided_state(variables) == "restarted"},
         "generate": generate,
+        # a server whose LoRA adapters change at run time (lora.py): the reading compares them too
+        "adapters": adapters,
     }
 
 
@@ -222,13 +225,19 @@ def build(variables: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.An
     workers = node["local_workers"] if node else None
     gpus = server_gpus(variables, good, workers)
     problems += broken(dict(variables, **({"_local_workers": workers} if workers is not None else {})), gpus)
+    if not good:
+        problems += lora.problems(variables.get(lora.VARIABLE), variables.get("vllm_server_args"))
     if problems:
         raise PlanError(problems)
     mode = text(variables.get("vllm_server_launch_mode")) or "auto"
     where = files(variables)
     visible = ",".join(str(index) for index in (range(len(gpus)) if mode == CONTAINER else gpus))
-    argv = list(good["argv"]) if good else server_argv(variables, node["flags"] if node else ())
+    whole = bool(node) and node["size"] > 1
+    # the LoRA adapters: --lora-modules at launch; with runtime updating (managed) out of the hash, compared by the reading
+    adapters = lora.adapters((good or {}).get("lora_adapters") if good else variables.get(lora.VARIABLE))
+    argv = list(good["argv"]) if good else server_argv(variables, node["flags"] if node else ()) + lora.launch_words(adapters)
     env = dict(good["env"]) if good else server_env(variables, visible, node["env"] if node else None)
+    managed = bool(good.get("lora_managed")) if good else lora.managed(variables.get("vllm_server_args"), env, whole)
     container = container_spec(variables, good, gpus, where["env"]) if mode == CONTAINER else None
     secrets = argv_with_secrets(argv)
     served = (text(good.get("served_name")) if good
@@ -242,11 +251,13 @@ def build(variables: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.An
     shown_env = mapping(variables.get("vllm_server_env"))
     shown_env.update(mapping(variables.get("vllm_server_env_overrides")))
     shown_env = dict(good["env"]) if good else shown_env
-    digest = config_hash(argv, env, gpus, container)
+    digest = config_hash(lora.hashed_argv(argv, managed), env, gpus, container)
     state = text(variables.get("vllm_server_state")) or "started"
     generate = generate_args(variables, url, served, key)
     checked = to_bool(variables.get(CHECK)) and not check_mode
-    whole = bool(node) and node["size"] > 1
+    adapter_option = (lora.status_option(adapters, url, key, to_float(variables.get("vllm_server_ready_generate_timeout")) or 60.0,
+                                         {"host": host, "name": text(variables.get("vllm_server_name")), "url": url}, where["lock"])
+                      if managed else None)
     return {
         "name": text(variables.get("vllm_server_name")),
         "host": host,
@@ -290,7 +301,10 @@ def build(variables: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.An
         "state_file": where["state"],
         "rollback": bool(good),
         "generate": generate,
-        "status": status_args(variables, where, digest, url, container, generate, node),
+        "status": status_args(variables, where, digest, url, container, generate, node, adapter_option),
+        # the LoRA adapters wanted, and whether they change at run time without a restart (lora.py)
+        "lora_adapters": adapters,
+        "lora_managed": managed,
         "reclaim": reclaim_args(variables),
         "memory_threshold_mib": to_int(variables.get(IDLE_THRESHOLD)),
         # the variables a refusal names, as the operator wrote them
@@ -310,7 +324,8 @@ def build(variables: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.An
         "good_config": {"argv": argv, "env": env, "gpus": gpus, "config_hash": digest, "served_name": served, "mode": mode,
                         "model": text(good.get("model")) if good else text(variables.get("vllm_server_model")),
                         "tensor_parallel_size": to_int(variables.get("vllm_server_tensor_parallel_size")), "port": port,
-                        "name": text(variables.get("vllm_server_name")), "container": container},
+                        "name": text(variables.get("vllm_server_name")), "container": container,
+                        "lora_adapters": adapters, "lora_managed": managed},
     }
 
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import os
 from typing import Callable, List, Mapping, Optional, Tuple
 
+from vllm._lora import DEFAULT_MAX_LORAS, missing, parse_lora_modules
+
 DEFAULT_MAX_MODEL_LEN = 32768
 DEFAULT_BLOCK_SIZE = 16
 KV_CACHE_SEQUENCES = 8  # without --num-gpu-blocks-override the KV cache holds this many --max-model-len sequences
@@ -35,6 +37,10 @@ class ServerArgs:  # pylint: disable=too-many-instance-attributes
     dtype: str = "auto"
     compilation_config: str = ""
     enforce_eager: bool = False
+    # LoRA (_lora.py): --enable-lora, --max-loras, --lora-modules' (name, path) pairs loaded at start
+    enable_lora: bool = False
+    max_loras: int = DEFAULT_MAX_LORAS
+    lora_modules: Tuple[Tuple[str, str], ...] = ()
 
     @property
     def local_workers(self) -> int:
@@ -96,7 +102,26 @@ def _parser(prog: str, positional_model: bool) -> argparse.ArgumentParser:
     parser.add_argument("--data-parallel-address", "-dpa", default=None)
     parser.add_argument("--data-parallel-rpc-port", "-dpp", type=int, default=None)
     parser.add_argument("--data-parallel-start-rank", "-dpr", type=int, default=0)
+    parser.add_argument("--enable-lora", action="store_true")
+    parser.add_argument("--max-loras", type=int, default=DEFAULT_MAX_LORAS)
+    parser.add_argument("--lora-modules", nargs="+", default=None)
     return parser
+
+
+def lora_modules(known: argparse.Namespace, error: Callable[[str], None]) -> Tuple[Tuple[str, str], ...]:
+    """--lora-modules checked as vLLM's start-up would fail on them: LoRA enabled, each path there, at most
+    --max-loras of them (the fake's limit, _lora.py)."""
+    modules = parse_lora_modules(known.lora_modules, error)
+    if known.max_loras < 1:
+        error("--max-loras must be at least 1")
+    if modules and not known.enable_lora:
+        error("--lora-modules needs --enable-lora")
+    for _name, path in modules:
+        if missing(path):
+            error(missing(path))
+    if len(modules) > known.max_loras:
+        error("--lora-modules names %d adapters, --max-loras is %d" % (len(modules), known.max_loras))
+    return modules
 
 
 def node_args(known: argparse.Namespace, error: Callable[[str], None]) -> Optional[NodeArgs]:
@@ -157,4 +182,5 @@ def parse_server_args(argv: List[str], prog: str, positional_model: bool,
                       block_size=known.block_size, enable_prefix_caching=known.enable_prefix_caching,
                       num_gpu_blocks_override=known.num_gpu_blocks_override, nodes=node_args(known, parser.error),
                       pipeline_parallel_size=known.pipeline_parallel_size, dtype=known.dtype,
-                      compilation_config=known.compilation_config, enforce_eager=known.enforce_eager)
+                      compilation_config=known.compilation_config, enforce_eager=known.enforce_eager,
+                      enable_lora=known.enable_lora, max_loras=known.max_loras, lora_modules=lora_modules(known, parser.error))

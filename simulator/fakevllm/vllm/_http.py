@@ -25,6 +25,7 @@ from vllm._args import ServerArgs
 from vllm._faults import HTTP_500, FaultError, FaultQueue, parse_faults
 from vllm._generation import ENGINE_DEAD_MESSAGE, FAULT_MESSAGE, Generation
 from vllm._knobs import Knobs
+from vllm._lora import PATHS as LORA_PATHS, LoraAdapters, LoraError, request_fields
 from vllm._metrics import CONTENT_TYPE, Metrics
 from vllm._openai import ApiError, bad_request, dumps, parse_generation
 from vllm._pace import PaceModel
@@ -49,6 +50,7 @@ class Serving:  # pylint: disable=too-many-instance-attributes
     faults: FaultQueue = field(default_factory=FaultQueue)
     sent: SentLog = field(default_factory=SentLog)
     pace: PaceModel = field(init=False)
+    lora: LoraAdapters = field(init=False)
     stopping: threading.Event = field(default_factory=threading.Event)
     stop_fd: int = field(init=False)
     _stop_w: int = field(init=False)
@@ -61,6 +63,7 @@ class Serving:  # pylint: disable=too-many-instance-attributes
         self.prefix_cache = PrefixCache(args.block_size, args.num_gpu_blocks, args.enable_prefix_caching)
         self.pace = PaceModel(self.knobs.tokens_per_s, self.knobs.concurrency_slowdown, self.knobs.jitter)
         self.stop_fd, self._stop_w = os.pipe()
+        self.lora = LoraAdapters.for_server(args.enable_lora, args.max_loras, args.lora_modules, args.port)
 
     def engine_takes(self) -> bool:
         """Whether the engine core takes one more generation request (False once it is dead: every request after the
@@ -139,6 +142,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.reply_json(200, dumps({"queued": serving.faults.snapshot()}))
             elif path == "/sim/sent":
                 self.reply_json(200, dumps({"requests": serving.sent.after(self._after_id(parse_qs(query)))}))
+            elif path == "/sim/lora":
+                self.reply_json(200, dumps(serving.lora.report()))
             elif path == "/v1/models":
                 self._require_ready()
                 self.reply_json(200, dumps(self._models()))
@@ -161,6 +166,8 @@ class Handler(BaseHTTPRequestHandler):
                 self._generate(raw, GENERATION_PATHS[path])
             elif path == "/sim/faults":
                 self._queue_faults(raw)
+            elif path in LORA_PATHS and self.server.serving.lora.runtime:
+                self._lora(path, raw)
             elif path in ("/health", "/metrics", "/v1/models", "/sim/pace", "/sim/sent"):
                 self.reply_json(405, b'{"detail":"Method Not Allowed"}')
             else:
@@ -195,8 +202,9 @@ class Handler(BaseHTTPRequestHandler):
         arrival = time.monotonic()
         serving = self.server.serving
         self._require_ready()
-        request = parse_generation(raw, chat, serving.args.served_model_names, serving.args.max_model_len,
-                                   serving.knobs.natural_len)
+        request = parse_generation(raw, chat, serving.args.served_model_names + serving.lora.names(),
+                                   serving.args.max_model_len, serving.knobs.natural_len)
+        serving.lora.generated(request.model)
         if not serving.engine_takes():  # as vLLM's API server once its EngineCore died: /health still 200, this 500
             log(f"APIServer: vllm.v1.engine.exceptions.EngineDeadError: {ENGINE_DEAD_MESSAGE}", level="ERROR")
             raise ApiError(500, ENGINE_DEAD_MESSAGE, "EngineDeadError")
@@ -204,6 +212,21 @@ class Handler(BaseHTTPRequestHandler):
         if fault == HTTP_500:
             raise ApiError(500, FAULT_MESSAGE, "InternalServerError")
         Generation(self, request, fault, arrival).run()
+
+    def _lora(self, path: str, raw: bytes) -> None:
+        """/v1/load_lora_adapter and /v1/unload_lora_adapter (with VLLM_ALLOW_RUNTIME_LORA_UPDATING only)."""
+        self._require_ready()
+        lora = self.server.serving.lora
+        try:
+            fields = request_fields(raw, ("lora_name", "lora_path"))
+        except (ValueError, UnicodeDecodeError) as error:
+            raise bad_request(f"the request body is not a valid JSON object: {error}") from error
+        try:
+            said = (lora.load(fields["lora_name"], fields["lora_path"]) if path.endswith("/load_lora_adapter")
+                    else lora.unload(fields["lora_name"]))
+        except LoraError as error:
+            raise ApiError(error.status, error.message, error.err_type) from error
+        self.reply(200, said.encode(), "text/plain; charset=utf-8")
 
     @staticmethod
     def _after_id(query: Dict[str, List[str]]) -> int:
@@ -226,7 +249,7 @@ class Handler(BaseHTTPRequestHandler):
         return {"object": "list", "data": [
             {"id": name, "object": "model", "created": created, "owned_by": "vllm", "root": args.model,
              "parent": None, "max_model_len": args.max_model_len}
-            for name in args.served_model_names]}
+            for name in args.served_model_names] + self.server.serving.lora.cards(args.served_model_names[0], created)}
 
     def _require_route(self, path: str) -> None:
         """A chat-only server (GPUOPS_SIM_CHAT_ONLY) has no /v1/completions: 404 with an OpenAI-style error body."""

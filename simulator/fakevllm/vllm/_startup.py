@@ -65,6 +65,8 @@ def compile_hash(args: ServerArgs) -> str:
     relevant = {"model": args.model, "tp": args.tensor_parallel_size, "pp": args.pipeline_parallel_size,
                 "dtype": args.dtype, "max_model_len": args.max_model_len, "block_size": args.block_size,
                 "compilation_config": args.compilation_config, "version": __version__}
+    if args.enable_lora:  # vLLM's key covers its LoRA config too (the adapters loaded are not in it)
+        relevant["lora"] = {"max_loras": args.max_loras}
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:10]
 
 

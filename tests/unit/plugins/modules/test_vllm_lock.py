@@ -89,7 +89,7 @@ def test_documented_options_are_the_argument_spec(module):
 def test_status_suboptions_are_documented_as_vllm_process_documents_its_own():
     process = documented_options(vllm_process.DOCUMENTATION)
     status = documented_options(vllm_lock.DOCUMENTATION)["status"]["suboptions"]
-    for name in ("generate", "listener", "decide"):
+    for name in ("generate", "listener", "decide", "adapters"):
         assert set(status[name]["suboptions"]) == set(process[name]["suboptions"]), name
         for key, option in process[name]["suboptions"].items():
             if (name, key) == ("listener", "unit"):
