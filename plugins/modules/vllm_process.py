@@ -348,7 +348,9 @@ options:
         elements: path
         default: []
       owner:
-        description: The user that the directories this task creates belong to (a systemd unit's C(User=)); empty keeps this module's user.
+        description:
+          - The user (a name or a uid) that the directories this task creates belong to, with its primary group (a systemd
+            unit's C(User=), a container's C(--user)); empty keeps this module's user.
         type: str
         default: ''
   systemd:

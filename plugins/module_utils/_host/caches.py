@@ -107,24 +107,35 @@ def read_server(pid: int, proc_root: str = PROC) -> t.Dict[str, t.Any]:
     return found
 
 
-def run_as(mode: str, user: str) -> t.Dict[str, t.Any]:
-    """The user the new server runs as: the systemd unit's User= (``user``, root when empty), root in a container, and
-    this module's user in the process mode. ``{user, uid, gids}`` (uid None for a user this host does not know)."""
-    if mode == "process":
-        uid: t.Optional[int] = os.geteuid()
-        name = user_name(uid)
-    else:
-        name = user if mode == "systemd" and user else "root"
-        try:
-            uid = pwd.getpwnam(name).pw_uid
-        except KeyError:
-            return {"user": name, "uid": None, "gids": []}
+def _user(name: str) -> t.Dict[str, t.Any]:
+    """{user, uid, gids} of a user name, a numeric uid, or ``uid:gid`` (a container's --user); uid None when unknown."""
+    who, _sep, group = name.partition(":")
     try:
-        entry = pwd.getpwuid(t.cast(int, uid))
-        gids = sorted(set(os.getgrouplist(entry.pw_name, entry.pw_gid)))
+        entry = pwd.getpwnam(who) if not who.isdigit() else pwd.getpwuid(int(who))
     except KeyError:
-        gids = [grp.getgrgid(os.getegid()).gr_gid] if uid == os.geteuid() else []
-    return {"user": name, "uid": uid, "gids": gids}
+        if who.isdigit():
+            return {"user": "uid %s" % who, "uid": int(who), "gids": [int(group)] if group.isdigit() else []}
+        return {"user": who, "uid": None, "gids": []}
+    gids = set(os.getgrouplist(entry.pw_name, entry.pw_gid))
+    if group.isdigit():
+        gids = {int(group)}
+    elif group:
+        try:
+            gids = {grp.getgrnam(group).gr_gid}
+        except KeyError:
+            gids = set()
+    return {"user": entry.pw_name, "uid": entry.pw_uid, "gids": sorted(gids)}
+
+
+def run_as(mode: str, user: str = "", container_user: str = "") -> t.Dict[str, t.Any]:
+    """The user the new server runs as: the systemd unit's User= (``user``, root when empty), the container's --user
+    (``container_user``, root when empty; the places are the host's, mounted), and this module's user in the process
+    mode. ``{user, uid, gids}`` (uid None for a user this host does not know)."""
+    if mode == "process":
+        return _user(str(os.geteuid()))
+    if mode == "container":
+        return _user(container_user or "root")
+    return _user(user or "root")
 
 
 def _allowed(info: os.stat_result, uid: int, gids: t.Collection[int], want: int) -> bool:
@@ -171,12 +182,13 @@ def usable(path: str, uid: t.Optional[int], gids: t.Collection[int]) -> bool:
         above = os.path.dirname(above)
 
 
-def reading(pid: t.Optional[int], mode: str, user: str, places: t.Iterable[str] = (), proc_root: str = PROC) -> t.Dict[str, t.Any]:
+def reading(pid: t.Optional[int], mode: str, user: str, places: t.Iterable[str] = (), container_user: str = "",
+            proc_root: str = PROC) -> t.Dict[str, t.Any]:
     """What the role's cache decision needs: ``new`` (run_as) and ``old`` (read_server of the server the launch
     replaces, None when there is none), with ``usable``: for each of its locations, whether the new user may use it;
     and ``creatable``: the role's ``places`` that this module's user (who makes them) may not make, each -> False."""
-    new = run_as(mode, user)
-    me = run_as("process", "")
+    new = run_as(mode, user, container_user)
+    me = run_as("process")
     found: t.Dict[str, t.Any] = {"new": new, "old": None,
                                  "creatable": {str(path): False for path in places if not usable(str(path), me["uid"], me["gids"])}}
     if pid is None:

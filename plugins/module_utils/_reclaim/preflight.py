@@ -90,7 +90,8 @@ def cache_reading(plan: t.Mapping[str, t.Any], status: t.Mapping[str, t.Any]) ->
     # the controller (the verdict) imports this file for the functions above, never the host's readings
     from ansible_collections.gpuops.fleet.plugins.module_utils._host import caches as host_caches  # pylint: disable=import-outside-toplevel
     mode = str(status.get("mode") or "process")
-    found = host_caches.reading(replaced_pid(status), mode, str(caches.get("user") or ""), list((caches.get("default") or {}).values()))
+    found = host_caches.reading(replaced_pid(status), mode, str(caches.get("user") or ""), list((caches.get("default") or {}).values()),
+                                str(caches.get("container_user") or ""))
     found.update(mode=mode, taken=bool(status.get("takeover")), in_container=bool((status.get("takeover") or {}).get("container")))
     return found
 

@@ -32,7 +32,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.caches import CACHES
 from ansible_collections.gpuops.fleet.plugins.module_utils._vllm_flags import download_dir
-from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.values import text
+from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.values import text, words
 
 VARIABLE = "vllm_server_cache_dir"
 BASE = "/var/cache/gpuops-fleet"
@@ -45,24 +45,37 @@ WHAT = {"HF_HOME": "the model download directory", "HF_HUB_CACHE": "the model we
 MODEL = ("HF_HOME", "HF_HUB_CACHE")
 ENV_VARIABLES = "vllm_server_env (or vllm_server_host_env, vllm_server_env_overrides)"
 INVENTORY = "the inventory"
-ROLE = "the role's cache directory (%s)" % VARIABLE
+ROLE = "in %s" % VARIABLE
 
 
 def planned(variables: t.Mapping[str, t.Any], env: t.Mapping[str, t.Any], argv: t.Sequence[str]) -> t.Dict[str, t.Any]:
     """The plan's ``caches``: the role's cache directory (``dir``) and place of each variable (``default``), the
     variables the inventory sets (``explicit``: name -> value; HF_HUB_CACHE ``--download-dir D`` for a download
-    directory on the command line), and ``user`` (vllm_server_systemd_user: whom the systemd mode runs the server as)."""
+    directory on the command line), ``user`` (vllm_server_systemd_user: whom the systemd mode runs the server as) and
+    ``container_user`` (the --user of vllm_server_container_run_options)."""
     root = text(variables.get(VARIABLE)).rstrip("/") or "%s/%s" % (BASE, text(variables.get("vllm_server_name")))
     explicit = {name: text(env.get(name)) for name in CACHES if text(env.get(name))}
     downloads = download_dir(argv)
     if downloads:
         explicit["HF_HUB_CACHE"] = "--download-dir %s" % downloads
     return {"dir": root, "default": {name: "%s/%s" % (root, sub) for name, sub in SUBDIRS.items()}, "explicit": explicit,
-            "user": text(variables.get("vllm_server_systemd_user"))}
+            "user": text(variables.get("vllm_server_systemd_user")),
+            "container_user": container_user(words(variables.get("vllm_server_container_run_options")))}
+
+
+def container_user(options: t.Sequence[str]) -> str:
+    """The ``--user`` (``-u``) of the container's run options, '' when none (the image's user: root, as a rule)."""
+    found = ""
+    for index, word in enumerate(options):
+        if word in ("--user", "-u") and index + 1 < len(options):
+            found = options[index + 1]
+        elif word.startswith("--user="):
+            found = word[len("--user="):]
+    return found
 
 
 def _old_words(old: t.Mapping[str, t.Any], taken: bool) -> str:
-    return "the server %s (PID %s, user %s)" % ("taken over" if taken else "that runs now", old.get("pid"), old.get("user"))
+    return "the server %s, PID %s (user %s)" % ("taken over" if taken else "that runs now", old.get("pid"), old.get("user"))
 
 
 def _keeps(name: str, old: t.Mapping[str, t.Any], explicit: t.Mapping[str, str]) -> bool:
@@ -88,7 +101,7 @@ def _runs_as(status: t.Mapping[str, t.Any], caches: t.Mapping[str, t.Any]) -> st
     if status.get("mode") == "systemd":
         return "vllm_server_systemd_user=%s" % (caches.get("user") or "''")
     if status.get("mode") == "container":
-        return "root in its container"
+        return "--user in vllm_server_container_run_options%s" % (" (%s)" % caches["container_user"] if caches.get("container_user") else ": none, root")
     return "the user the role's modules run as: ansible_user, or ansible_become_user with become"
 
 
@@ -101,6 +114,13 @@ def _unusable(old: t.Mapping[str, t.Any], taken: bool, new: t.Mapping[str, t.Any
             " server should use, run the new server as %s, or give %s access to %s"
             % (_old_words(old, taken), new.get("user"), _runs_as(status, caches), places, defaults, " and ".join(names),
                ENV_VARIABLES, old.get("user"), new.get("user"), " and ".join(old["locations"][name] for name in names)))
+
+
+def _owner(new: t.Mapping[str, t.Any], mode: str) -> str:
+    """Whom the role's places are given to: the server's user, by uid (the module's own user makes them otherwise)."""
+    if mode == "process" or new.get("uid") in (None, 0):
+        return ""
+    return str(new["uid"])
 
 
 def choose(plan: t.Mapping[str, t.Any], reading: t.Optional[t.Mapping[str, t.Any]]) -> t.Dict[str, t.Any]:
@@ -140,12 +160,12 @@ def choose(plan: t.Mapping[str, t.Any], reading: t.Optional[t.Mapping[str, t.Any
         if keep and (usable or name in MODEL):
             path = old["locations"][name]
             env[name] = path
-            places[name] = {"path": path, "from": _old_words(old, taken)}
+            places[name] = {"path": path, "from": "kept from " + _old_words(old, taken)}
         elif name in caches["default"]:
             # a compiled cache the new user could not use is made again in the role's place (minutes, not a download)
             env[name] = caches["default"][name]
-            places[name] = {"path": env[name], "from": ROLE if not keep else "%s: %s's %s is not usable by user %s" % (
-                ROLE, _old_words(old, taken), old["locations"][name], new.get("user"))}
+            places[name] = {"path": env[name], "from": ROLE if not keep else "%s (user %s may not use %s, where %s keeps it)" % (
+                ROLE, new.get("user"), old["locations"][name], _old_words(old, taken))}
     if unusable and not refusal:
         refusal = _unusable(old, taken, new, unusable, caches, status)
     blocked = [path for path in env.values() if path in (reading.get("creatable") or {})]
@@ -160,6 +180,11 @@ def choose(plan: t.Mapping[str, t.Any], reading: t.Optional[t.Mapping[str, t.Any
         listed = paths if places[name]["from"].startswith(ROLE) else mounts
         if path not in listed:
             listed.append(path)
-    shown = ", ".join("%s=%s (%s)" % (name, places[name]["path"], places[name]["from"]) for name in CACHES if name in places)
-    return {"env": env, "places": places, "paths": paths, "mounts": mounts, "owner": text(new.get("user")) if status.get("mode") == "systemd" else "",
+    # one line: each source with the places it gives, in the order of CACHES
+    sources: t.Dict[str, t.List[str]] = {}
+    for name in CACHES:
+        if name in places:
+            sources.setdefault(places[name]["from"], []).append("%s=%s" % (name, places[name]["path"]))
+    shown = "; ".join("%s: %s" % (source, ", ".join(said)) for source, said in sources.items())
+    return {"env": env, "places": places, "paths": paths, "mounts": mounts, "owner": _owner(new, status["mode"]),
             "shown": shown, "refusal": refusal}

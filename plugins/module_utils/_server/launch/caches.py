@@ -53,14 +53,17 @@ def volumes(paths: t.Iterable[str]) -> t.List[str]:
 
 def prepare(paths: t.Iterable[str], owner: str = "") -> t.List[str]:
     """Create each missing directory of ``paths`` (0755, its missing parents too) and give the ones made to ``owner``
-    (a user name; '' keeps this module's user); return the directories made. Raises CacheError naming the path."""
+    (a user name or a uid, with its primary group; '' keeps this module's user); return the directories made. Raises
+    CacheError naming the path."""
     ids: t.Optional[t.Tuple[int, int]] = None
     if owner:
         try:
-            entry = pwd.getpwnam(owner)
+            entry = pwd.getpwuid(int(owner)) if owner.isdigit() else pwd.getpwnam(owner)
+            ids = (entry.pw_uid, entry.pw_gid)
         except KeyError:
-            raise CacheError("caches.owner: no user %r on this host" % owner) from None
-        ids = (entry.pw_uid, entry.pw_gid)
+            if not owner.isdigit():
+                raise CacheError("caches.owner: no user %r on this host" % owner) from None
+            ids = (int(owner), int(owner))
     made: t.List[str] = []
     for path in _unique(paths):
         if not os.path.isabs(path):
