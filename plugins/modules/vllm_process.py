@@ -342,7 +342,7 @@ options:
         default: []
       mounts:
         description:
-          - More places, kept from the server this launch replaces (another user's, perhaps): never created nor given to
+          - More places, kept from the server this launch replaces (perhaps another user's), never created nor given to
             O(caches.owner); in the container mode mounted at their own paths.
         type: list
         elements: path

@@ -156,7 +156,7 @@ def test_a_server_started_by_another_user_is_taken_over_by_one_that_keeps_its_ca
         assert (hf_home / "hub" / "models--zai-org--GLM-5-GGUF" / "weights.canary").read_text() == "the weights\n"
         # the role's own places were not made: nothing of the server's is there
         assert not (node.state / "caches").exists()
-        assert "caches: kept from the server taken over, PID %d (user nobody): HF_HOME=%s, VLLM_CACHE_ROOT=" % (old, hf_home) in text, text[-4000:]
+        assert "caches: kept from the server taken over, PID %s (user nobody): HF_HOME=%s, VLLM_CACHE_ROOT=" % (old, hf_home) in text, text[-4000:]
     finally:
         end(shell)
 
