@@ -127,8 +127,8 @@ def choose(plan: t.Mapping[str, t.Any], reading: t.Optional[t.Mapping[str, t.Any
     """Where the new server keeps each cache: ``env`` (what the launch adds to the server's environment: the places the
     inventory does not set), ``places`` (each variable -> {path, from}), ``paths`` (the role's places of ``env``, which
     the launch makes when missing and, in the container mode, mounts), ``mounts`` (the places kept from the server it
-    replaces: mounted in the container mode, never made nor given to another user), ``owner`` (the user the directories it makes belong
-    to; '' for the module's user), ``shown`` (one line) and ``refusal`` ('' when the run may go on).
+    replaces: mounted in the container mode, never made nor given to another user), ``owner`` (the uid the directories
+    it makes belong to; '' for the module's user), ``shown`` (one line) and ``refusal`` ('' when the run may go on).
     ``reading``: the host's (_reclaim.preflight.cache_reading; None when it was not read)."""
     caches = plan["caches"]
     explicit = dict(caches.get("explicit") or {})
@@ -144,7 +144,7 @@ def choose(plan: t.Mapping[str, t.Any], reading: t.Optional[t.Mapping[str, t.Any
     places: t.Dict[str, t.Dict[str, str]] = {}
     for name, value in explicit.items():
         places[name] = {"path": value, "from": INVENTORY}
-    if old and not old.get("read") and "HF_HOME" not in explicit:
+    if old and not old.get("read") and not set(MODEL) & set(explicit):
         refusal = _unknown(old, taken, caches, plan.get("port"))
     unusable = []
     for name in CACHES:

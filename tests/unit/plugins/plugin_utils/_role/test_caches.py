@@ -138,3 +138,8 @@ def test_the_preflight_refuses_with_the_cache_refusal_after_its_own():
 ])
 def test_the_containers_user(options, user):
     assert caches.container_user(options) == user
+
+
+def test_a_download_dir_in_the_inventory_places_the_model_too():
+    plan = plan_of(vllm_server_args=["--download-dir", "/data/weights"])
+    assert caches.choose(plan, reading(old(read=False)))["refusal"] == ""
