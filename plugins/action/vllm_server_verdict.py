@@ -12,7 +12,7 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.preflight import reading_args, reclaim_args
-from ansible_collections.gpuops.fleet.plugins.plugin_utils._role import gate, outcome, preflight, verify
+from ansible_collections.gpuops.fleet.plugins.plugin_utils._role import caches, gate, outcome, preflight, verify
 
 STEPS = ("preflight", "reclaim", "verify", "result", "failure", "rollback", "group_ready")
 # a server across hosts: the ready gate reads what every node's ready step registered (gate.py); the preflight's reads
@@ -152,6 +152,10 @@ class ActionModule(ActionBase):
             # what blocks, in words: the reading's lists would name the server's own workers too
             return {"failed": True, "msg": refusal, "would_fail": reading.get("would_fail") or [],
                     "containers_refused": reading.get("containers_refused") or []}
+        if plan.get("caches") and plan["state"] != "stopped":
+            # where the new server keeps its caches (the launch adds caches.env to its environment, creates caches.dirs)
+            reading["cache_reading"] = reading.get("caches")
+            reading["caches"] = caches.choose(plan, reading.get("caches"))
         reading.update(failed=False, msg=reading.get("msg") or "the stop would free the server's GPUs",
                        reclaim_args=settings, takeover_stop=preflight.takeover_stop(status),
                        # the launch mode as the run's first reading resolved it, for every later step

@@ -91,3 +91,9 @@ def head_port(argv: t.Sequence[t.Any]) -> t.Optional[int]:
     """The port a rank of a server across hosts joins its head on (``--master-port``, else ``--data-parallel-rpc-port``),
     None when it names none."""
     return _number([str(word) for word in argv], ("--master-port", "--data-parallel-rpc-port", "-dpp"))
+
+
+def download_dir(argv: t.Sequence[t.Any]) -> t.Optional[str]:
+    """Where the server downloads its weights when its command line says: ``--download-dir D`` (or ``=D``); None when
+    it does not (then the Hugging Face cache, HF_HOME or HF_HUB_CACHE)."""
+    return _value([str(word) for word in argv], "--download-dir")

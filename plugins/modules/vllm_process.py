@@ -381,6 +381,33 @@ options:
         process starts).
     type: dict
     default: {}
+  caches:
+    description:
+      - With O(state=running), the places of the server's caches (the model download directory, vLLM's, Triton's and
+        FlashInfer's caches), made ready before the launch; the role passes the places it chose (see the role's
+        C(vllm_server_cache_dir)). Check mode makes nothing.
+    type: dict
+    suboptions:
+      paths:
+        description:
+          - Directories created when missing (mode 0755, with their missing parents). In the container mode each is also
+            mounted into the container at its own path (C(-v PATH:PATH)), so that the environment's places are the host's.
+        type: list
+        elements: path
+        default: []
+      mounts:
+        description:
+          - More places, kept from the server this launch replaces (perhaps another user's), never created nor given to
+            O(caches.owner); in the container mode mounted at their own paths.
+        type: list
+        elements: path
+        default: []
+      owner:
+        description:
+          - The user (a name or a uid) that the directories this task creates belong to, with its primary group (a systemd
+            unit's C(User=), a container's C(--user)); empty keeps this module's user.
+        type: str
+        default: ''
   systemd:
     description:
       - The systemd mode's launch (O(state=running)) and stop (O(state=stopped)).
@@ -543,6 +570,11 @@ config_matches:
   description: Whether O(config_hash) equals the recorded one (null when either is missing).
   returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
   type: bool
+caches:
+  description: With O(caches), its C(paths) and C(mounts), and the directories this task created (C(made)).
+  returned: with O(state=running) and O(caches), outside check mode
+  type: dict
+  sample: {"paths": ["/var/cache/gpuops-fleet/vllm-8000/vllm"], "mounts": [], "made": ["/var/cache/gpuops-fleet/vllm-8000/vllm"]}
 launched:
   description: Whether this task started the server.
   returned: always, except with O(lock) or O(ready) (then the result of M(gpuops.fleet.vllm_lock) or M(gpuops.fleet.vllm_ready))
@@ -737,6 +769,8 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import (
 )
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.generation import GENERATE_OPTIONS
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.mode import DEFAULT_CDI_KIND, HOST_NETWORK, MODES, RUNTIMES, backend, resolve_mode
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch import caches as cache_dirs
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.caches import OPTION_SPEC as CACHES_SPEC
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import LaunchSpec, ServerError, Target
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.takeover import stop_takeover
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.adapters import ADAPTER_OPTIONS, change, change_locked
@@ -784,6 +818,7 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
     "ready": {"type": "dict"},
     "wait": {"type": "dict"},
     "wait_environment": {"type": "dict", "default": {}},
+    "caches": CACHES_SPEC,
     "systemd": {"type": "dict", "options": {
         "content": {"type": "str"},
         "env_file": {"type": "path"},
@@ -948,9 +983,20 @@ def _launch(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[s
         # the stop before the launch was only previewed: whatever runs now stays, so say what would be launched
         where = " in container %s" % params["container"]["name"] if mode == "container" and params["container"] else ""
         return {"changed": True, "running": True, "msg": "would launch %s%s" % (" ".join(masked_argv(argv)), where)}
+    caches = params.get("caches") or {}
+    paths = list(caches.get("paths") or [])
+    made = cache_dirs.prepare(paths, caches.get("owner") or "")
+    mounted = paths + list(caches.get("mounts") or [])
+    if mounted and mode == "container" and params["container"]:
+        # each place at its own path in the container: the server's environment names the host's
+        box = dict(params["container"], volumes=list(params["container"]["volumes"] or []) + cache_dirs.volumes(mounted))
+        params = dict(params, container=box)
     spec = LaunchSpec(argv=argv, env=dict(params["env"]), shown_argv=masked_argv(argv), log_file=params["log_file"],
                       chdir=params["chdir"], metadata=params["metadata"], systemd=params["systemd"])
-    return backend(mode).launch(module, psutil, _target(params), spec)
+    result = backend(mode).launch(module, psutil, _target(params), spec)
+    if mounted:
+        result["caches"] = {"paths": [str(path) for path in paths], "mounts": list(caches.get("mounts") or []), "made": made}
+    return result
 
 
 STATES = {"status": _status, "stopped": _stop, "running": _launch}

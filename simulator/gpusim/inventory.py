@@ -31,6 +31,8 @@ def host_vars(state: Path, port: int, **extra: Any) -> Dict[str, Any]:
                                      DEVICE_DIR_ENV: str(StateDir(state).dev)},
         "vllm_server_port": port,
         "vllm_server_state_dir": str(state / "role"),
+        # the server's caches with the host's state, not in the machine's /var/cache
+        "vllm_server_cache_dir": str(state / "caches"),
         "vllm_server_host_env": {STATE_ENV: str(state)},
     }
     found.update(extra)

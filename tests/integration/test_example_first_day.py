@@ -140,7 +140,7 @@ def test_the_readme_quick_start_runs_the_example_as_shipped(fleet, tmp_path, tmu
         # the package index the simulated hosts reach is this machine's: its pip settings, which become's sudo would drop
         entry["gpuops_fleet_environment"].update({k: v for k, v in os.environ.items() if k.startswith("PIP_")})
     substituted = set(overlay["vllm_servers"]["hosts"][node1.name])
-    assert substituted == {"gpuops_fleet_environment", "vllm_server_port", "vllm_server_state_dir", "vllm_server_host_env",
+    assert substituted == {"gpuops_fleet_environment", "vllm_server_port", "vllm_server_state_dir", "vllm_server_cache_dir", "vllm_server_host_env",
                            "vllm_server_command", "ansible_connection", "ansible_host", "gpuops_fleet_venv",
                            "ansible_python_interpreter"}, substituted
     assert "vllm_server_host_env" not in shipped  # the simulator's variable replaces nothing of the example's

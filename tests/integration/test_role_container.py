@@ -150,6 +150,12 @@ def test_container_launch_idempotent_drift_and_stop(cdi_spec, empty_image, tmp_p
         held = holders(host)
         assert held[2] and held[5] and not any(held[i] for i in (0, 1, 3, 4, 6, 7)), held
         assert set(held[2] + held[5]) <= set(_tree(main_pid)), held
+        # its compile cache: the host's directory, mounted at its own path (the container's own view, through /proc)
+        cache = Path(host.state) / "caches" / "vllm"
+        assert ("VLLM_CACHE_ROOT=%s" % cache).encode() in environ and cache.is_dir()
+        assert str(cache) in [mount["Destination"] for mount in first["Mounts"]], first["Mounts"]
+        (cache / "canary").write_text("compiled\n")
+        assert Path("/proc/%d/root%s/canary" % (main_pid, cache)).read_text() == "compiled\n"
 
         again = run_playbook(RESTART, inventory, "-e", "vllm_server_state=started")
         assert again.returncode == 0, again.stdout[-4000:]
@@ -183,11 +189,14 @@ def test_container_launch_idempotent_drift_and_stop(cdi_spec, empty_image, tmp_p
         assert replaced["Config"]["Labels"]["gpuops.fleet.config-hash"] != labels["gpuops.fleet.config-hash"]
         assert not pid_alive(main_pid)
         assert b"NCCL_PROTO=LL128" in Path("/proc/%d/environ" % replaced["State"]["Pid"]).read_bytes().split(b"\0")
+        # the replaced container keeps the same compile cache (its own running server's place)
+        assert Path("/proc/%d/root%s/canary" % (replaced["State"]["Pid"], cache)).read_text() == "compiled\n"
 
         stop = run_playbook(RESTART, inventory, "-e", "vllm_server_state=stopped")
         assert stop.returncode == 0, stop.stdout[-4000:]
         assert inspect(name) is None
         assert not any(holders(host)[i] for i in range(8)), holders(host)
+        assert (cache / "canary").read_text() == "compiled\n", "the role's stop removed the cache"
     finally:
         podman("rm", "-f", "-t", "0", name, check=False)
 

@@ -68,10 +68,42 @@ def reading_args(plan: t.Mapping[str, t.Any], status: t.Mapping[str, t.Any]) -> 
     return args
 
 
+def replaced_pid(status: t.Mapping[str, t.Any]) -> t.Optional[int]:
+    """The server whose caches the new one keeps: the one taken over, else the running one (its main process); None when
+    none runs. A container taken over is not read: the places its environment names are inside the container."""
+    taken = status.get("takeover")
+    if taken:
+        return None if taken.get("container") else int(taken["pid"])
+    if status.get("running") and status.get("pid") is not None:
+        return int(status["pid"])
+    return None
+
+
+def cache_reading(plan: t.Mapping[str, t.Any], status: t.Mapping[str, t.Any]) -> t.Optional[t.Dict[str, t.Any]]:
+    """_host.caches.reading for the role's cache decision (plugin_utils/_role/caches.py): where the server the launch
+    replaces keeps its caches, as whom the new one runs, and whether it may use those places (``old``, ``new``), with
+    the launch ``mode``, whether that server is ``taken`` over, and whether it runs ``in_container``; None with state
+    stopped or a plan without ``caches``."""
+    caches = plan.get("caches")
+    if plan.get("state") == "stopped" or not isinstance(caches, t.Mapping):
+        return None
+    # the controller (the verdict) imports this file for the functions above, never the host's readings
+    from ansible_collections.gpuops.fleet.plugins.module_utils._host import caches as host_caches  # pylint: disable=import-outside-toplevel
+    mode = str(status.get("mode") or "process")
+    found = host_caches.reading(replaced_pid(status), mode, str(caches.get("user") or ""), list((caches.get("default") or {}).values()),
+                                str(caches.get("container_user") or ""))
+    found.update(mode=mode, taken=bool(status.get("takeover")), in_container=bool((status.get("takeover") or {}).get("container")))
+    return found
+
+
 def preflight_reading(module: t.Any, plan: t.Mapping[str, t.Any],
                       status: t.Mapping[str, t.Any]) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
     """On the host, in the lock's module run: gpu_reclaim in check mode with reading_args (it changes nothing), as
-    (its result, warnings, whether it could not run)."""
+    (its result, warnings, whether it could not run), with ``caches`` (cache_reading) beside its keys."""
     # the controller (the verdict) imports this file for the functions above, never the reclaim's code
     from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.run import reclaim_in_module  # pylint: disable=import-outside-toplevel
-    return reclaim_in_module(module, reading_args(plan, status), True, beside=True)
+    reading, warnings, unreadable = reclaim_in_module(module, reading_args(plan, status), True, beside=True)
+    caches = cache_reading(plan, status)
+    if caches is not None:
+        reading = dict(reading, caches=caches)
+    return reading, warnings, unreadable

@@ -103,6 +103,8 @@ def result(host: str, plan: Result, steps: t.Mapping[str, t.Optional[Result]], c
         "url": plan["url"],
         "crash_loop": "unit %s: %s" % (plan["files"]["unit"], status["crash_loop"]) if status.get("crash_loop") else "",
         "taken_over": taken_over(status, steps.get("stopped")),
+        # where the new server keeps its caches, and why there (caches.py): '' when nothing is launched
+        "caches": "" if stopping else str((preflight.get("caches") or {}).get("shown") or ""),
     }
 
 

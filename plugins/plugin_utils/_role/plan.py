@@ -21,6 +21,7 @@ import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._masked_env import masked_env
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._names import CHECK, IDLE_THRESHOLD, ROLE_OLD, STATE, settle
+from ansible_collections.gpuops.fleet.plugins.plugin_utils._role import caches as server_caches
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role import group as groups
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role import lora
 from ansible_collections.gpuops.fleet.plugins.plugin_utils._role.rules import broken
@@ -48,7 +49,7 @@ VARIABLES = (
     "vllm_server_container_runtime", "vllm_server_container_name", "vllm_server_container_cdi_kind",
     "vllm_server_container_network", "vllm_server_container_volumes", "vllm_server_container_run_options",
     "vllm_server_container_restart", "vllm_server_secret_env", "vllm_server_api_key", "vllm_server_allow_open",
-    "vllm_server_mark_good", lora.VARIABLE,
+    "vllm_server_mark_good", "vllm_server_cache_dir", lora.VARIABLE,
 ) + groups.VARIABLES + ROLE_OLD
 
 
@@ -298,6 +299,8 @@ def build(variables: t.Mapping[str, t.Any], good: t.Optional[t.Mapping[str, t.An
         "config_hash": digest,
         "container": container,
         "files": where,
+        # where the caches live: the role's places, and what the inventory sets (the preflight decides, caches.py)
+        "caches": server_caches.planned(variables, env, argv),
         "state_file": where["state"],
         "rollback": bool(good),
         "generate": generate,

@@ -7,7 +7,8 @@
 It refuses (and nothing is stopped) when the host cannot run this configuration (a GPU it lacks, a setting gpu_reclaim
 refuses, no driver), when the stop would not free the server's GPUs (a holder it would leave; with state stopped
 those are left alone and named instead), or when the server on the port requires an API key that the new
-configuration drops (unless vllm_server_allow_open), or when which server listens cannot be told. It fails closed
+configuration drops (unless vllm_server_allow_open), or when which server listens cannot be told, or when the new
+server could not use the place where the server it replaces keeps its model (caches.py). It fails closed
 when the environment of the server on the port cannot be read (another user's process, no become): with no --api-key on
 its command line and no key in the new configuration, whether it requires one is unknown, so it is refused unless
 vllm_server_allow_open.
@@ -24,9 +25,11 @@ import json
 import re
 import typing as t
 
+from ansible_collections.gpuops.fleet.plugins.plugin_utils._role import caches
+
 # the plan's keys module_utils/_reclaim/preflight.py reads: all that vllm_lock's preflight option carries to the host
 # (the plan's secrets stay on the controller)
-PLAN_KEYS = ("state", "gpu_words", "reclaim", "port", "api_key_arg", "env_names", "secret_env")
+PLAN_KEYS = ("state", "gpu_words", "reclaim", "port", "api_key_arg", "env_names", "secret_env", "caches")
 # gpu_reclaim names its option first in a message ("gpus: ..."): the role names its variable instead
 OPTION = re.compile(r"^([a-z_]+)(?=: )")
 VARIABLES = {"match": "vllm_server_reclaim_match", "grace": "vllm_server_reclaim_grace", "timeout": "vllm_server_reclaim_timeout",
@@ -109,7 +112,11 @@ def refusal(plan: t.Mapping[str, t.Any], reading: t.Mapping[str, t.Any]) -> str:
     secured = {} if stopping else (reading.get("secured") or {})
     if secured.get("error") or (secured.get("opens") and not plan.get("allow_open")):
         return _opens(plan, secured)
-    return _unknown_key(plan, secured)
+    unknown = _unknown_key(plan, secured)
+    if unknown or stopping or not plan.get("caches"):
+        return unknown
+    # where the new server keeps its caches: a model it could not reach is refused (caches.py)
+    return caches.choose(plan, reading.get("caches"))["refusal"]
 
 
 TAKEOVER_KEYS = ("pid", "create_time", "unit", "how")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpuops.fleet.plugins.module_utils._vllm_flags import head_address, node_count, runs_on_ray, spans_hosts
+from ansible_collections.gpuops.fleet.plugins.module_utils._vllm_flags import download_dir, head_address, node_count, runs_on_ray, spans_hosts
 
 SERVE = ["vllm", "serve", "zai-org/GLM-5-FP8", "--tensor-parallel-size", "8"]
 
@@ -51,3 +51,12 @@ def test_spans_hosts(argv, said):
 ])
 def test_how_many_hosts_and_which_head(argv, nodes, head):
     assert node_count(argv) == nodes and head_address(argv) == head
+
+
+@pytest.mark.parametrize("argv, found", [
+    (["vllm", "serve", "m", "--download-dir", "/w"], "/w"),
+    (["vllm", "serve", "m", "--download-dir=/x", "--download-dir", "/y"], "/y"),
+    (["vllm", "serve", "m"], None),
+])
+def test_download_dir(argv, found):
+    assert download_dir(argv) == found

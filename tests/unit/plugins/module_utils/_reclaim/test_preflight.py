@@ -5,8 +5,10 @@ vllm_lock and on the controller by the verdict)."""
 
 from __future__ import annotations
 
+import pytest
+
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.preflight import (
-    own_containers, reading_args, reclaim_args, reclaim_owner, secured_args)
+    cache_reading, own_containers, reading_args, reclaim_args, reclaim_owner, replaced_pid, secured_args)
 
 PLAN = {"state": "started", "port": 8000, "gpu_words": ["0", "1"], "api_key_arg": False, "env_names": ["NCCL_PROTO"],
         "secret_env": [], "reclaim": {"match": ["^VLLM::"], "orphans_only": True, "grace": 10.0, "timeout": 60.0,
@@ -40,3 +42,20 @@ def test_the_preflight_s_reading_is_the_reclaim_s_options_with_the_stop_s_contai
     assert reading["managed_containers"] == ["b" * 64]
     assert reading["secured"] == {"port": 8000, "api_key_arg": False, "env_names": ["NCCL_PROTO"], "inherit_env": False, "secret_env": []}
     assert "secured" not in reading_args(dict(PLAN, state="stopped"), status)
+
+
+@pytest.mark.parametrize("status, pid", [
+    ({"takeover": {"pid": 7, "create_time": 1.0}, "running": True, "pid": 9}, 7),
+    ({"takeover": {"pid": 7, "container": {"id": "c"}}}, None),
+    ({"running": True, "pid": 9}, 9),
+    ({"running": False, "pid": None}, None),
+])
+def test_the_server_whose_caches_the_new_one_keeps(status, pid):
+    assert replaced_pid(status) == pid
+
+
+def test_the_cache_reading_carries_the_mode_and_the_takeover():
+    plan = {"state": "started", "caches": {"user": "", "container_user": "", "default": {"HF_HOME": "/tmp"}}}
+    found = cache_reading(plan, {"mode": "process", "running": False})
+    assert found["old"] is None and found["mode"] == "process" and found["taken"] is False and found["in_container"] is False
+    assert cache_reading(dict(plan, state="stopped"), {}) is None and cache_reading({"state": "started"}, {}) is None

@@ -98,3 +98,10 @@ def test_the_rollback_s_summary():
     done = rollback("n", PLAN, {"result": {"action": "unchanged", "pid": 5, "stopped_pids": []},
                                 "last_good": {"summary": {"since": "2026-12-01T00:00:00Z"}}, "ready": {"check": {"checks": ["c"]}}})
     assert done["action"] == "unchanged" and done["pid"] == 5 and done["good_since"] == "2026-12-01T00:00:00Z" and done["checks"] == ["c"]
+
+
+def test_the_result_says_where_the_caches_are_once_a_server_is_launched():
+    steps = {"status": {"running": False}, "preflight": {"caches": {"shown": "in vllm_server_cache_dir: HF_HOME=/c/huggingface"}}}
+    assert result("node", PLAN, steps, check_mode=True)["caches"] == "in vllm_server_cache_dir: HF_HOME=/c/huggingface"
+    assert result("node", dict(PLAN, state="stopped"), steps, check_mode=False)["caches"] == ""
+    assert result("node", PLAN, {"status": {"running": False}}, check_mode=False)["caches"] == ""
