@@ -665,6 +665,8 @@ import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
+# first: every module_util below is compiled once on the host, not twice (see _compile_once)
+from ansible_collections.gpuops.fleet.plugins.module_utils import _compile_once  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, finish, http_url
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import is_full_id
