@@ -669,7 +669,6 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.fleet.plugins.module_utils import _compile_once  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, finish, http_url
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import is_full_id
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import DEFAULT_MATCH, ListenerError
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import (
     hide_only_secrets, masked_argv, secret_argv_values, secret_env_names,
@@ -776,6 +775,8 @@ def check_params(params: t.Mapping[str, t.Any], mode: str) -> None:
     if params["takeover"] is not None:
         between("takeover.pid", params["takeover"]["pid"], 2, 2 ** 22, "")
         box = params["takeover"]["container"]
+        # only a takeover of a container compiles the container helpers (see _status)
+        from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import is_full_id  # pylint: disable=import-outside-toplevel
         if box is not None and not is_full_id(box["id"]):
             raise SpecError("takeover.container.id: expected a container's full id (64 hexadecimal digits), got %s" % json.dumps(box["id"]))
     check_options(dict(params, mode=mode))
