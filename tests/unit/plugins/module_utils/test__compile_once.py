@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import zipfile
+from importlib.machinery import PathFinder
 
 from ansible_collections.gpuops.fleet.plugins.module_utils import _compile_once
 
@@ -101,7 +102,10 @@ def test_anything_not_in_a_zip_or_not_of_this_collection_is_left_to_the_import_s
     assert _compile_once.Finder.find_spec("ansible.module_utils.basic", [str(tmp_path / "x.zip")]) is None
 
 
-def test_installed_once():
+def test_installed_once_just_before_the_path_finder():
     _compile_once.install()
     _compile_once.install()
     assert sys.meta_path.count(_compile_once.Finder) == 1
+    assert sys.meta_path.index(_compile_once.Finder) + 1 == sys.meta_path.index(PathFinder)
+    # ansible-test's import sanity test: sys.meta_path[0] is not changed
+    assert sys.meta_path[0] is not _compile_once.Finder
