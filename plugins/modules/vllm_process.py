@@ -760,9 +760,10 @@ import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 
+# first: every module_util below is compiled once on the host, not twice (see _compile_once)
+from ansible_collections.gpuops.fleet.plugins.module_utils import _compile_once  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.gpuops.fleet.plugins.module_utils import _deps
 from ansible_collections.gpuops.fleet.plugins.module_utils._argspec import SpecError, between, finish, http_url
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import is_full_id
 from ansible_collections.gpuops.fleet.plugins.module_utils._host.listener import DEFAULT_MATCH, ListenerError
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import (
     hide_only_secrets, masked_argv, secret_argv_values, secret_env_names,
@@ -874,6 +875,8 @@ def check_params(params: t.Mapping[str, t.Any], mode: str) -> None:
     if params["takeover"] is not None:
         between("takeover.pid", params["takeover"]["pid"], 2, 2 ** 22, "")
         box = params["takeover"]["container"]
+        # only a takeover of a container compiles the container helpers (see _status)
+        from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import is_full_id  # pylint: disable=import-outside-toplevel
         if box is not None and not is_full_id(box["id"]):
             raise SpecError("takeover.container.id: expected a container's full id (64 hexadecimal digits), got %s" % json.dumps(box["id"]))
     check_options(dict(params, mode=mode))

@@ -20,7 +20,6 @@ import os
 import typing as t
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._host import procfs
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import container_in_path
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import masked_argv
 
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
@@ -158,6 +157,8 @@ class Started(t.NamedTuple):
 def cgroup_container(cgroup: t.Optional[str]) -> t.Optional[str]:
     """``runtime <short id>`` when the cgroup path is a container's (docker, podman; containerd, crio or kubernetes
     below kubepods: see container.py); None otherwise."""
+    # imported by the reading that needs it: a module run compiles what it imports (a launch's run reads no cgroup)
+    from ansible_collections.gpuops.fleet.plugins.module_utils._host.container import container_in_path  # pylint: disable=import-outside-toplevel
     found = container_in_path(cgroup or "")
     return "%s %s" % (found.engine or found.runtime, found.container_id[:12]) if found else None
 

@@ -23,8 +23,6 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.diff import 
 from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.spec import SpecError, budget_warning, build_spec
 from ansible_collections.gpuops.fleet.plugins.module_utils._secrets import mask_cmdlines
 from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.selection import SelectionError
-from ansible_collections.gpuops.fleet.plugins.module_utils._host.secured import judge
-from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import served_behind
 
 # (pynvml, psutil), asked for once the parameters are valid (a module fails there, naming a missing package)
 Libraries = t.Callable[[], t.Tuple[t.Any, t.Any]]
@@ -75,6 +73,12 @@ def reclaim_in_module(module: t.Any, params: t.Mapping[str, t.Any], check_mode: 
     result, warnings, failed = run_reclaim(params, check_mode, bool(getattr(module, "_diff", False)), libraries,
                                            module.get_bin_path)
     if params.get("secured") is not None:
+        # only the preflight's reading (the lock's run) judges the server on the port: a stop's reclaim does not compile
+        # the listener's and the takeover's code
+        # pylint: disable=import-outside-toplevel
+        from ansible_collections.gpuops.fleet.plugins.module_utils._host.secured import judge
+        from ansible_collections.gpuops.fleet.plugins.module_utils._reclaim.takeover import served_behind
+        # pylint: enable=import-outside-toplevel
         _deps.require(module, _deps.PSUTIL)
         result["secured"], secured_warnings = judge(_deps.PSUTIL.module, params["secured"], behind=served_behind(_deps.PSUTIL.module))
         warnings = list(warnings) + secured_warnings
