@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -36,6 +37,7 @@ STATE = "/srv/gpusim/%s" % HOST  # inside the container, on its own root
 PORT = 8000  # the container has a network namespace of its own: nothing else listens there
 UNIT = "gpuops-vllm-%d.service" % PORT
 GPUS = [2, 3]
+CACHES = STATE + "/caches"  # vllm_server_cache_dir (gpusim.api.role_host_vars: the caches with the host's state)
 LAST_GOOD = "%s/role/vllm-%d.last-good" % (STATE, PORT)  # the role's last known-good configuration, beside its record
 # a new configuration that the rollout's restart launches without marking it good (vllm_server_mark_good: false)
 UNMARKED = {"vllm_server_env": {"NCCL_PROTO": "LL128"}, "vllm_server_args": ["--max-model-len", "4096"]}
@@ -117,6 +119,12 @@ def test_launch_writes_and_starts_the_unit(server: Server) -> None:
     assert len(snap["members"]) >= 1 + len(GPUS), snap["members"]
     assert "NCCL_PROTO" not in snap["main_env"]
     assert snap["is_enabled"] == "enabled", "the unit is not enabled after a launch: it would not come back after a reboot"
+    # the unit's server runs with the role's cache places, and its start-up was read from the unit's journal: the fake
+    # compiled (its cache root was empty) and said so in its log
+    for variable, folder in (("HF_HOME", "huggingface"), ("VLLM_CACHE_ROOT", "vllm"), ("TRITON_CACHE_DIR", "triton"),
+                             ("FLASHINFER_WORKSPACE_BASE", "flashinfer")):
+        assert snap["main_env"].get(variable) == "%s/%s" % (CACHES, folder), (variable, snap["main_env"])
+    assert re.search(r"start-up [0-9.]+ s: weights [^:]*, compile: compiled", flat(run.stdout)), flat(run.stdout)[-3000:]
     server.main = (snap["main_pid"], snap["main_start"])
     server.members = snap["members"]
 
@@ -142,6 +150,10 @@ def test_changed_environment_restarts_the_unit(server: Server) -> None:
     assert_runs_in_unit(snap, run.stdout)
     assert (snap["main_pid"], snap["main_start"]) != (old_pid, old_start), "the drift did not restart the server"
     assert snap["main_env"].get("NCCL_PROTO") == "LL", snap["main_env"]
+    # NCCL is not in the compile cache's key: the new unit's server loaded the graphs its predecessor compiled, from the
+    # cache that outlived the unit's stop (read in its journal)
+    assert snap["main_env"].get("VLLM_CACHE_ROOT") == CACHES + "/vllm", snap["main_env"]
+    assert re.search(r"start-up [0-9.]+ s: weights [^:]*, compile: cache hit", flat(run.stdout)), flat(run.stdout)[-3000:]
     survivors = [pid for pid, start in snap["alive"].items() if start is not None and start == server.members[pid][0]]
     assert not survivors, "processes of the old server still run: %s" % {pid: server.members[pid] for pid in survivors}
     server.main = (snap["main_pid"], snap["main_start"])
