@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -154,6 +155,8 @@ def test_container_launch_idempotent_drift_and_stop(cdi_spec, empty_image, tmp_p
         cache = Path(host.state) / "caches" / "vllm"
         assert ("VLLM_CACHE_ROOT=%s" % cache).encode() in environ and cache.is_dir()
         assert str(cache) in [mount["Destination"] for mount in first["Mounts"]], first["Mounts"]
+        # its start-up, read from the container's own output: it compiled into that cache
+        assert re.search(r"start-up [0-9.]+ s: weights [^:]*, compile: compiled", flat(run.stdout)), flat(run.stdout)[-3000:]
         (cache / "canary").write_text("compiled\n")
         assert Path("/proc/%d/root%s/canary" % (main_pid, cache)).read_text() == "compiled\n"
 
@@ -191,6 +194,8 @@ def test_container_launch_idempotent_drift_and_stop(cdi_spec, empty_image, tmp_p
         assert b"NCCL_PROTO=LL128" in Path("/proc/%d/environ" % replaced["State"]["Pid"]).read_bytes().split(b"\0")
         # the replaced container keeps the same compile cache (its own running server's place)
         assert Path("/proc/%d/root%s/canary" % (replaced["State"]["Pid"], cache)).read_text() == "compiled\n"
+        # and loaded its graphs from it (NCCL is not in the compile cache's key), as the new container's output says
+        assert re.search(r"start-up [0-9.]+ s: weights [^:]*, compile: cache hit", flat(drift.stdout)), flat(drift.stdout)[-3000:]
 
         stop = run_playbook(RESTART, inventory, "-e", "vllm_server_state=stopped")
         assert stop.returncode == 0, stop.stdout[-4000:]
