@@ -15,6 +15,7 @@ kernels): real `ansible-playbook restart_vllm.yml` runs on a simulated host.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -217,8 +218,11 @@ def test_the_roles_caches_survive_its_stop_and_check_mode_makes_nothing(open_hos
                       ("FLASHINFER_WORKSPACE_BASE", "flashinfer")):
         assert environ(first).get(name) == str(caches / sub), (name, environ(first).get(name))
         assert (caches / sub).is_dir()
+    # the fake vLLM compiled into its cache root (its own record); beside its entry, a canary of ours
+    compiled = [json.loads(line) for line in (node.state / "startups.jsonl").read_text().splitlines()]
+    assert compiled[-1]["compiled"] is True and compiled[-1]["cache_dir"].startswith(str(caches / "vllm")), compiled[-1]
     canary = caches / "vllm" / "torch_compile_cache" / "canary"
-    canary.parent.mkdir(parents=True)
+    canary.parent.mkdir(parents=True, exist_ok=True)
     canary.write_text("compiled\n")
 
     stopped = run_playbook(RESTART, inventory, "-e", "vllm_server_state=stopped")
@@ -231,6 +235,9 @@ def test_the_roles_caches_survive_its_stop_and_check_mode_makes_nothing(open_hos
     second = int(assert_server_owns_gpus(node, [0, 1], 2)[0])
     assert second != first and environ(second).get("VLLM_CACHE_ROOT") == str(caches / "vllm")
     assert canary.read_text() == "compiled\n"
+    # and the new server loaded the graphs its predecessor compiled, from the cache that outlived the stop
+    loaded = json.loads((node.state / "startups.jsonl").read_text().splitlines()[-1])
+    assert (loaded["pid"], loaded["compiled"], loaded["cache"]) == (second, False, "hit"), loaded
     places = {name: environ(second).get(name) for name in CACHES}
 
     # a forced restart of the role's own server keeps the same places
