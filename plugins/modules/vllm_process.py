@@ -431,8 +431,9 @@ options:
       enabled:
         description:
           - Launch the unit enabled (it starts at boot) or disabled.
-          - With O(state=status) and O(decide), a unit that runs this configuration and needs no change (RV(reason) empty) is
-            enabled or disabled as this says, without a restart (C(changed=true) then).
+          - With O(state=status) and O(decide), a unit that runs this configuration and needs no change (RV(reason) empty), or
+            whose LoRA adapters alone differed and were just changed in the same run (C(adapted=true)), is enabled or disabled as
+            this says, without a restart (C(changed=true) then).
         type: bool
         default: true
       disable:
@@ -912,12 +913,14 @@ def _status(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[s
     if (result.get("adapters") or {}).get("change"):
         result = _adapters(module, psutil, options, read_listener, result)
     wanted = (params["systemd"] or {}).get("enabled")
-    if mode == "systemd" and wanted is not None and params["systemd"] is not None and result["running"] and result.get("reason") == "":
-        # a unit that runs this configuration gets the enabled state asked for, without a restart
+    if (mode == "systemd" and wanted is not None and params["systemd"] is not None and result["running"]
+            and (result.get("reason") == "" or result.get("adapted"))):
+        # a unit that runs this configuration (its LoRA adapters changed at most, just now) gets the enabled state asked
+        # for, without a restart
         systemd_backend = backend(mode)
-        result["changed"] = systemd_backend.set_enabled(module, params["unit"], systemd_backend.show(module, params["unit"]), wanted)
-        if result["changed"]:
-            result["msg"] = "unit %s %s" % (params["unit"], "enabled" if wanted else "disabled")
+        if systemd_backend.set_enabled(module, params["unit"], systemd_backend.show(module, params["unit"]), wanted):
+            said = "unit %s %s" % (params["unit"], "enabled" if wanted else "disabled")
+            result.update(changed=True, msg="%s; %s" % (result["msg"], said) if result.get("msg") else said)
     if params["unchanged_result"] is not None and result.get("reason") == "":
         generation = result.get("generation")
         said = "already runs with this configuration and answers /health"
