@@ -40,6 +40,10 @@ class ActionModule(ActionBase):
         reply = dict(waited) if isinstance(waited, dict) and waited else None
         for warning in (reply or {}).pop("warnings", None) or []:
             display.warning(str(warning))
+        # the launch's time: the start-up is kept when this ready step follows that launch (a server that ran before is not)
+        launched = (reply or {}).pop("launched_at", None)
+        if launched is not None and isinstance(args.get("startup"), dict):
+            args["startup"] = dict(args["startup"], launched=launched)
         while True:
             if reply is None:
                 reply = self._wait(dict(args, poll_for=step), task_vars)

@@ -431,8 +431,9 @@ options:
       enabled:
         description:
           - Launch the unit enabled (it starts at boot) or disabled.
-          - With O(state=status) and O(decide), a unit that runs this configuration and needs no change (RV(reason) empty) is
-            enabled or disabled as this says, without a restart (C(changed=true) then).
+          - With O(state=status) and O(decide), a unit that runs this configuration and needs no change (RV(reason) empty), or
+            whose LoRA adapters alone differed and were just changed in the same run (C(adapted=true)), is enabled or disabled as
+            this says, without a restart (C(changed=true) then).
         type: bool
         default: true
       disable:
@@ -710,6 +711,8 @@ waited:
     - With O(state=running) and O(wait), once the launch succeeded, M(gpuops.fleet.vllm_ready)'s result (its keys, as that
       module returns them, RV(gpuops.fleet.vllm_ready#module:ready), RV(gpuops.fleet.vllm_ready#module:since),
       RV(gpuops.fleet.vllm_ready#module:check) and the others), with C(failed) and C(warnings) (a list of strings).
+    - And C(launched_at), the time before this launch (null when the server already ran), which M(gpuops.fleet.vllm_ready)'s
+      action plugin passes on as its O(gpuops.fleet.vllm_ready#module:startup.launched) when it waits on.
   returned: when O(wait) is given, O(state=running), the launch succeeded and not in check mode
   type: dict
 takeover_stopped:
@@ -756,6 +759,7 @@ unit_changed:
 
 import functools
 import json
+import time
 import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
@@ -909,12 +913,14 @@ def _status(module: AnsibleModule, psutil: t.Any, mode: str, params: t.Mapping[s
     if (result.get("adapters") or {}).get("change"):
         result = _adapters(module, psutil, options, read_listener, result)
     wanted = (params["systemd"] or {}).get("enabled")
-    if mode == "systemd" and wanted is not None and params["systemd"] is not None and result["running"] and result.get("reason") == "":
-        # a unit that runs this configuration gets the enabled state asked for, without a restart
+    if (mode == "systemd" and wanted is not None and params["systemd"] is not None and result["running"]
+            and (result.get("reason") == "" or result.get("adapted"))):
+        # a unit that runs this configuration (its LoRA adapters changed at most, just now) gets the enabled state asked
+        # for, without a restart
         systemd_backend = backend(mode)
-        result["changed"] = systemd_backend.set_enabled(module, params["unit"], systemd_backend.show(module, params["unit"]), wanted)
-        if result["changed"]:
-            result["msg"] = "unit %s %s" % (params["unit"], "enabled" if wanted else "disabled")
+        if systemd_backend.set_enabled(module, params["unit"], systemd_backend.show(module, params["unit"]), wanted):
+            said = "unit %s %s" % (params["unit"], "enabled" if wanted else "disabled")
+            result.update(changed=True, msg="%s; %s" % (result["msg"], said) if result.get("msg") else said)
     if params["unchanged_result"] is not None and result.get("reason") == "":
         generation = result.get("generation")
         said = "already runs with this configuration and answers /health"
@@ -1035,15 +1041,19 @@ def _ready(module: AnsibleModule, given: t.Mapping[str, t.Any], option: str = "r
     return ready.run(module, params)
 
 
-def _wait(module: AnsibleModule, given: t.Mapping[str, t.Any], environment: t.Mapping[str, t.Any]) -> t.Dict[str, t.Any]:
+def _wait(module: AnsibleModule, given: t.Mapping[str, t.Any], environment: t.Mapping[str, t.Any],
+          launched: t.Optional[float]) -> t.Dict[str, t.Any]:
     """wait: vllm_ready's result for the server just launched, polled for at most WAIT_FOR_S unless poll_for says, in
-    ``environment`` (set now: the server started without it)."""
+    ``environment`` (set now: the server started without it). ``launched`` (the time before this launch, None when
+    nothing was launched) goes to its startup option and back in the result, for the ready step that waits on."""
+    if isinstance(given.get("startup"), dict):
+        given = dict(given, startup=dict(given["startup"], launched=launched))
     from ansible_collections.gpuops.fleet.plugins.module_utils._gpu.nvml import use_environment  # pylint: disable=import-outside-toplevel
     use_environment(environment)
     hidden = set(module.no_log_values)  # the launch's secrets: the wait narrows what is hidden to its own
     waited, warnings, failed = _ready(module, dict({"poll_for": WAIT_FOR_S}, **given), "wait")
     module.no_log_values.update(hidden)
-    return dict(waited, failed=failed, warnings=warnings)
+    return dict(waited, failed=failed, warnings=warnings, launched_at=launched)
 
 
 def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]:
@@ -1064,6 +1074,7 @@ def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]
         return dict(result, msg=str(exc)), [], True
     _deps.require(module, _deps.PSUTIL)
     failed = False
+    began = time.time()
     try:
         result.update(STATES[params["state"]](module, _deps.PSUTIL.module, mode, params))
     except ServerError as exc:
@@ -1073,7 +1084,7 @@ def run(module: AnsibleModule) -> t.Tuple[t.Dict[str, t.Any], t.List[str], bool]
         result["msg"] = str(exc)
         failed = True
     if params["wait"] is not None and params["state"] == "running" and not failed and not module.check_mode:
-        result["waited"] = _wait(module, params["wait"], params["wait_environment"])
+        result["waited"] = _wait(module, params["wait"], params["wait_environment"], began if result.get("launched") else None)
     result.setdefault("launched", False)
     result.setdefault("stopped", [])
     result.setdefault("log_file", (result.get("record") or {}).get("log_file") or params["log_file"])

@@ -203,6 +203,12 @@ options:
         description: Keep this start-up in the history once ready (V(false) for a server that was not just launched).
         type: bool
         default: true
+      launched:
+        description:
+          - When this run launched the server (seconds since the epoch, before the launch). The start-up is kept only when the
+            server judged ready started at or after it; without it nothing is kept (a server that already ran, such as the
+            role's standalone C(ready) entry point finds, is no start-up). M(gpuops.fleet.vllm_process)'s wait passes it.
+        type: float
 requirements:
   - psutil on the managed host, to watch O(pid).
   - nvidia-ml-py and the NVIDIA driver's C(libnvidia-ml.so.1), with O(check).

@@ -6,7 +6,8 @@ A server started with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True ge
 without a restart: judged by the fake vLLM's own record of loads, unloads and completions per adapter
 ($GPUOPS_SIM_STATE/lora.jsonl, simulator/fakevllm/vllm/_lora.py), the PID and start time of the process on the port,
 the GPUs' holders (the simulator's allocations) and /v1/models. Any other change, and any change on a server without
-runtime updating, still restarts it.
+runtime updating, still restarts it. On a server with VLLM_API_KEY the loads and their proofs carry the key (the fake
+refuses /v1/* without it), which neither the play's output (-v) nor the fake's record shows.
 """
 
 from __future__ import annotations
@@ -212,3 +213,58 @@ def test_without_runtime_updating_an_adapter_change_restarts(fleet, tmp_path):
     record = [json.loads(line) for line in (node.state / "lora.jsonl").read_text().splitlines()]
     assert {(e["source"], e["event"]) for e in record} == {("start", "load")}
     assert [(e["name"], e["pid"]) for e in record][-2:] == [("sql", new), ("chat", new)]
+
+
+def test_adapters_on_a_keyed_server_are_sent_with_its_key_and_never_shown(fleet, tmp_path):
+    key = "sk-lora-key-8c1f"
+    (node,) = fleet(HOST)
+    paths = _adapter_dirs(tmp_path, "sql")
+    keyed = dict(RUNTIME, vllm_server_env=dict(RUNTIME["vllm_server_env"], VLLM_API_KEY=key))
+    inventory = inventory_for(tmp_path, [node], {HOST: keyed}, vllm_server_state="started")
+    first = _run(inventory, [])
+    assert first.returncode == 0, first.stdout[-4000:]
+    pid = server_pid(node)
+    assert pid is not None
+    start = starttime(pid)
+    assert _get(node.port, "/v1/models")[0] == 401  # the fake refuses /v1/* without the key: a load without it fails
+
+    mark = _record_length(node)
+    added = _run(inventory, _set(paths, "sql"), "-v")
+    output = added.stdout + added.stderr
+    assert added.returncode == 0, output[-4000:]
+    # loaded through the API and proven by a completion in its name, both accepted by the keyed server, no restart
+    assert _events(node, pid, mark) == [("load", "sql", True), ("generate", "sql", True)]
+    assert server_pid(node) == pid and pid_alive(pid, start)
+    assert "loaded sql (%s)" % paths["sql"] in flat(added.stdout)
+    assert key not in output, output[max(0, output.find(key) - 1500):output.find(key) + 300]
+    assert key not in (node.state / "lora.jsonl").read_text()
+
+
+def test_a_rollback_restores_the_last_good_adapters_without_a_restart(fleet, tmp_path):
+    (node,) = fleet(HOST)
+    paths = _adapter_dirs(tmp_path, "sql", "chat")
+    inventory = inventory_for(tmp_path, [node], {HOST: dict(RUNTIME)}, vllm_server_state="started")
+    good = _run(inventory, _set(paths, "sql"))  # a launch: its configuration, adapters included, is the last known-good
+    assert good.returncode == 0, good.stdout[-4000:]
+    pid = server_pid(node)
+    assert pid is not None and _served(node.port) == {"sql": paths["sql"]}
+    start = starttime(pid)
+    last_good = next((node.state / "role").glob("*.last-good")).read_bytes()
+
+    changed = _run(inventory, _set(paths, "chat"))  # at run time: the last known-good configuration is not this one
+    assert changed.returncode == 0, changed.stdout[-4000:]
+    assert _served(node.port) == {"chat": paths["chat"]} and server_pid(node) == pid
+
+    # the rollback, with the new list still in the variables: the last known-good list comes back through the API,
+    # the same process serves it, nothing stopped or launched
+    mark = _record_length(node)
+    back = run_playbook(Path(__file__).parent / "playbooks" / "rollback_only.yml", inventory, "-e",
+                        json.dumps({"vllm_server_lora_adapters": _set(paths, "chat")}))
+    assert back.returncode == 0, back.stdout[-4000:]
+    assert _events(node, pid, mark) == [("unload", "chat", True), ("load", "sql", True), ("generate", "sql", True)]
+    assert _served(node.port) == {"sql": paths["sql"]}
+    assert server_pid(node) == pid and pid_alive(pid, start)
+    assert not re.search(r"TASK \[gpuops\.fleet\.vllm_server : (Stop|Launch|Reclaim)", back.stdout)
+    shown = back.stdout[back.stdout.index("vllm_server_rollback_result"):]
+    assert re.search(r"^\s+action: adapters$", shown, re.M), shown[:3000]
+    assert next((node.state / "role").glob("*.last-good")).read_bytes() == last_good

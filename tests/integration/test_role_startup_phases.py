@@ -8,7 +8,8 @@ start-up (STATE/startups.jsonl: the phases it ran, whether it compiled or loaded
   "cache hit", the fake did not compile), and a compile-relevant change compiles again;
 - a log in an unknown format gives the total only, and the run passes;
 - a start-up that hangs after its weights on the second launch fails at about twice the first start-up's time, not at
-  vllm_server_ready_timeout, naming the log's last phase.
+  vllm_server_ready_timeout, naming the log's last phase;
+- the standalone ready entry point, on a server that started well before, keeps no start-up (NAME.startups unchanged).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from pathlib import Path
 
 from ansible_run import RESTART, run_playbook
 from inventories import inventory_for
-from readings import assert_server_owns_gpus
+from readings import assert_server_owns_gpus, server_pid
+from gpusim.api import starttime
 
 KNOBS = {"GPUOPS_SIM_WEIGHTS_S": "1.0", "GPUOPS_SIM_COMPILE_S": "3.0", "GPUOPS_SIM_GRAPHS_S": "1.0",
          "GPUOPS_SIM_INIT_S": "0.2", "GPUOPS_SIM_COMPILE_LOAD_S": "0.2"}
@@ -100,3 +102,20 @@ def test_a_hang_after_the_weights_fails_at_twice_the_usual_start_up(fleet, tmp_p
     assert abs(float(failed.group(1)) - 2 * usual) < 0.2 * usual
     assert "the log's last start-up phase: weights" in second.stdout
     assert second.took < 60  # far from the 120 s ceiling: stop, launch, twice the usual start-up, undo
+
+
+def test_the_ready_entry_point_on_a_running_server_keeps_no_start_up(fleet, tmp_path):
+    (node,) = fleet("gpu-node-01")
+    launched = restart(tmp_path, node, KNOBS)
+    assert launched.returncode == 0, launched.stdout[-4000:]
+    (history,) = list((node.state / "role").glob("*.startups"))
+    kept = history.read_bytes()
+    assert len(json.loads(kept)) == 1
+    pid = server_pid(node)
+    start = starttime(pid)
+    time.sleep(8.0)  # the server has run a while: its age is no start-up
+    ready = run_playbook(Path(__file__).parent / "playbooks" / "ready_only.yml", tmp_path / "inventory.json")
+    assert ready.returncode == 0, ready.stdout[-4000:]
+    assert server_pid(node) == pid and starttime(pid) == start  # the same server, waited for and checked
+    assert history.read_bytes() == kept  # nothing kept: before the fix, its age (8 s and more) was kept as a start-up
+    assert len(startups(node.state)) == 1  # the fake started once

@@ -32,7 +32,7 @@ from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.mode i
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch.process import ServerError
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.record import (
     RecordError, good_config, mark_good, read_record, read_startups, same_process, write_startups)
-from ansible_collections.gpuops.fleet.plugins.module_utils._server.startup import adaptive_timeout, parse_startup, remember, totals
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.startup import adaptive_timeout, launched_here, parse_startup, remember, totals
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.unit import main_pid, parse_show, show_argv, start_time, watch_unit
 
 
@@ -74,6 +74,8 @@ ARGUMENT_SPEC: t.Dict[str, t.Dict[str, t.Any]] = {
         "factor": {"type": "float", "default": 2.0},
         "floor": {"type": "float", "default": 60.0},
         "remember": {"type": "bool", "default": True},
+        # when this run launched the server: a start-up is kept only for a server that started since (launched_here)
+        "launched": {"type": "float"},
     }},
 }
 # lines of a container's output read for its start-up (its own container: only this start-up's)
@@ -181,7 +183,7 @@ def _poll(module, params, url, since):
         result = {"changed": False, "status": status, "since": since, "elapsed_s": round(current - since, 2), "timeout_s": round(timeout, 1)}
         if ready:
             result["startup"] = startup()
-            _remember(params, result["startup"])
+            _remember(params, result["startup"], lambda: created if created is not None else _judged(module, params, created)[1])
         if ready and params["generate_timeout"] > 0:
             _generates(params, url, result, log_tail)
         if ready:
@@ -216,10 +218,13 @@ def _timeout(params):
     return timeout, why if history and why != "vllm_server_ready_timeout" else ""
 
 
-def _remember(params, startup):
-    """Keep this start-up beside the record (O(startup.remember)); a history that cannot be written changes nothing."""
+def _remember(params, startup, started):
+    """Keep this start-up beside the record (O(startup.remember)) when the server started since this run launched it
+    (``started()`` its start time, read only then); a history that cannot be written changes nothing."""
     wanted = params.get("startup")
-    if not wanted or not wanted["remember"] or not params["state_file"]:
+    if not wanted or not wanted["remember"] or not params["state_file"] or wanted["launched"] is None:
+        return
+    if not launched_here(wanted["launched"], started()):
         return
     try:
         write_startups(params["state_file"], remember(read_startups(params["state_file"]), wanted["config_hash"], startup, time.time()))

@@ -203,6 +203,20 @@ def adaptive_timeout(history: t.Sequence[float], ceiling: float, factor: float, 
         factor, len(known), _s(max(known)))
 
 
+# seconds a process's start time may read before the time taken just before its launch (psutil's start time is the
+# boot time, a whole second, plus the process's ticks)
+LAUNCH_SLACK_S = 2.0
+
+
+def launched_here(launched: t.Optional[float], started: t.Optional[float]) -> bool:
+    """Whether the server whose process started at ``started`` is the one launched at ``launched`` (the ready step
+    follows this run's launch): a start-up to keep. A server already running before the launch, or either time
+    unknown, is not."""
+    if launched is None or started is None:
+        return False
+    return float(started) >= float(launched) - LAUNCH_SLACK_S
+
+
 def remember(history: t.Mapping[str, t.Any], config_hash: str, startup: t.Mapping[str, t.Any], at: float) -> t.Dict[str, t.Any]:
     """``history`` ({config_hash: [{total_s, at, phases}...]}) with this start-up added: the last HISTORY_KEEP of each
     configuration, the HISTORY_HASHES configurations started last."""

@@ -51,3 +51,14 @@ def test_the_ready_action_waits_on_from_a_launchs_wait_that_did_not_end():
     assert result["ready"] and result["pid"] == 8
     ((module, args),) = runs
     assert module == vllm_ready_action.THROUGH and args["ready"]["since"] == 5.0 and "waited" not in args["ready"], args
+
+
+@pytest.mark.parametrize("launched", [1234.5, None])
+def test_the_launch_s_time_goes_on_to_the_wait_so_that_its_start_up_is_kept(launched):
+    waited = {"ready": False, "since": 5.0, "status": "connection refused", "failed": False, "warnings": [], "launched_at": launched}
+    action, runs = _action({"url": "http://127.0.0.1:9", "state_file": "/s.json", "timeout": 60, "waited": waited,
+                            "startup": {"config_hash": "h1"}}, [{"ready": True, "since": 5.0, "pid": 8}])
+    result = action.run(task_vars={"inventory_hostname": "n1"})
+    assert result["ready"] and "launched_at" not in result
+    ((_module, args),) = runs
+    assert args["ready"]["startup"] == ({"config_hash": "h1", "launched": launched} if launched else {"config_hash": "h1"}), args

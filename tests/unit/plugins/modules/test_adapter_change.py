@@ -8,12 +8,15 @@ Against a recorded process and a loopback server that answers as vLLM does."""
 from __future__ import annotations
 
 import json
+import os
 import typing as t
 
 import pytest
 
+from ansible_collections.gpuops.fleet.plugins.module_utils._server.launch import systemd
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.lock import acquire
 from ansible_collections.gpuops.fleet.plugins.modules import vllm_lock, vllm_process
+from ansible_collections.gpuops.fleet.tests.unit.plugins.fake_systemctl import FakeSystemctl
 from ansible_collections.gpuops.fleet.tests.unit.plugins.loopback_http import LoopbackServer
 from ansible_collections.gpuops.fleet.tests.unit.plugins.modules.module_harness import call_main
 
@@ -100,3 +103,27 @@ def test_the_lock_s_task_changes_them_and_releases_its_lock(lora_server, recorde
     assert not result["acquired"] and result["released"] and not (tmp_path / "vllm.lock").exists()
     assert "preflight" not in result  # no stop follows: no preflight reading
     assert lora_server["loaded"] == {"sql": "/a/sql"} and result["ansible_facts"]["vllm_server_result"]["action"] == "adapters"
+
+
+def test_a_unit_whose_adapters_changed_gets_its_enabled_state_in_the_same_run(lora_server, tmp_path, monkeypatch):
+    fake = FakeSystemctl(str(tmp_path / "systemctl"), str(tmp_path / "units"))
+    monkeypatch.setenv("PATH", fake.bin + os.pathsep + os.environ["PATH"])
+    monkeypatch.setattr(systemd, "UNIT_DIR", fake.unit_dir)
+    unit = "gpuops-vllm-8000.service"
+    state_file = str(tmp_path / "s.json")
+    try:
+        launched = call_main(vllm_process, {"state": "running", "mode": "systemd", "unit": unit, "state_file": state_file,
+                                            "config_hash": "h1", "argv": ["vllm", "serve", "m"],
+                                            "systemd": {"content": "[Service]\nExecStart=/bin/true\n", "env_file": str(tmp_path / "s.env"),
+                                                        "enabled": False}})
+        assert launched["launched"] and fake.units()[unit]["UnitFileState"] == "disabled", launched
+        given = dict(reading(lora_server, state_file, str(tmp_path / "vllm.lock")), state="status", mode="systemd", unit=unit,
+                     systemd={"enabled": True})
+        result = call_main(vllm_process, given)
+        assert not result.get("failed") and result["adapted"] and result["changed"], result
+        assert lora_server["loaded"] == {"sql": "/a/sql"}  # the adapters changed, then the unit enabled: one module run
+        assert fake.units()[unit]["UnitFileState"] == "enabled" and fake.verbs()[-1] == "enable %s" % unit
+        assert result["msg"].endswith("; unit %s enabled" % unit), result["msg"]
+        assert result["ansible_facts"]["vllm_server_result"]["action"] == "adapters"
+    finally:
+        fake.end_all()

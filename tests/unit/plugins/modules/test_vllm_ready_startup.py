@@ -57,7 +57,7 @@ def test_the_startup_of_this_launch_only_and_kept_by_configuration(server, tmp_p
     me = psutil.Process(os.getpid())
     args = {"url": loop.url, "generate_timeout": 0, "log_file": str(log), "state_file": str(state_file),
             "pid": me.pid, "create_time": me.create_time(), "since": time.time() - 5.0,
-            "startup": {"config_hash": "abc"}}
+            "startup": {"config_hash": "abc", "launched": me.create_time() - 1.0}}
     result = call_main(vllm_ready, args)
     assert result["ready"] and not result["failed"], result
     startup = result["startup"]
@@ -70,6 +70,12 @@ def test_the_startup_of_this_launch_only_and_kept_by_configuration(server, tmp_p
     # remember=false (a server checked again, not launched): nothing more is kept
     call_main(vllm_ready, dict(args, startup={"config_hash": "abc", "remember": False}))
     assert len(json.loads((tmp_path / "vllm-8000.startups").read_text())["abc"]) == 1
+
+    # a server that ran before this run's launch (or no launch at all: the standalone ready entry point) is no start-up
+    for launched in (me.create_time() + 3600.0, None):
+        again = call_main(vllm_ready, dict(args, startup={"config_hash": "abc", "launched": launched}))
+        assert again["ready"] and again["startup"]["total_s"] >= 5.0, again
+        assert len(json.loads((tmp_path / "vllm-8000.startups").read_text())["abc"]) == 1
 
 
 @pytest.mark.usefixtures("captured")

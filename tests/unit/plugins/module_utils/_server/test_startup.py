@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.gpuops.fleet.plugins.module_utils._server.startup import (
-    adaptive_timeout, parse_startup, remember, summary_line, totals)
+    adaptive_timeout, launched_here, parse_startup, remember, summary_line, totals)
 
 # vLLM 0.9 (V1, a cold compile; cf. public issue logs of that era)
 V1_09_COLD = """\
@@ -138,3 +138,11 @@ def test_history_keeps_the_last_start_ups_per_configuration():
     for number in range(25):
         history = remember(history, "h%d" % number, {"total_s": 1.0}, 3000.0 + number)
     assert len(history) == 20 and "abc" not in history and "h24" in history
+
+
+def test_a_startup_is_kept_only_for_a_server_started_since_this_runs_launch():
+    launched = 1_000_000.0
+    assert launched_here(launched, launched + 0.3)
+    assert launched_here(launched, launched - 1.0)  # the start time's whole-second boot time
+    assert not launched_here(launched, launched - 3600.0)  # a server that has run for an hour
+    assert not launched_here(None, launched) and not launched_here(launched, None)
