@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 import typing as t
 
-from .budget import Budget, DRY_RUN, PERSON, Policy, REMEDIATE
+from ansible_collections.gpuops.fleet.plugins.module_utils._watch.budget import Budget, DRY_RUN, PERSON, Policy, REMEDIATE
 
 Families = t.Dict[str, t.List[t.Tuple[t.Dict[str, str], float]]]
 ENGINE_DEAD = "engine_dead"

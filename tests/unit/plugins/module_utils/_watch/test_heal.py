@@ -74,7 +74,7 @@ def test_healed_then_failed_then_person_needed_once():
     assert w.tick("n1", scrape(generates=0), 30) == []  # under the timeout: still in flight
     assert w.tick("n1", scrape(generates=0), 31) == []  # failed once (the timeout) ...
     assert [e["action"] for e in w.tick("n1", scrape(generates=0))] == ["remediate"]  # ... a second try at the next scrape
-    events = [e for _ in range(30) for e in w.tick("n1", scrape(generates=0), 30)]
+    events = [e for _tick in range(30) for e in w.tick("n1", scrape(generates=0), 30)]
     assert [e["action"] for e in events] == ["person_needed"], events
     assert events[0]["evidence"]["servers"][0]["pid"] == "41" and "2 remediations in a row failed" in events[0]["reason"]
     assert [l["ok"] for l in w.audit() if l["event"] == "finished"] == [True, False, False]
