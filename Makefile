@@ -64,7 +64,7 @@ endef
 
 .PHONY: help venv sim collection-path ansible-test-cache stage setup tools browser container-tools \
         units sanity lint docs-lint simtests integration molecule build-test fleet fleet-tests fleet-tools fleet-down systemd-tests systemd-tools test bench demo demo-clean \
-        constraints clean distclean
+        constraints eda-venv eda-constraints clean distclean
 
 help:
 	@echo "make test             set up, then run: $(TEST_STEPS) ($(TEST_SIDE_BY_SIDE) side by side); ends with 'summary: N passed, N failed, N skipped'"
@@ -78,6 +78,7 @@ help:
 	@echo "make systemd-tests    the role's systemd launch mode against systemd booted in a container (root; installs debootstrap, systemd-container)"
 	@echo "make bench            benchmarks ($(BENCH_SCRIPT))"
 	@echo "make constraints      re-pin requirements/constraints.txt from .venv"
+	@echo "make eda-venv         .venv-eda: ansible-rulebook (requirements/eda.txt) and Debian's Java 17, for self-healing"
 	@echo "make clean            remove build outputs; distclean also removes .venv"
 
 # ---------------------------------------------------------------- set-up
@@ -93,6 +94,24 @@ $(VENV_STAMP): $(REQUIREMENTS)
 	$(PY) -m pip install --disable-pip-version-check -q -r requirements/controller.txt -r requirements/managed-host.txt
 	$(PY) -m pip check
 	@touch $@
+
+# self-healing (extensions/eda, docs/self-healing.md): ansible-rulebook in a venv of its own, with Debian's Java 17
+EDA_VENV := $(CURDIR)/.venv-eda
+EDA_STAMP := $(EDA_VENV)/.requirements-installed
+EDA_JAVA := /usr/lib/jvm/java-17-openjdk-$$(dpkg --print-architecture)/bin/java
+
+eda-venv: $(EDA_STAMP)
+	@$(call ensure_command,$(EDA_JAVA),openjdk-17-jre-headless)
+
+$(EDA_STAMP): requirements/eda.txt requirements/eda-constraints.txt
+	@[ -x $(EDA_VENV)/bin/python ] || $(PYTHON) -m venv $(EDA_VENV)
+	$(EDA_VENV)/bin/python -m pip install --disable-pip-version-check -q -r requirements/eda.txt
+	$(EDA_VENV)/bin/python -m pip check
+	@touch $@
+
+eda-constraints: eda-venv
+	@{ echo "# Every package of .venv-eda, pinned (pip freeze of a venv built from eda.txt). Regenerate with: make eda-constraints"; \
+	   $(EDA_VENV)/bin/python -m pip freeze --disable-pip-version-check | LC_ALL=C sort -f; } > requirements/eda-constraints.txt
 
 tools:
 	@$(call ensure_command,gcc,gcc)
@@ -171,7 +190,7 @@ container-tools:
 	@# package's service is not started (policy-rc.d). Where it cannot be installed those tests skip, saying why.
 	@$(call ensure_command,dockerd,docker.io) || echo "== docker.io could not be installed: the docker tests skip"
 
-integration: venv tools browser container-tools sim collection-path
+integration: venv eda-venv tools browser container-tools sim collection-path
 	@# test_role_takeover.py starts a vLLM server by hand in a real tmux pane
 	@$(call ensure_command,tmux,tmux)
 	@# test_example_first_day.py runs examples/ as shipped: its inventory becomes root with sudo (ansible_become)
@@ -264,4 +283,4 @@ clean: demo-clean fleet-down
 	rm -rf build dist .collections .ansible simulator/build tests/output bench/results gpuops-fleet-*.tar.gz
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(EDA_VENV)

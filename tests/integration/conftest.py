@@ -20,7 +20,7 @@ from simhost import hosts_with_ports, SIM_LIB, SimHost
 # Under pytest-xdist (`make integration`: --dist loadgroup) every test is scheduled on its own, except the files
 # named here, whose tests share a module-scoped fixture and run whole on one worker, in order.
 KEEP_TOGETHER = {"test_vllm_benchmark.py", "test_vllm_benchmark_server_view.py", "test_vllm_benchmark_workloads.py",
-                 "test_gpu_reclaim_containers.py"}
+                 "test_gpu_reclaim_containers.py", "test_self_healing.py"}
 # The longest tests are handed out first, so none of them starts last and makes the whole run wait for it alone
 # (each worker is handed up to two tests ahead). An entry is a file, or a file and the start of a test's name; a test
 # takes the rank of the first entry it matches.

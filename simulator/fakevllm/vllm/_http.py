@@ -69,6 +69,10 @@ class Serving:  # pylint: disable=too-many-instance-attributes
         """Whether the engine core takes one more generation request (False once it is dead: every request after the
         first GPUOPS_SIM_ENGINE_DEAD_AFTER_REQUESTS)."""
         limit = self.knobs.engine_dead_after
+        state = os.environ.get("GPUOPS_SIM_STATE")
+        # the engine killed while it runs: $GPUOPS_SIM_STATE/engine-dead/<this API server's PID> (docs/simulator.md)
+        if state and os.path.exists(os.path.join(state, "engine-dead", str(os.getpid()))):
+            return False
         with self._served_lock:
             if limit is not None and self._served >= limit:
                 return False
